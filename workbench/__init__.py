@@ -1,0 +1,48 @@
+"""Sharding Workbench: see and check how JAX arrays are laid out on device meshes.
+
+Importing this package before JAX starts gives JAX 8 simulated CPU devices (``WORKBENCH_CPU_DEVICES``
+overrides), so every mesh in the tutorials works on a laptop. The engine never imports a UI toolkit.
+
+Example:
+    >>> import workbench as wb
+    >>> wb.layout_array((8, 16), "data=4,model=2", "data, model").shard_shape
+    (2, 8)
+"""
+
+from .devices import configure_cpu_devices as _configure_cpu_devices
+
+_configure_cpu_devices()  # must run before anything below starts the JAX backend
+
+from .devices import DeviceCountWarning as DeviceCountWarning
+from .devices import describe_devices as describe_devices
+from .devices import device_setup as device_setup
+from .errors import DTypeError as DTypeError
+from .errors import GradientSyncError as GradientSyncError
+from .errors import MeshError as MeshError
+from .errors import RuleError as RuleError
+from .errors import ShapeError as ShapeError
+from .errors import SpecError as SpecError
+from .errors import WorkbenchError as WorkbenchError
+from .layout import ArrayLayout as ArrayLayout
+from .layout import DeviceSlice as DeviceSlice
+from .layout import layout_array as layout_array
+from .mesh import MeshShape as MeshShape
+from .mesh import abstract_mesh as abstract_mesh
+from .mesh import build_mesh as build_mesh
+from .mesh import parse_mesh as parse_mesh
+from .paths import leaves_with_paths as leaves_with_paths
+from .paths import path_to_str as path_to_str
+from .rules import RuleTable as RuleTable
+from .shapes import parse_dtype as parse_dtype
+from .shapes import parse_shape as parse_shape
+from .specs import format_spec as format_spec
+from .specs import parse_spec as parse_spec
+from .specs import spec_from_json as spec_from_json
+from .specs import spec_to_json as spec_to_json
+from .specs import validate_spec as validate_spec
+from .tree_layout import LeafLayout as LeafLayout
+from .tree_layout import TreeLayout as TreeLayout
+from .tree_layout import layout_tree as layout_tree
+from .tree_layout import shard_largest_dim as shard_largest_dim
+
+__version__ = "0.1.0"

@@ -1,0 +1,140 @@
+"""Simulated CPU devices: configure them before JAX starts, and say so clearly when it is too late.
+
+JAX fixes its device count when its backend starts (the first JAX operation). Workshops and tests run
+on laptops with one CPU, so importing :mod:`workbench` asks JAX for ``N`` simulated CPU devices
+(default 8, ``WORKBENCH_CPU_DEVICES`` overrides). If JAX already started with fewer, we warn once with
+the count and the way to get more, instead of failing later with an obscure mesh error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import warnings
+
+DEFAULT_CPU_DEVICES = 8
+ENV_VAR = "WORKBENCH_CPU_DEVICES"
+
+
+class DeviceCountWarning(UserWarning):
+    """JAX started before the workbench could configure its simulated devices."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSetup:
+    """What :func:`configure_cpu_devices` asked for and what happened."""
+
+    requested: int | None
+    configured: bool
+    reason: str
+
+
+_setup: DeviceSetup | None = None
+_warned = False
+
+
+def _requested_count() -> int | None:
+    """The simulated CPU device count to ask for, or None when the user chose another way."""
+    raw = os.environ.get(ENV_VAR)
+    if raw is not None:
+        try:
+            count = int(raw)
+        except ValueError:
+            raise ValueError(
+                f"{ENV_VAR}={raw!r} is not a whole number: set it to a device count such as 8"
+            ) from None
+        if count < 1:
+            raise ValueError(f"{ENV_VAR}={count} must be at least 1: set it to a device count such as 8")
+        return count
+    # The user configured JAX directly: respect it.
+    if os.environ.get("JAX_NUM_CPU_DEVICES") or re.search(
+        r"xla_force_host_platform_device_count", os.environ.get("XLA_FLAGS", "")
+    ):
+        return None
+    return DEFAULT_CPU_DEVICES
+
+
+def _accelerator_requested() -> bool:
+    """True when the user pointed JAX at a platform list without the CPU (e.g. JAX_PLATFORMS=cuda)."""
+    platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
+    return bool(platforms) and "cpu" not in platforms.split(",")
+
+
+def configure_cpu_devices() -> DeviceSetup:
+    """Ask JAX for simulated CPU devices, if JAX has not started yet. Called by ``import workbench``.
+
+    Returns what was done. Safe to call again: it changes nothing after the first call.
+
+    Example:
+        >>> import workbench  # doctest: +SKIP
+        >>> workbench.device_setup().requested  # doctest: +SKIP
+        8
+    """
+    global _setup
+    if _setup is not None:
+        return _setup
+    import jax
+
+    requested = _requested_count()
+    if _accelerator_requested():
+        _setup = DeviceSetup(None, False, "JAX_PLATFORMS names an accelerator: left alone")
+    elif requested is None:
+        _setup = DeviceSetup(None, False, "JAX_NUM_CPU_DEVICES or XLA_FLAGS set by the user: left alone")
+    else:
+        try:
+            jax.config.update("jax_num_cpu_devices", requested)
+            _setup = DeviceSetup(requested, True, f"asked JAX for {requested} CPU devices")
+        except RuntimeError:
+            # The backend already started (JAX was used before workbench was imported).
+            _setup = DeviceSetup(requested, False, "JAX had already started")
+    return _setup
+
+
+def check_device_count() -> None:
+    """Warn once if JAX has fewer CPU devices than the workbench asked for, saying how to get more."""
+    global _warned
+    setup = configure_cpu_devices()
+    if _warned or setup.configured or setup.requested is None:
+        return
+    import jax
+
+    have = len(jax.devices("cpu"))
+    if have < setup.requested:
+        _warned = True
+        warnings.warn(
+            f"JAX started before workbench was imported and has {have} CPU device(s), not "
+            f"{setup.requested}. Meshes are limited to {have} device(s) (abstract meshes of any size "
+            f"still work). To get {setup.requested}: restart the kernel and import workbench before "
+            f"using JAX, or set {ENV_VAR}={setup.requested} in the environment before starting Python.",
+            DeviceCountWarning,
+            stacklevel=3,
+        )
+
+
+def device_setup() -> DeviceSetup:
+    """What the workbench did about simulated devices at import time."""
+    return configure_cpu_devices()
+
+
+def describe_devices() -> dict:
+    """A plain record of what JAX sees: backend, device count, and each device's id and kind.
+
+    Example:
+        >>> describe_devices()["count"]  # doctest: +SKIP
+        8
+    """
+    import jax
+
+    check_device_count()
+    devices = jax.devices()
+    return {
+        "backend": jax.default_backend(),
+        "count": len(devices),
+        "jax_version": jax.__version__,
+        "setup": device_setup().reason,
+        "devices": [
+            {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", d.platform)}
+            for d in devices
+        ],
+    }

@@ -1,0 +1,37 @@
+"""The exceptions the workbench raises for bad input.
+
+Every message names the bad value, what was expected, and a fix, so the CLI can print it as one line
+and a widget can show it inline. All of them subclass ``ValueError`` so callers that already catch
+``ValueError`` around JAX sharding code keep working.
+"""
+
+from __future__ import annotations
+
+
+class WorkbenchError(ValueError):
+    """Base class: bad input to the workbench, with a message that says how to fix it."""
+
+
+class MeshError(WorkbenchError):
+    """A mesh description that cannot be parsed or built (names, sizes, device count)."""
+
+
+class SpecError(WorkbenchError):
+    """A partition spec that cannot be parsed, or that does not fit a mesh and an array shape."""
+
+
+class ShapeError(WorkbenchError):
+    """An array shape that cannot be parsed (negative sizes, non-integers)."""
+
+
+class DTypeError(WorkbenchError):
+    """A dtype name that JAX does not know."""
+
+
+class RuleError(WorkbenchError):
+    """A rule table (regex -> spec) that cannot be parsed or applied."""
+
+
+class GradientSyncError(WorkbenchError):
+    """A gradient reduction that would give the wrong answer (unknown reduction, unbound axis,
+    or gradients that JAX already summed across devices)."""
