@@ -38,15 +38,17 @@ def _requested_count() -> int | None:
     """The simulated CPU device count to ask for, or None when the user chose another way."""
     raw = os.environ.get(ENV_VAR)
     if raw is not None:
-        try:
-            count = int(raw)
-        except ValueError:
-            raise ValueError(
-                f"{ENV_VAR}={raw!r} is not a whole number: set it to a device count such as 8"
-            ) from None
-        if count < 1:
-            raise ValueError(f"{ENV_VAR}={count} must be at least 1: set it to a device count such as 8")
-        return count
+        # A typo in the environment must not make `import workbench` fail: say so and use the default.
+        count = int(raw) if raw.strip().isdigit() else 0
+        if count >= 1:
+            return count
+        warnings.warn(
+            f"{ENV_VAR}={raw!r} is not a device count of at least 1: using {DEFAULT_CPU_DEVICES}. "
+            f"Set it to a whole number such as {ENV_VAR}=8.",
+            DeviceCountWarning,
+            stacklevel=4,
+        )
+        return DEFAULT_CPU_DEVICES
     # The user configured JAX directly: respect it.
     if os.environ.get("JAX_NUM_CPU_DEVICES") or re.search(
         r"xla_force_host_platform_device_count", os.environ.get("XLA_FLAGS", "")
@@ -88,13 +90,14 @@ def configure_cpu_devices() -> DeviceSetup:
         except RuntimeError:
             # The backend already started (JAX was used before workbench was imported).
             _setup = DeviceSetup(requested, False, "JAX had already started")
+            check_device_count()  # the backend is up, so counting devices costs nothing now
     return _setup
 
 
 def check_device_count() -> None:
     """Warn once if JAX has fewer CPU devices than the workbench asked for, saying how to get more."""
     global _warned
-    setup = configure_cpu_devices()
+    setup = _setup or configure_cpu_devices()
     if _warned or setup.configured or setup.requested is None:
         return
     import jax

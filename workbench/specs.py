@@ -172,9 +172,9 @@ def entry_axes(entry: Entry) -> tuple[str, ...]:
     """The mesh axes one spec entry shards over, major first."""
     if entry is None:
         return ()
-    if isinstance(entry, str):
-        return (entry,)
-    return tuple(entry)
+    if isinstance(entry, (tuple, list)):
+        return tuple(entry)
+    return (entry,)
 
 
 def format_spec(spec: PartitionSpec | str, style: str = "short") -> str:
@@ -194,9 +194,9 @@ def format_spec(spec: PartitionSpec | str, style: str = "short") -> str:
         def code(entry):
             if entry is None:
                 return "None"
-            if isinstance(entry, str):
-                return repr(entry)
-            return "(" + ", ".join(repr(a) for a in entry) + ")"
+            if isinstance(entry, tuple):
+                return "(" + ", ".join(repr(a) for a in entry) + ")"
+            return repr(entry)
 
         return "P(" + ", ".join(code(e) for e in entries) + ")"
     if style != "short":
@@ -204,7 +204,8 @@ def format_spec(spec: PartitionSpec | str, style: str = "short") -> str:
     if not entries:
         return "P()"
     parts = [
-        "None" if e is None else e if isinstance(e, str) else "(" + ", ".join(e) + ")" for e in entries
+        "None" if e is None else "(" + ", ".join(map(str, e)) + ")" if isinstance(e, tuple) else str(e)
+        for e in entries
     ]
     text = ", ".join(parts)
     # One grouped entry alone would read back as a whole spec in brackets: the comma keeps it one entry.

@@ -1,0 +1,71 @@
+"""Partition spec text: parsing without eval, formatting back, validation against mesh and shape."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jax.sharding import PartitionSpec as P
+
+import workbench as wb
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("data, None", P("data", None)),
+        ("('data', None)", P("data", None)),
+        ('("data", None)', P("data", None)),
+        ("P('data', 'model')", P("data", "model")),
+        ("PartitionSpec('data', 'model')", P("data", "model")),
+        ("(data, model), None", P(("data", "model"), None)),
+        ("[data, model], none", P(("data", "model"), None)),
+        ("((data, model),)", P(("data", "model"))),
+        ("P((data, model))", P(("data", "model"))),
+        ("(data)", P("data")),
+        ("data,", P("data")),
+        ("None, -, null, model", P(None, None, None, "model")),
+        ("", P()),
+        ("   ", P()),
+        ("P()", P()),
+        ("()", P()),
+        ("data, (), model", P("data", None, "model")),
+        ("  data ,model  ", P("data", "model")),
+    ],
+)
+def test_parse_spec(text, expected):
+    assert wb.parse_spec(text) == expected
+
+
+def test_parse_never_evaluates():
+    # Python expressions are rejected as text, not run.
+    with pytest.raises(wb.SpecError):
+        wb.parse_spec("__import__('os').system('echo hacked')")
+    with pytest.raises(wb.SpecError):
+        wb.parse_spec("data + model")
+
+
+AXES = st.sampled_from(["data", "model", "x", "y_2"])
+ENTRY = st.one_of(st.none(), AXES, st.lists(AXES, min_size=2, max_size=3, unique=True).map(tuple))
+
+
+@given(st.lists(ENTRY, max_size=5))
+def test_format_round_trips(entries):
+    spec = P(*entries)
+    for style in ("short", "code"):
+        assert wb.parse_spec(wb.format_spec(spec, style)) == spec
+    assert wb.spec_from_json(wb.spec_to_json(spec)) == spec
+
+
+def test_format_examples():
+    assert wb.format_spec(P("data", None, "model")) == "data, None, model"
+    assert wb.format_spec(P(("data", "model"),)) == "(data, model),"
+    assert wb.format_spec(P()) == "P()"
+    assert wb.format_spec(P(("data", "model"), None), "code") == "P(('data', 'model'), None)"
+    assert wb.spec_to_json(P("data", None, ("a", "b"))) == ["data", None, ["a", "b"]]
+
+
+def test_validate_accepts_good_specs():
+    assert wb.validate_spec("data, None", "data=4,model=2", (8, 3)) == P("data", None)
+    assert wb.validate_spec("(data, model)", "data=4,model=2", (8, 16)) == P("data", "model")
+    assert wb.validate_spec("(data, model),", "data=4,model=2", (16, 3)) == P(("data", "model"))
+    # Fewer entries than dimensions: the rest are unsharded.
+    assert wb.validate_spec("data", "data=4", (8, 5, 7)) == P("data")

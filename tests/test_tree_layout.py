@@ -1,0 +1,91 @@
+"""Whole-pytree layouts of real NNX models and optimizer state, from abstract state only."""
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+import workbench as wb
+
+
+class MLP(nnx.Module):
+    def __init__(self, rngs):
+        self.hidden = nnx.Linear(64, 128, rngs=rngs)
+        self.out = nnx.Linear(128, 10, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(nnx.relu(self.hidden(x)))
+
+
+@pytest.fixture(scope="module")
+def abstract_state():
+    optimizer = nnx.eval_shape(lambda: nnx.Optimizer(MLP(nnx.Rngs(0)), optax.adam(1e-3), wrt=nnx.Param))
+    model = nnx.eval_shape(lambda: MLP(nnx.Rngs(0)))
+    state = {"params": nnx.state(model, nnx.Param), "opt": nnx.state(optimizer)}
+    # Abstract state: nothing was allocated.
+    assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(state))
+    return state
+
+
+def test_shard_strategy_reports_replicated_leaves(abstract_state):
+    table = wb.layout_tree(abstract_state, "data=8", "shard")
+    rows = {r["path"]: r for r in table.rows()}
+    assert rows["params/hidden/kernel"]["spec"] == "None, data"  # 128 > 64: the larger dim
+    assert rows["params/out/kernel"]["spec"] == "data, None"
+    assert rows["params/out/bias"]["replication"] == 8
+    assert "no dimension of (10,) is divisible" in rows["params/out/bias"]["reason"]
+    assert rows["opt/step"]["reason"] == "replicated: scalar"
+    assert rows["opt/opt_state/0/count"]["reason"] == "replicated: scalar"
+    # Adam's moments mirror the params and are sharded the same way.
+    assert rows["opt/opt_state/0/mu/hidden/kernel"]["spec"] == "None, data"
+    params = (64 * 128 + 128 + 128 * 10 + 10) * 4
+    assert table.total_bytes == params * 3 + 4 + 4
+    sharded = (64 * 128 + 128 + 128 * 10) * 4 // 8 + 10 * 4
+    assert table.group_bytes_per_device()["params"] == sharded
+    assert set(table.per_device_bytes) == set(range(8))
+    assert table.bytes_per_device == sharded * 3 + 8
+
+
+def test_rule_table_first_match_and_unused_rules(abstract_state):
+    rules = wb.RuleTable([(r"kernel$", "None, model"), (r"hidden/bias", "model"), (r"embed", "data"), (r".*", "")])
+    table = wb.layout_tree(abstract_state["params"], "data=4,model=2", rules)
+    by_path = {leaf.path: leaf for leaf in table.leaves}
+    assert by_path["hidden/kernel"].rule == 0 and by_path["hidden/kernel"].layout.spec == P(None, "model")
+    assert by_path["hidden/bias"].rule == 1
+    assert by_path["out/bias"].rule == 3 and by_path["out/bias"].layout.is_fully_replicated
+    assert table.unused_rules == (2,)
+    assert table.to_json()["unused_rules"] == ["embed => data"]
+
+
+def test_rule_table_text_and_code_round_trip():
+    table = wb.RuleTable.parse("# comment\nkernel$ => None, model\n\n.* => P()\n")
+    assert [r.pattern for r in table.rules] == ["kernel$", ".*"]
+    assert wb.RuleTable.parse(table.to_text()).rules == table.rules
+    assert "(r'kernel$', P(None, 'model'))," in table.to_code()
+
+
+def test_other_spec_sources(abstract_state):
+    params = abstract_state["params"]
+    by_dict = wb.layout_tree(params, "data=8", {"hidden/kernel": "None, data"})
+    assert by_dict.leaf("hidden/kernel").layout.spec == P(None, "data")
+    assert by_dict.leaf("out/kernel").reason == "replicated: path not in the spec dict"
+    by_function = wb.layout_tree(params, "data=8", lambda path, leaf: "data" if leaf.shape[0] % 8 == 0 else "")
+    assert by_function.leaf("out/bias").layout.is_fully_replicated
+    assert by_function.leaf("hidden/bias").layout.spec == P("data")
+    spec_tree = jax.tree.map(lambda leaf: P(), params)
+    assert all(l.layout.is_fully_replicated for l in wb.layout_tree(params, "data=8", spec_tree).leaves)
+
+
+def test_mismatched_rule_names_leaf_and_rule(abstract_state):
+    with pytest.raises(wb.SpecError, match=r"leaf 'out/bias' \(shape \(10,\), rule 0 \('bias'\)\).*not divisible"):
+        wb.layout_tree(abstract_state["params"], "data=4,model=4", [("bias", "model")])
+
+
+def test_placed_arrays_use_their_own_sharding():
+    mesh = wb.build_mesh("data=8")
+    x = jax.device_put(jnp.zeros((16, 4)), jax.sharding.NamedSharding(mesh, P("data")))
+    table = wb.layout_tree({"x": x, "label": "not an array"}, mesh)
+    assert [l.path for l in table.leaves] == ["x"]
+    assert table.leaf("x").layout.shard_shape == (2, 4)
