@@ -1,0 +1,37 @@
+# Two commands from a fresh clone with only python3: `make lab` and `make test`.
+# Both create .venv if it is missing and (re)install the project when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+LAB_PORT ?= 8888
+# Jupyter refuses to run as root without this flag (containers, CI machines).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: install lab test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@# JupyterLab 4.6 shows a news toast on first start; a workshop does not need it.
+	@mkdir -p $(VENV)/share/jupyter/lab/settings
+	@echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}' \
+		> $(VENV)/share/jupyter/lab/settings/overrides.json
+	@touch $(STAMP)
+
+# JupyterLab on the notebooks, on loopback only, with Jupyter's token authentication on.
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) $(ALLOW_ROOT)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
