@@ -26,7 +26,8 @@ def parse_shape(value: str | Sequence[int] | int) -> tuple[int, ...]:
         text = value.strip().strip("()[]").strip()
         if not text:
             return ()
-        parts = [p.strip() for p in re.split(r"[,x×]", text)]
+        # "8,16" is the usual form; "8x16" is accepted when there is no comma.
+        parts = [p.strip() for p in (text.split(",") if "," in text else re.split(r"[x×]", text))]
         if parts and parts[-1] == "":  # "8," is a 1-D shape, as in Python
             parts = parts[:-1]
         for part in parts:
