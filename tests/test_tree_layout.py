@@ -89,3 +89,13 @@ def test_placed_arrays_use_their_own_sharding():
     table = wb.layout_tree({"x": x, "label": "not an array"}, mesh)
     assert [l.path for l in table.leaves] == ["x"]
     assert table.leaf("x").layout.shard_shape == (2, 4)
+
+
+def test_spec_tree_matches_by_position_even_for_tied_weights():
+    shared = jax.ShapeDtypeStruct((16, 8), jnp.float32)
+    state = [shared, shared]  # the same object at two paths (tied weights)
+    table = wb.layout_tree(state, "data=8", [P("data"), P(None, "data")])
+    assert table.leaf("0").layout.spec == P("data")
+    assert table.leaf("1").layout.spec == P(None, "data")
+    with pytest.raises(wb.WorkbenchError, match="spec tree has 1 leaves but the state has 2"):
+        wb.layout_tree(state, "data=8", [P("data")])

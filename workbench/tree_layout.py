@@ -147,12 +147,11 @@ def shard_largest_dim(shape: tuple[int, ...], axis: str, axis_size: int) -> tupl
     return PartitionSpec(*entries), f"dimension {dim} ({shape[dim]}) sharded over {axis!r}"
 
 
-def _spec_pytree(specs: Any, tree: Any) -> list | None:
-    """Specs given as a pytree shaped like the tree, flattened to match its leaves; None if not one."""
+def _spec_pytree(specs: Any) -> list | None:
+    """Specs given as a pytree shaped like the state, flattened in JAX's order; None if not one."""
     if isinstance(specs, (PartitionSpec, Mapping, RuleTable, str)) or callable(specs):
         return None
-    flat_specs = jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, PartitionSpec) or x is None)
-    return flat_specs
+    return jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, PartitionSpec) or x is None)
 
 
 def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "data") -> TreeLayout:
@@ -174,43 +173,43 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
         (PartitionSpec('data', None), 'replicated: scalar')
     """
     mesh_shape = parse_mesh(mesh)
-    pairs = [(path, leaf) for path, leaf in leaves_with_paths(tree) if is_array_like(leaf)]
-    rules = None
+    all_pairs = leaves_with_paths(tree)
     if isinstance(specs, (list, tuple)) and specs and all(
         isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str) for item in specs
     ):
         specs = RuleTable(specs)
-    if isinstance(specs, str) and specs not in STRATEGIES:
+    strategy = specs if isinstance(specs, str) else None
+    if strategy is not None and strategy not in STRATEGIES:
         raise WorkbenchError(
             f"specs {specs!r} is not a strategy: use 'replicate', 'shard', a RuleTable, a dict of path -> spec, "
             "or a PartitionSpec"
         )
-    if specs == "shard":
+    if strategy == "shard":
         axis_size = mesh_shape.axis_size(data_axis)
-    if isinstance(specs, RuleTable):
-        rules = specs
-    flat_specs = _spec_pytree(specs, tree) if specs is not None else None
-    if flat_specs is not None:
-        all_leaves = jax.tree_util.tree_leaves(tree)
-        if len(flat_specs) != len(all_leaves):
-            raise WorkbenchError(
-                f"the spec tree has {len(flat_specs)} leaves but the state has {len(all_leaves)}: "
-                "give a spec for every leaf, or use a rule table"
-            )
-        by_leaf = {id(leaf): spec for leaf, spec in zip(all_leaves, flat_specs)}
+    rules = specs if isinstance(specs, RuleTable) else None
+    # A spec tree is matched to the state by position, so the same array at two paths (tied weights)
+    # still gets each path's own spec.
+    flat_specs = _spec_pytree(specs) if specs is not None else None
+    if flat_specs is not None and len(flat_specs) != len(all_pairs):
+        raise WorkbenchError(
+            f"the spec tree has {len(flat_specs)} leaves but the state has {len(all_pairs)}: "
+            "give a spec for every leaf, or use a rule table"
+        )
 
     leaves = []
     used_rules: set[int] = set()
-    for path, leaf in pairs:
+    for position, (path, leaf) in enumerate(all_pairs):
+        if not is_array_like(leaf):
+            continue
         shape = tuple(leaf.shape)
         rule = None
         if specs is None:
             sharding = getattr(leaf, "sharding", None)
             spec = getattr(sharding, "spec", None) or PartitionSpec()
             reason = "its own sharding" if getattr(sharding, "spec", None) is not None else "replicated: no spec given"
-        elif specs == "replicate":
+        elif strategy == "replicate":
             spec, reason = PartitionSpec(), "replicated"
-        elif specs == "shard":
+        elif strategy == "shard":
             spec, reason = shard_largest_dim(shape, data_axis, axis_size)
         elif rules is not None:
             rule = rules.match(path)
@@ -229,7 +228,7 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
         elif callable(specs):
             spec, reason = parse_spec(specs(path, leaf)), "chosen by the spec function"
         else:
-            spec, reason = parse_spec(by_leaf[id(leaf)]), "from the spec tree"
+            spec, reason = parse_spec(flat_specs[position]), "from the spec tree"
         try:
             layout = layout_array(leaf, mesh, spec)
         except SpecError as error:
