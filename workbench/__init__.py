@@ -13,6 +13,13 @@ from .devices import configure_cpu_devices as _configure_cpu_devices
 
 _configure_cpu_devices()  # must run before anything below starts the JAX backend
 
+from .data_parallel import create_data_parallel_sharding as create_data_parallel_sharding
+from .data_parallel import mean_of_gradient_trees as mean_of_gradient_trees
+from .data_parallel import reduce_gradients as reduce_gradients
+from .data_parallel import replicate_params as replicate_params
+from .data_parallel import shard_batch as shard_batch
+from .data_parallel import shard_model_state as shard_model_state
+from .data_parallel import varying_axes as varying_axes
 from .devices import DeviceCountWarning as DeviceCountWarning
 from .devices import describe_devices as describe_devices
 from .devices import device_setup as device_setup
