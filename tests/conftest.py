@@ -6,10 +6,10 @@ import os
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("WORKBENCH_CPU_DEVICES", "8")
 
+import workbench  # noqa: E402,F401  (configures the devices before JAX starts)
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
-
-import workbench  # noqa: E402,F401  (configures the devices)
 
 NUM_DEVICES = 8
 

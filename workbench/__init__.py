@@ -13,6 +13,7 @@ from .devices import configure_cpu_devices as _configure_cpu_devices
 
 _configure_cpu_devices()  # must run before anything below starts the JAX backend
 
+from .colors import device_color as device_color
 from .data_parallel import create_data_parallel_sharding as create_data_parallel_sharding
 from .data_parallel import mean_of_gradient_trees as mean_of_gradient_trees
 from .data_parallel import reduce_gradients as reduce_gradients
@@ -51,5 +52,11 @@ from .tree_layout import LeafLayout as LeafLayout
 from .tree_layout import TreeLayout as TreeLayout
 from .tree_layout import layout_tree as layout_tree
 from .tree_layout import shard_largest_dim as shard_largest_dim
+from .view_jax import JaxPicture as JaxPicture
+from .view_jax import capture_visualize_sharding as capture_visualize_sharding
+from .view_text import format_bytes as format_bytes
+from .view_text import layout_table as layout_table
+from .view_text import tiling_picture as tiling_picture
+from .view_text import tree_table as tree_table
 
 __version__ = "0.1.0"

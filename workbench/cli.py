@@ -92,11 +92,10 @@ def _cmd_inspect(args) -> int:
     if args.json:
         print(json.dumps(layout.to_json()))
         return EXIT_OK
-    print(layout_table(layout, max_rows=None if args.all_devices else 16))
+    print(layout_table(layout, max_devices=None if args.all_devices else 16))
     picture = _picture(layout)
-    if picture:
-        print()
-        print(picture)
+    print()
+    print(picture or f"(no terminal picture for a {len(layout.shape)}-D array: layout_figure() draws any rank)")
     return EXIT_OK
 
 

@@ -120,11 +120,15 @@ class ArrayLayout:
         """Every device's slice, in mesh order."""
         return tuple(self.device_slice(p) for p in range(self.num_devices))
 
+    @functools.cached_property
+    def _position_of_id(self) -> dict[int, int]:
+        return {device_id: position for position, device_id in enumerate(self.device_ids)}
+
     def slice_of_device(self, device_id: int) -> DeviceSlice:
         """The slice held by the device with this id."""
         try:
-            return self.device_slice(self.device_ids.index(device_id))
-        except ValueError:
+            return self.device_slice(self._position_of_id[device_id])
+        except KeyError:
             raise KeyError(f"device {device_id} is not in mesh {self.mesh}") from None
 
     def holders(self) -> dict[tuple[Interval, ...], list[int]]:

@@ -1,0 +1,444 @@
+"""Views of layouts: text tables, the tiling picture, JAX's captured picture, plotly figures, colours.
+
+Every view is checked against the layout record it draws from (exact index ranges, holders, device ids),
+not just for "it runs".
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import rich.console
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.sharding import NamedSharding
+
+from workbench import WorkbenchError, build_mesh, layout_array, layout_tree, parse_spec
+from workbench.colors import PALETTE, device_color, text_color_for
+from workbench.view_jax import JaxPicture, capture_visualize_sharding
+from workbench.view_plotly import layout_figure, memory_bar_figure
+from workbench.view_text import (
+    format_bytes,
+    format_bytes_exact,
+    format_device_ids,
+    layout_table,
+    tiling_picture,
+    tree_table,
+)
+
+BIG_MESH = "data=64,model=16"  # 1,024 devices: far more than the 8 simulated ones
+
+
+def data_model_3d():
+    return layout_array((8, 16, 32), "data=2,model=4", "data, None, model")
+
+
+# --- helpers that read figures and pictures back --------------------------------------------------
+
+
+def heatmap_cells(trace):
+    """(device id, colour, hover text) for every cell of a heatmap trace, decoding z via its colour scale."""
+    cells = []
+    for ids, zs, hovers in zip(trace.text, trace.z, trace.hovertext):
+        for device, z, hover in zip(ids, zs, hovers):
+            index = int(z)  # z is palette position + 0.5
+            assert trace.colorscale[2 * index][1] == trace.colorscale[2 * index + 1][1]
+            cells.append((int(device), trace.colorscale[2 * index][1], hover))
+    return cells
+
+
+def tiling_traces(figure):
+    """The array panels of a layout figure (everything but the mesh grid, which comes last)."""
+    return list(figure.data[:-1])
+
+
+def picture_cells(picture: str) -> list[list[str]]:
+    """The labels of a tiling picture's boxes, row by row."""
+    rows = []
+    for line in picture.splitlines():
+        if "│" in line:
+            rows.append([cell.strip() for cell in line.split("│")[1:-1]])
+    return rows
+
+
+def relative_luminance(color):
+    def linear(c):
+        c /= 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(int(color[i : i + 2], 16)) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+# --- colours -------------------------------------------------------------------------------------------
+
+
+def test_device_colors_are_distinct_hex_and_cycle():
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in PALETTE)
+    assert len({device_color(d) for d in range(8)}) == 8
+    assert len({device_color(d) for d in range(len(PALETTE))}) == len(PALETTE)
+    assert "#000000" not in PALETTE  # Okabe-Ito's black is replaced so labels stay readable
+    assert device_color(3) == device_color(3 + len(PALETTE))
+
+
+def test_text_color_contrasts_with_every_palette_colour():
+    assert text_color_for("#f0e442") == "#000000"
+    assert text_color_for("#332288") == "#ffffff"
+    for color in PALETTE:
+        text = text_color_for(color)
+        lighter, darker = sorted([relative_luminance(color), relative_luminance(text)], reverse=True)
+        assert (lighter + 0.05) / (darker + 0.05) >= 4.5, color  # WCAG AA for normal text
+
+
+def test_same_device_same_colour_across_arrays_and_views():
+    matrix = layout_array((8, 16), "data=2,model=4", "data, model")
+    vector = layout_array((16,), "data=2,model=4", "model")
+    colours = {}
+    for layout in (matrix, vector):
+        for trace in layout_figure(layout).data:
+            for device, colour, _ in heatmap_cells(trace):
+                colours.setdefault(device, set()).add(colour)
+    assert set(colours) == set(range(8))
+    for device, seen in colours.items():
+        assert seen == {device_color(device)}
+    picture = capture_visualize_sharding(matrix)
+    for device in range(8):
+        assert f"background-color: {device_color(device)}" in picture.html
+
+
+# --- text formatters -----------------------------------------------------------------------------------
+
+
+def test_format_bytes():
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(1023) == "1023 B"
+    assert format_bytes(1024) == "1.0 KiB"
+    assert format_bytes(5 * 2**20 + 2**19) == "5.5 MiB"
+    assert format_bytes(3 * 2**30) == "3.0 GiB"
+    assert format_bytes_exact(2048) == "2.0 KiB (2,048 B)"
+    assert format_bytes_exact(12) == "12 B"
+
+
+def test_format_device_ids():
+    assert format_device_ids([5]) == "5"
+    assert format_device_ids([0, 4]) == "0,4"
+    assert format_device_ids(range(8)) == "0-7"
+    assert format_device_ids([0, 1, 2, 3, 8, 9, 10, 11]) == "0-3,8-11"
+    assert format_device_ids(range(0, 512, 8)) == "0,8,16,…(64)"
+
+
+# --- layout_table --------------------------------------------------------------------------------------
+
+
+def table_rows(table: str) -> dict[int, list[str]]:
+    """device id -> [coords, index, shard shape], read from the table's rows."""
+    rows = {}
+    for line in table.splitlines():
+        match = re.fullmatch(r"\s*(\d+)  (.+?)  +(\[.*?\])  +(\[.*\])", line)
+        if match:
+            rows[int(match.group(1))] = [match.group(2).strip(), match.group(3), match.group(4)]
+    return rows
+
+
+def test_layout_table_has_every_devices_exact_ranges():
+    table = layout_table(data_model_3d())
+    assert "float32[8, 16, 32]" in table
+    assert "data, None, model" in table
+    assert "[4, 16, 8]" in table
+    assert "2.0 KiB (2,048 B)" in table
+    assert "replication  1" in table
+    rows = table_rows(table)
+    assert sorted(rows) == list(range(8))
+    for device in range(8):
+        data, model = divmod(device, 4)
+        assert rows[device] == [
+            f"data={data}, model={model}",
+            f"[{4 * data}:{4 * data + 4}, 0:16, {8 * model}:{8 * model + 8}]",
+            "[4, 16, 8]",
+        ]
+
+
+def test_layout_table_of_replicated_layout():
+    table = layout_table(layout_array((8, 16), "data=2,model=4", "model"))
+    assert "replication  2 (each shard on 2 devices)" in table
+    rows = table_rows(table)
+    for device in range(8):
+        model = device % 4
+        assert rows[device][1] == f"[{2 * model}:{2 * model + 2}, 0:16]"
+
+
+def test_layout_table_collapses_a_1024_device_mesh():
+    layout = layout_array((1024, 1024), BIG_MESH, "data, model")
+    table = layout_table(layout)
+    rows = table_rows(table)
+    assert sorted(rows) == [*range(8), *range(1016, 1024)]
+    assert "… 1,008 more devices …" in table
+    assert rows[0] == ["data=0, model=0", "[0:16, 0:64]", "[16, 64]"]
+    assert rows[1023] == ["data=63, model=15", "[1008:1024, 960:1024]", "[16, 64]"]
+    assert "1,024 devices, abstract" in table
+    everything = table_rows(layout_table(layout, max_devices=None))
+    assert sorted(everything) == list(range(1024))
+    assert everything[17][1] == "[16:32, 64:128]"  # data=1, model=1
+
+
+def test_layout_table_of_a_concrete_mesh_uses_jax_device_ids():
+    devices = jax.devices()[::-1]  # ids in reverse mesh order
+    mesh = build_mesh("data=8", devices=devices)
+    rows = table_rows(layout_table(layout_array((16,), mesh, "data")))
+    assert rows[7][1] == "[0:2]" and rows[0][1] == "[14:16]"
+
+
+# --- tree_table ----------------------------------------------------------------------------------------
+
+
+def test_tree_table_lists_leaves_totals_and_unused_rules():
+    state = {
+        "params": {"w": jax.ShapeDtypeStruct((16, 3), jnp.float32), "b": jax.ShapeDtypeStruct((3,), jnp.float32)},
+        "step": jax.ShapeDtypeStruct((), jnp.int32),
+    }
+    tree = layout_tree(state, "data=8", [(r"w$", "data"), (r"typo", "data"), (r".*", "")])
+    table = tree_table(tree)
+    lines = table.splitlines()
+    w_line = next(line for line in lines if line.startswith("params/w"))
+    assert re.search(r"\[16, 3\]\s+float32\s+data\s+\[2, 3\]\s+24 B\s+1\s+rule 0: w\$", w_line)
+    b_line = next(line for line in lines if line.startswith("params/b"))
+    assert re.search(r"P\(\)\s+\[3\]\s+12 B\s+8", b_line)
+    assert "per device   40 B on each of 8 devices" in table
+    assert "held once    208 B" in table
+    assert "params 36 B, step 4 B" in table
+    assert "rule 1: typo => data" in table
+
+
+# --- tiling_picture --------------------------------------------------------------------------------
+
+
+def test_tiling_picture_labels_each_block_with_its_device():
+    layout = layout_array((8, 16), "data=2,model=4", "data, model")
+    picture = tiling_picture(layout)
+    assert picture_cells(picture) == [["0", "1", "2", "3"], ["4", "5", "6", "7"]]
+    assert "0:4" in picture and "12:16" in picture
+    # Transposed: dimension 0 over 'model', dimension 1 over 'data'.
+    transposed = tiling_picture(layout_array((8, 16), "data=2,model=4", "model, data"))
+    assert picture_cells(transposed) == [[str(data * 4 + model) for data in range(2)] for model in range(4)]
+
+
+def test_tiling_picture_of_replicated_1d_and_scalar():
+    vector = tiling_picture(layout_array((16,), "data=2,model=4", "data"))
+    assert picture_cells(vector) == [["0-3", "4-7"]]
+    scalar = tiling_picture(layout_array((), "data=2,model=4"))
+    assert picture_cells(scalar) == [["0-7"]]
+    strided = tiling_picture(layout_array((16,), BIG_MESH, "model"))
+    assert picture_cells(strided)[0][0] == "0,16,32,…(64)"
+
+
+def test_tiling_picture_elides_large_meshes_but_keeps_the_last_block():
+    layout = layout_array((1024, 1024), BIG_MESH, "model, data")
+    cells = picture_cells(tiling_picture(layout))
+    assert len(cells) == 16  # 16 row blocks (model), not elided
+    assert len(cells[0]) == 9 and cells[0][7] == "…"  # 64 column blocks (data): 7, a gap, the last
+    assert cells[0][:3] == ["0", "16", "32"] and cells[15][-1] == "1023"
+    rows = picture_cells(tiling_picture(layout_array((1024,  8), BIG_MESH, "data")))
+    assert len(rows) == 17 and rows[15] == ["⋮"] and rows[16] == ["1008-1023"]
+
+
+def test_tiling_picture_refuses_3d():
+    with pytest.raises(WorkbenchError, match="layout_figure"):
+        tiling_picture(data_model_3d())
+
+
+# --- JAX's own picture -----------------------------------------------------------------------------
+
+
+def test_capture_visualize_sharding_of_an_abstract_layout(capsys):
+    picture = capture_visualize_sharding(layout_array((8, 16), "data=2,model=4", "data, model"))
+    assert isinstance(picture, JaxPicture)
+    for device in range(8):
+        assert f"CPU {device}" in picture.text
+    assert "┌" in picture.text  # the plain form has box lines
+    assert "background-color: #" in picture.html and "CPU 5" in picture.html
+    assert picture._repr_html_() == picture.html
+    assert "\x1b[" in picture.ansi
+    assert capsys.readouterr().out == ""  # nothing leaked to the console
+    assert rich.console.Console.__name__ == "Console"  # rich is left as it was
+
+
+def test_capture_shows_replicated_tiles_like_the_layout():
+    layout = layout_array((8, 16), "data=2,model=4", "model")
+    picture = capture_visualize_sharding(layout)
+    for block, holders in layout.holders().items():
+        assert "CPU " + ",".join(str(d) for d in sorted(holders)) in picture.text
+    # Each tile's label sits on the colour of its lowest holder, in a readable text colour.
+    labels = re.findall(r'<span style="color: (#\w+);[^"]*background-color: (#\w+)">\s*CPU ([\d,]+)\s*</span>', picture.html)
+    assert sorted(label for _, _, label in labels) == ["0,4", "1,5", "2,6", "3,7"]
+    for text_colour, background, label in labels:
+        assert background == device_color(int(label.split(",")[0]))
+        assert text_colour == text_color_for(background)
+
+
+def test_capture_of_a_real_array_and_a_shape_dtype_struct():
+    mesh = build_mesh("data=8")
+    sharding = NamedSharding(mesh, parse_spec("data"))
+    array = jax.device_put(jnp.arange(16.0), sharding)
+    assert "CPU 7" in capture_visualize_sharding(array).text
+    abstract = jax.ShapeDtypeStruct((16, 4), jnp.float32, sharding=sharding)
+    text = capture_visualize_sharding(abstract).text
+    assert all(f"CPU {d}" in text for d in range(8))
+
+
+def test_capture_inside_jupyter_still_returns_the_picture(monkeypatch, capsys):
+    # In a notebook rich would display straight into the page and skip stdout; the capture must not.
+    monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
+    picture = capture_visualize_sharding(layout_array((8,), "data=8", "data"))
+    assert "CPU 3" in picture.text and "background-color: #" in picture.html
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        (lambda: data_model_3d(), "3-D"),
+        (lambda: layout_array((), "data=8"), "0-D"),
+        (lambda: layout_array((64, 64), BIG_MESH, "data, model"), "1,024 devices"),
+    ],
+)
+def test_capture_refuses_what_jax_cannot_draw(layout, message):
+    with pytest.raises(WorkbenchError, match=message) as error:
+        capture_visualize_sharding(layout())
+    assert isinstance(error.value, ValueError)
+    assert "tiling_picture" in str(error.value) or "layout_figure" in str(error.value)
+    assert rich.console.Console.__name__ == "Console"
+
+
+def test_capture_refuses_a_3d_array():
+    with pytest.raises(WorkbenchError, match="3-D"):
+        capture_visualize_sharding(jnp.zeros((2, 2, 2)))
+
+
+# --- plotly figures --------------------------------------------------------------------------------
+
+
+def test_layout_figure_of_3d_array_has_one_panel_per_leading_block():
+    layout = data_model_3d()
+    figure = layout_figure(layout)
+    panels = tiling_traces(figure)
+    assert len(panels) == 2  # dimension 0 is cut in two: x[0:4, :, :] and x[4:8, :, :]
+    titles = [a.text for a in figure.layout.annotations]
+    assert titles[:2] == ["x[0:4, :, :]", "x[4:8, :, :]"]
+    hover = " ".join(h for trace in panels for _, _, h in heatmap_cells(trace))
+    for device in layout.devices:
+        assert f"device {device.device_id}</b>" in hover
+        assert f"block {'[' + ', '.join(f'{a}:{b}' for a, b in device.index) + ']'}" in hover
+    assert "2.0 KiB (2,048 B)" in hover
+
+
+def test_layout_figure_small_multiples_grid_and_elision():
+    four_d = layout_array((6, 8, 16, 32), "data=2,model=4", "data, model, None, None")
+    assert len(tiling_traces(layout_figure(four_d))) == 8
+    many = layout_array((64, 8, 16, 32), BIG_MESH, "data, None, None, model")
+    figure = layout_figure(many)
+    assert len(tiling_traces(figure)) == 16
+    assert "showing 16 of 64" in figure.layout.title.text
+
+
+def test_layout_figure_stripes_replicated_blocks():
+    layout = layout_array((8, 16), "data=2,model=4", "model")
+    tiling = tiling_traces(layout_figure(layout))[0]
+    # 4 row blocks; one column block split into 2 stripes, one per holder.
+    assert [list(map(int, row)) for row in tiling.text] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert list(tiling.y) == [0, 2, 4, 6, 8]
+    assert list(tiling.x) == [0, 8, 16]
+    cells = heatmap_cells(tiling)
+    assert all(colour == device_color(device) for device, colour, _ in cells)
+    zero = next(h for d, _, h in cells if d == 0)
+    assert "held by 2 devices" in zero and "4 (data=1, model=0)" in zero and "block [0:2, 0:16]" in zero
+
+
+def test_layout_figure_scalar_is_one_striped_cell():
+    tiling = tiling_traces(layout_figure(layout_array((), "data=2,model=4")))
+    assert len(tiling) == 1
+    assert [list(map(int, row)) for row in tiling[0].text] == [list(range(8))]
+    assert list(tiling[0].y) == [0, 1]
+
+
+def test_layout_figure_device_grid():
+    figure = layout_figure(data_model_3d())
+    grid = figure.data[-1]
+    assert [list(map(int, row)) for row in grid.text] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    axis_x = figure.layout[grid.xaxis.replace("x", "xaxis")]
+    axis_y = figure.layout[grid.yaxis.replace("y", "yaxis")]
+    assert list(axis_x.ticktext) == [f"model={m}" for m in range(4)]
+    assert list(axis_y.ticktext) == ["data=0", "data=1"]
+    assert axis_x.title.text == "model" and axis_y.title.text == "data"
+    hover = grid.hovertext[1][2]
+    assert "device 6" in hover and "data=1, model=2" in hover and "[4:8, 0:16, 16:24]" in hover
+
+
+def test_layout_figure_is_deterministic():
+    first = layout_figure(data_model_3d()).to_dict()
+    second = layout_figure(data_model_3d()).to_dict()
+    assert first == second
+
+
+def test_layout_figure_of_a_1024_device_mesh():
+    layout = layout_array((1024, 1024), BIG_MESH, "data, model")
+    figure = layout_figure(layout)
+    tiling, grid = figure.data
+    assert np.shape(tiling.z) == (64, 16) and np.shape(grid.z) == (64, 16)
+    cells = heatmap_cells(tiling)
+    assert sorted(d for d, _, _ in cells) == list(range(1024))
+    last = next(h for d, _, h in cells if d == 1023)
+    assert "block [1008:1024, 960:1024]" in last and "data=63, model=15" in last
+    assert len(figure.layout.xaxis2.ticktext) <= 17 and figure.layout.xaxis2.ticktext[-1] == "model=15"
+    replicated = tiling_traces(layout_figure(layout_array((1024, 1024), BIG_MESH, "data")))[0]
+    hover = replicated.hovertext[0][0]
+    assert "held by 16 devices" in hover and "… and 8 more" in hover
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_every_device_is_one_cell_in_its_colour(data):
+    sizes = data.draw(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=3))
+    names = ["a", "b", "c"][: len(sizes)]
+    rank = data.draw(st.integers(0, 4))
+    free = list(names)
+    entries, shape = [], []
+    for _ in range(rank):
+        axis = data.draw(st.sampled_from([None, *free]))
+        if axis is not None:
+            free.remove(axis)
+        parts = sizes[names.index(axis)] if axis else 1
+        shape.append(parts * data.draw(st.integers(1, 3)))
+        entries.append(axis)
+    mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes))
+    layout = layout_array(tuple(shape), mesh, parse_spec(list(entries)))
+    figure = layout_figure(layout, max_panels=10**6)
+    cells = [cell for trace in tiling_traces(figure) for cell in heatmap_cells(trace)]
+    assert sorted(d for d, _, _ in cells) == list(range(layout.num_devices))
+    assert all(colour == device_color(d) for d, colour, _ in cells)
+    slices = {d.device_id: d for d in layout.devices}
+    for device, _, hover in cells:
+        assert "block [" + ", ".join(f"{a}:{b}" for a, b in slices[device].index) + "]" in hover
+
+
+# --- memory bars -----------------------------------------------------------------------------------
+
+
+def test_memory_bar_figure_from_tree_and_dict():
+    state = {
+        "params": {"w": jax.ShapeDtypeStruct((16, 4), jnp.float32)},
+        "opt_state": {"mu": jax.ShapeDtypeStruct((16, 4), jnp.float32)},
+    }
+    tree = layout_tree(state, "data=8", "shard")
+    figure = memory_bar_figure(tree, capacity_bytes=1024)
+    by_name = {trace.name: trace for trace in figure.data}
+    assert set(by_name) == {"params", "opt_state"}
+    assert list(by_name["params"].y) == [32] * 8
+    assert list(by_name["params"].x) == [str(d) for d in range(8)]
+    assert list(by_name["params"].marker.color) == [device_color(d) for d in range(8)]
+    assert by_name["params"].marker.pattern.shape != by_name["opt_state"].marker.pattern.shape
+    assert any("capacity 1.0 KiB" in (a.text or "") for a in figure.layout.annotations)
+    plain = memory_bar_figure({3: 2048, 1: 1024})
+    assert list(plain.data[0].x) == ["1", "3"] and list(plain.data[0].y) == [1024, 2048]
+    assert "device 3: bytes 2.0 KiB (2,048 B)" in plain.data[0].hovertext
