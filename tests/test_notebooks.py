@@ -1,0 +1,36 @@
+"""Every notebook runs top to bottom headless, with no error output, and is stored without outputs."""
+
+import os
+import pathlib
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+TIME_BUDGET_S = 180
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    stored = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not stored, f"{path.name} cells {stored} are stored with outputs: clear them before committing"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_runs_top_to_bottom(path, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(notebook, timeout=TIME_BUDGET_S, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            assert output.output_type != "error", f"{path.name}: {output.get('ename')}: {output.get('evalue')}"
+            if output.output_type == "stream" and output.name == "stderr":
+                assert "Traceback" not in output.text and "Error" not in output.text, output.text
