@@ -91,3 +91,12 @@ def test_console_script_exit_status_and_no_traceback():
     ]
     good = subprocess.run([str(WORKBENCH), "devices", "--json"], capture_output=True, text=True, env=env, timeout=120)
     assert good.returncode == 0 and json.loads(good.stdout)["count"] == 8
+
+
+def test_output_piped_into_a_closed_reader_exits_quietly():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    piped = subprocess.run(
+        f"'{WORKBENCH}' inspect --mesh data=64,model=16 --shape 4096,1024 --spec 'data, model' --json | head -c 10",
+        shell=True, capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert piped.stdout == '{"shape": ' and "Traceback" not in piped.stderr

@@ -117,7 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry_point() -> None:
     """The console script: exit with main()'s status."""
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`workbench inspect ... | head`): stop quietly, as Unix tools do.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = EXIT_OK
+    sys.exit(status)
 
 
 if __name__ == "__main__":
