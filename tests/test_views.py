@@ -41,7 +41,7 @@ def data_model_3d():
 def heatmap_cells(trace):
     """(device id, colour, hover text) for every cell of a heatmap trace, decoding z via its colour scale."""
     cells = []
-    for ids, zs, hovers in zip(trace.text, trace.z, trace.hovertext):
+    for ids, zs, hovers in zip(trace.customdata, trace.z, trace.hovertext):
         for device, z, hover in zip(ids, zs, hovers):
             index = int(z)  # z is palette position + 0.5
             assert trace.colorscale[2 * index][1] == trace.colorscale[2 * index + 1][1]
@@ -345,20 +345,36 @@ def test_layout_figure_small_multiples_grid_and_elision():
 def test_layout_figure_stripes_replicated_blocks():
     layout = layout_array((8, 16), "data=2,model=4", "model")
     tiling = tiling_traces(layout_figure(layout))[0]
-    # 4 row blocks; one column block split into 2 stripes, one per holder.
-    assert [list(map(int, row)) for row in tiling.text] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # 4 row blocks, each held by 2 devices: stripes cycle through the holders (12 per block), so a shared
+    # block reads as striped, never as two clean shards of dimension 1.
+    ids = [list(map(int, row)) for row in tiling.customdata]
+    assert ids == [[0, 4] * 6, [1, 5] * 6, [2, 6] * 6, [3, 7] * 6]
     assert list(tiling.y) == [0, 2, 4, 6, 8]
-    assert list(tiling.x) == [0, 8, 16]
+    assert tiling.x[0] == 0 and tiling.x[-1] == 16 and len(tiling.x) == 13
+    assert tiling.xgap == 0  # no gaps inside a striped block ...
+    outlines = [shape for shape in layout_figure(layout).layout.shapes]
+    assert len(outlines) == 4 and {(o.y0, o.y1) for o in outlines} == {(0, 2), (2, 4), (4, 6), (6, 8)}  # ... outlines instead
+    # One label per block, naming its holders and the replication.
+    assert [[label for label in row if label] for row in tiling.text] == [["0,4 ×2"], ["1,5 ×2"], ["2,6 ×2"], ["3,7 ×2"]]
     cells = heatmap_cells(tiling)
     assert all(colour == device_color(device) for device, colour, _ in cells)
     zero = next(h for d, _, h in cells if d == 0)
     assert "held by 2 devices" in zero and "4 (data=1, model=0)" in zero and "block [0:2, 0:16]" in zero
 
 
+def test_sharded_and_replicated_layouts_look_different():
+    sharded = tiling_traces(layout_figure(layout_array((8, 16), "data=2,model=4", "data, model")))[0]
+    replicated = tiling_traces(layout_figure(layout_array((8, 16), "data=2,model=4", "data, None")))[0]
+    assert [list(map(int, r)) for r in sharded.customdata] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [[label for label in row if label] for row in replicated.text] == [["0-3 ×4"], ["4-7 ×4"]]
+    assert [list(map(int, r)) for r in replicated.customdata] == [[0, 1, 2, 3] * 3, [4, 5, 6, 7] * 3]
+
+
 def test_layout_figure_scalar_is_one_striped_cell():
     tiling = tiling_traces(layout_figure(layout_array((), "data=2,model=4")))
     assert len(tiling) == 1
-    assert [list(map(int, row)) for row in tiling[0].text] == [list(range(8))]
+    assert [list(map(int, row)) for row in tiling[0].customdata] == [list(range(8)) * 2]
+    assert [label for label in tiling[0].text[0] if label] == ["0-7 ×8"]
     assert list(tiling[0].y) == [0, 1]
 
 
@@ -398,7 +414,7 @@ def test_layout_figure_of_a_1024_device_mesh():
 
 @settings(max_examples=40, deadline=None)
 @given(st.data())
-def test_every_device_is_one_cell_in_its_colour(data):
+def test_every_device_is_drawn_in_its_colour_with_its_block(data):
     sizes = data.draw(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=3))
     names = ["a", "b", "c"][: len(sizes)]
     rank = data.draw(st.integers(0, 4))
@@ -415,7 +431,10 @@ def test_every_device_is_one_cell_in_its_colour(data):
     layout = layout_array(tuple(shape), mesh, parse_spec(list(entries)))
     figure = layout_figure(layout, max_panels=10**6)
     cells = [cell for trace in tiling_traces(figure) for cell in heatmap_cells(trace)]
-    assert sorted(d for d, _, _ in cells) == list(range(layout.num_devices))
+    assert sorted({d for d, _, _ in cells}) == list(range(layout.num_devices))
+    # Replicated blocks repeat their holders' stripes equally often.
+    counts = {d: sum(1 for c in cells if c[0] == d) for d in range(layout.num_devices)}
+    assert len(set(counts.values())) == 1
     assert all(colour == device_color(d) for d, colour, _ in cells)
     slices = {d.device_id: d for d in layout.devices}
     for device, _, hover in cells:

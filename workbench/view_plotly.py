@@ -29,11 +29,23 @@ from plotly.subplots import make_subplots
 from .colors import PALETTE, device_color, palette_index
 from .layout import ArrayLayout, DeviceSlice, Interval
 from .tree_layout import TreeLayout
-from .view_text import describe_array, format_bytes, format_bytes_exact, format_coords, format_index, format_shape
+from .view_text import (
+    describe_array,
+    format_bytes,
+    format_bytes_exact,
+    format_coords,
+    format_device_ids,
+    format_index,
+    format_shape,
+)
 
 MAX_HOLDERS_IN_HOVER = 8  # a fully replicated array on 1,024 devices would otherwise list 1,024 per cell
 MAX_TICKS = 16
 MAX_LABELLED_CELLS = 256  # beyond this, cell labels overlap: hover still names every device
+# A replicated block cycles through its holders' colours at least this many times' worth of stripes, so
+# it reads as a striped (shared) block and never as clean shards of the next dimension.
+MIN_STRIPES_PER_BLOCK = 12
+MAX_OUTLINED_BLOCKS = 256
 PANEL_COLUMNS = 4
 BAR_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
 
@@ -92,10 +104,17 @@ def _edges(intervals: Sequence[Interval], stripes: int = 1) -> list[float]:
     return [*edges, intervals[-1][1]]
 
 
-def _color_heatmap(device_ids: list[list[int]], x_edges, y_edges, hover: list[list[str]]) -> go.Heatmap:
-    """A grid of cells, each in its device's colour and labelled with its id (while labels fit)."""
-    cells = sum(len(row) for row in device_ids)
-    labelled = cells <= MAX_LABELLED_CELLS
+def _color_heatmap(
+    device_ids: list[list[int]], x_edges, y_edges, hover: list[list[str]], labels: list[list[str]] | None = None,
+    *, xgap: bool = True,
+) -> go.Heatmap:
+    """A grid of cells, each in its device's colour (the id rides along as ``customdata``).
+
+    Cells are labelled with their device id, or with ``labels`` where given, while labels fit.
+    """
+    if labels is None:
+        labels = [[str(d) for d in row] for row in device_ids]
+    labelled = sum(1 for row in labels for label in row if label) <= MAX_LABELLED_CELLS
     return go.Heatmap(
         z=[[palette_index(d) + 0.5 for d in row] for row in device_ids],
         x=x_edges,
@@ -104,11 +123,12 @@ def _color_heatmap(device_ids: list[list[int]], x_edges, y_edges, hover: list[li
         zmax=len(PALETTE),
         colorscale=_DEVICE_COLORSCALE,
         showscale=False,
-        text=[[str(d) for d in row] for row in device_ids],
+        customdata=device_ids,
+        text=labels,
         texttemplate="%{text}" if labelled else None,
         hovertext=hover,
         hovertemplate="%{hovertext}<extra></extra>",
-        xgap=1 if len(x_edges) <= 65 else 0,
+        xgap=1 if xgap and len(x_edges) <= 65 else 0,
         ygap=1 if len(y_edges) <= 65 else 0,
     )
 
@@ -120,24 +140,51 @@ def _holders_text(holders: Sequence[int], devices: Mapping[int, DeviceSlice]) ->
     return f"held by {len(holders):,} device{'s' if len(holders) != 1 else ''}:<br>" + "<br>".join(shown)
 
 
+def _stripes_per_block(replication: int) -> int:
+    """Cells across one block: one per holder, repeated so a shared block reads as striped."""
+    if replication == 1:
+        return 1
+    return replication * max(1, math.ceil(MIN_STRIPES_PER_BLOCK / replication))
+
+
 def _tiling_trace(panel: _Panel, layout: ArrayLayout, devices: Mapping[int, DeviceSlice]) -> go.Heatmap:
-    """One panel of the array: rows x (columns x stripes) cells, one stripe per holder of each block."""
-    stripes = len(panel.blocks[0].holders)  # every block has `replication` holders
+    """One panel of the array: each block a cell, or, when replicated, stripes cycling through its holders.
+
+    A replicated block is labelled once (its holders and ``×replication``) on its middle stripe.
+    """
+    holders_per_block = len(panel.blocks[0].holders)  # every block has `replication` holders
+    stripes = _stripes_per_block(holders_per_block)
     row_ranges = sorted({b.rows for b in panel.blocks})
     column_ranges = sorted({b.columns for b in panel.blocks})
     row_of = {r: n for n, r in enumerate(row_ranges)}
     column_of = {c: n for n, c in enumerate(column_ranges)}
-    ids = [[0] * (len(column_ranges) * stripes) for _ in row_ranges]
-    hover = [[""] * (len(column_ranges) * stripes) for _ in row_ranges]
+    width = len(column_ranges) * stripes
+    ids = [[0] * width for _ in row_ranges]
+    hover = [[""] * width for _ in row_ranges]
+    labels = [[""] * width for _ in row_ranges]
     shard = f"shard {format_shape(layout.shard_shape)}, {format_bytes_exact(layout.bytes_per_device)}"
     for block in panel.blocks:
         about = f"block {format_index(block.index)}<br>{shard}<br>{_holders_text(block.holders, devices)}"
-        row = row_of[block.rows]
-        for stripe, device in enumerate(block.holders):
-            column = column_of[block.columns] * stripes + stripe
-            ids[row][column] = device
-            hover[row][column] = f"<b>device {device}</b> ({format_coords(devices[device].coords)})<br>{about}"
-    return _color_heatmap(ids, _edges(column_ranges, stripes), _edges(row_ranges), hover)
+        row, first = row_of[block.rows], column_of[block.columns] * stripes
+        for stripe in range(stripes):
+            device = block.holders[stripe % holders_per_block]
+            ids[row][first + stripe] = device
+            hover[row][first + stripe] = f"<b>device {device}</b> ({format_coords(devices[device].coords)})<br>{about}"
+        label = str(block.holders[0]) if holders_per_block == 1 else f"{format_device_ids(block.holders)} ×{holders_per_block}"
+        labels[row][first + stripes // 2] = label
+    return _color_heatmap(
+        ids, _edges(column_ranges, stripes), _edges(row_ranges), hover, labels, xgap=holders_per_block == 1
+    )
+
+
+def _block_outlines(panel: _Panel) -> list[dict]:
+    """White rectangles around each block: striped cells have no gaps, so borders show the blocks."""
+    if len(panel.blocks[0].holders) == 1 or len(panel.blocks) > MAX_OUTLINED_BLOCKS:
+        return []
+    return [
+        dict(type="rect", x0=b.columns[0], x1=b.columns[1], y0=b.rows[0], y1=b.rows[1], line=dict(color="white", width=2))
+        for b in panel.blocks
+    ]
 
 
 def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict]:
@@ -166,7 +213,8 @@ def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict]:
         title=" × ".join(other_axes) if other_axes else "",
         **ticks(columns, lambda c: ", ".join(f"{a}={column_coords[c][a]}" for a in other_axes)),
     )
-    y_axis = dict(title=names[0], autorange="reversed", **ticks(rows, lambda r: f"{names[0]}={r}"))
+    # Row labels on the right: on the left they would crowd the last array panel.
+    y_axis = dict(title=names[0], side="right", autorange="reversed", **ticks(rows, lambda r: f"{names[0]}={r}"))
     return trace, x_axis, y_axis
 
 
@@ -221,6 +269,8 @@ def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: 
     for number, panel in enumerate(panels):
         row, column = divmod(number, panel_columns)
         figure.add_trace(_tiling_trace(panel, layout, devices), row=row + 1, col=column + 1)
+        for outline in _block_outlines(panel):
+            figure.add_shape(outline, row=row + 1, col=column + 1)
         # Axis titles once per panel column and row, not on every small multiple.
         bottom_of_column = number + panel_columns >= len(panels)
         figure.update_xaxes(x_axis if bottom_of_column else {**x_axis, "title": ""}, row=row + 1, col=column + 1)
