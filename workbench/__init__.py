@@ -21,6 +21,12 @@ from .data_parallel import replicate_params as replicate_params
 from .data_parallel import shard_batch as shard_batch
 from .data_parallel import shard_model_state as shard_model_state
 from .data_parallel import varying_axes as varying_axes
+from .data import DATASETS as DATASETS
+from .data import Dataset as Dataset
+from .data import dataset_options as dataset_options
+from .data import load_dataset as load_dataset
+from .data import parse_data_options as parse_data_options
+from .data import sharded_batches as sharded_batches
 from .devices import DeviceCountWarning as DeviceCountWarning
 from .devices import describe_devices as describe_devices
 from .devices import device_setup as device_setup
