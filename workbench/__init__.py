@@ -44,6 +44,16 @@ from .mesh import MeshShape as MeshShape
 from .mesh import abstract_mesh as abstract_mesh
 from .mesh import build_mesh as build_mesh
 from .mesh import parse_mesh as parse_mesh
+from .models import MODELS as MODELS
+from .models import ModelConfig as ModelConfig
+from .models import abstract_model as abstract_model
+from .models import build_model as build_model
+from .models import has_tensor_parallel_layers as has_tensor_parallel_layers
+from .models import loss_fn as loss_fn
+from .models import model_config as model_config
+from .models import param_count as param_count
+from .models import parse_model_options as parse_model_options
+from .models import tensor_parallel_rules as tensor_parallel_rules
 from .paths import leaves_with_paths as leaves_with_paths
 from .paths import path_to_str as path_to_str
 from .rules import RuleTable as RuleTable
