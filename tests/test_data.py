@@ -336,3 +336,9 @@ def test_parse_data_options_reads_typed_values_and_never_evaluates():
 def test_unigram_entropy_is_for_language_data_sets(digits):
     with pytest.raises(WorkbenchError, match="unigram_entropy is for language data sets.*'digits' is classification"):
         digits.unigram_entropy()
+
+
+def test_eval_split_refuses_training_options():
+    dataset = load_dataset("regression", seed=0)
+    with pytest.raises(WorkbenchError, match=r"split='eval' takes no batch options, got epochs, seed"):
+        sharded_batches(dataset, 8, build_mesh("data=8"), split="eval", seed=1, epochs=2)

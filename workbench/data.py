@@ -454,6 +454,12 @@ def sharded_batches(
     size = _check_batch_size(global_batch_size)
     if split not in SPLITS:
         raise WorkbenchError(f"split {split!r} is not one of {', '.join(SPLITS)}: use 'train' or 'eval'")
+    if split == "eval" and batch_options:
+        # The eval split is read once, in order: shuffling options would silently mean nothing.
+        raise WorkbenchError(
+            f"split='eval' takes no batch options, got {', '.join(sorted(batch_options))}: "
+            "drop them (eval batches are read once, in order, padded)"
+        )
     sharding = create_data_parallel_sharding(mesh, data_axis)
     parts = sharding.mesh.shape[data_axis]
     if size % parts:

@@ -235,6 +235,5 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
             where = f", rule {rule} ({rules.rules[rule].pattern!r})" if rule is not None else ""
             raise SpecError(f"leaf {path!r} (shape {shape}{where}): {error}") from None
         leaves.append(LeafLayout(path, layout, reason, rule))
-    unused = tuple(i for i in range(len(rules))) if rules is not None else ()
-    unused = tuple(i for i in unused if i not in used_rules)
+    unused = tuple(i for i in range(len(rules)) if i not in used_rules) if rules is not None else ()
     return TreeLayout(mesh_shape, tuple(leaves), rules, unused)
