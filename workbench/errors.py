@@ -35,3 +35,7 @@ class RuleError(WorkbenchError):
 class GradientSyncError(WorkbenchError):
     """A gradient reduction that would give the wrong answer (unknown reduction, unbound axis,
     or gradients that JAX already summed across devices)."""
+
+
+class RunError(WorkbenchError):
+    """A training run on disk that cannot be written, found or read (bad name, non-JSON value, garbled file)."""

@@ -1,0 +1,58 @@
+"""``dp-shard-map``: data parallelism written by hand with ``jax.shard_map`` and an explicit ``pmean``.
+
+Inside ``shard_map`` each device runs the body on its own shard of the batch, and the body says where
+devices talk. The classic recipe -- ``grads = jax.grad(loss)(params, shard); lax.pmean(grads)`` -- is
+N times too large under ``check_vma=True`` (the default): the parameters come in replicated
+("unvarying" over ``data``), and JAX's transpose of the implicit replicated-to-varying cast is a psum,
+so ``jax.grad`` already returns the SUM of the devices' gradients, and ``pmean`` of a sum is the sum.
+
+Why this version is correct: ``lax.pcast(params, "data", to="varying")`` declares the parameters
+per-device *before* differentiating, so ``jax.grad`` returns each device's local gradient, and
+:func:`~workbench.data_parallel.reduce_gradients` (``pmean``, which also refuses pre-summed gradients)
+averages them once. The sums are weighted by each shard's example count and divided by the mean
+weight, so unequal (padded) shards still give the global batch's gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax import lax
+from jax.sharding import PartitionSpec
+
+from ..data_parallel import reduce_gradients
+from .base import DATA_AXIS, ShardedJitMode, StepPlan, axis_size, check_batch, only_axes, step_sums
+from .core import TrainState, finish_step
+
+
+class ShardMapDataParallel(ShardedJitMode):
+    name = "dp-shard-map"
+    summary = "jax.shard_map, per-device gradients, an explicit pmean (correct under check_vma=True)"
+    batch_spec = PartitionSpec(DATA_AXIS)
+    state_placement = "replicate"
+
+    @classmethod
+    def check(cls, plan: StepPlan) -> None:
+        size = axis_size(plan, DATA_AXIS, cls.name, "data=8")
+        only_axes(plan, (DATA_AXIS,), cls.name, "drop that axis (this mode maps over 'data' only)")
+        check_batch(plan, size, f"{size} devices of 'data'")
+
+    def _local_sums(self, params: Any, other: Any, shard: Any) -> dict[str, Any]:
+        params = lax.pcast(params, DATA_AXIS, to="varying")  # local gradients, not pre-summed (see above)
+        sums = step_sums(self.plan, params, other, shard)
+        return {
+            "grads": reduce_gradients(sums["grads"], "mean", DATA_AXIS),
+            "metrics": lax.pmean(sums["metrics"], DATA_AXIS),
+            "weight": lax.pmean(sums["weight"], DATA_AXIS),
+        }  # mean of w*g over mean of w = sum of w*g over sum of w: finish_step divides
+
+    def _step_fn(self, state: TrainState, batch: Any):
+        sums = jax.shard_map(
+            self._local_sums,
+            mesh=self.mesh,
+            in_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec(DATA_AXIS)),
+            out_specs=PartitionSpec(),
+            check_vma=True,
+        )(state.params, state.other, batch)
+        return finish_step(self.plan.optimizer, state, sums)
