@@ -1,10 +1,13 @@
 """The ``workbench`` command line.
 
-``workbench devices`` shows what JAX sees; ``workbench inspect`` prints an array's layout on any mesh.
-Bad input prints one line on stderr and exits with status 2, never a traceback.
+``workbench devices`` shows what JAX sees; ``workbench inspect`` prints an array's layout on any mesh;
+``workbench train`` trains a model in a parallel mode; ``workbench runs`` lists and compares past runs.
+Bad input prints one line on stderr and exits with status 2, never a traceback; a training run that
+fails exits with status 1 and the reason.
 
 Example:
     $ workbench inspect --mesh data=2,model=4 --shape 8,16,32 --spec 'data, None, model' --json
+    $ workbench train --model mlp --data digits --mesh data=8 --mode dp --steps 300 --json
 """
 
 from __future__ import annotations
@@ -49,7 +52,44 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--dtype", default="float32", help="element type (default float32), e.g. bfloat16")
     inspect.add_argument("--json", action="store_true", help="print exactly one JSON object")
     inspect.add_argument("--all-devices", action="store_true", help="list every device even on large meshes")
+    _add_train_parser(commands)
+    runs = commands.add_parser("runs", help="list past training runs and compare their final figures")
+    runs.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
+    runs.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _add_train_parser(commands) -> None:
+    from .models import MODELS
+    from .modes import MODES, PRECISIONS
+    from .train_config import OPTIMIZERS, TrainConfig
+
+    defaults = TrainConfig()
+    train = commands.add_parser(
+        "train",
+        help="train a model in a parallel mode; metrics are written to runs/<name>/ as it goes",
+        description="Train on simulated or real devices. Every parallel mode computes the same update as "
+        "'single' on the same global batches. With --json, exactly one JSON object is printed at the end.",
+    )
+    train.add_argument("--model", default=defaults.model, choices=MODELS, help=f"default {defaults.model}")
+    train.add_argument("--data", default=defaults.data, help=f"regression, digits, text or tokens (default {defaults.data})")
+    train.add_argument("--mesh", default=defaults.mesh, help=f"e.g. data=8, model=2, data=4,model=2 (default {defaults.mesh})")
+    train.add_argument("--mode", default=defaults.mode, choices=MODES, help=f"default {defaults.mode}")
+    train.add_argument("--steps", type=int, default=defaults.steps, help=f"default {defaults.steps}")
+    train.add_argument("--batch", type=int, default=defaults.batch, help=f"global batch size (default {defaults.batch})")
+    train.add_argument("--lr", type=float, default=defaults.lr, help=f"learning rate (default {defaults.lr})")
+    train.add_argument("--optimizer", default=defaults.optimizer, choices=OPTIMIZERS, help=f"default {defaults.optimizer}")
+    train.add_argument("--accum", type=int, default=defaults.accum, help="microbatches per step (default 1)")
+    train.add_argument("--precision", default=defaults.precision, choices=PRECISIONS, help="default fp32")
+    train.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
+    train.add_argument("--model-options", default="", help="overrides, e.g. 'd_model=64,n_layers=1'")
+    train.add_argument("--data-options", default="", help="e.g. 'seq_len=32' or 'image=true'")
+    train.add_argument("--log-every", type=int, default=defaults.log_every, help="steps between metric reads")
+    train.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between evals (0: at the end)")
+    train.add_argument("--drop-remainder", action="store_true", help="drop partial batches instead of masking")
+    train.add_argument("--name", default=None, help="run name (default: model-mode-time)")
+    train.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
+    train.add_argument("--json", action="store_true", help="print exactly one JSON object at the end")
 
 
 def _cmd_devices(args) -> int:
@@ -99,7 +139,26 @@ def _cmd_inspect(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect}
+def _cmd_train(args) -> int:
+    from .train_cli import train_command
+
+    return train_command(args)
+
+
+def _cmd_runs(args) -> int:
+    from .runs import compare_runs, compare_table, list_runs
+
+    runs = list_runs(args.run_dir)
+    if args.json:
+        print(json.dumps({"run_dir": args.run_dir, "runs": compare_runs(runs) if runs else []}))
+    elif not runs:
+        print(f"no runs in {args.run_dir}/ yet: 'workbench train' writes one there")
+    else:
+        print(compare_table(runs))
+    return EXIT_OK
+
+
+COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

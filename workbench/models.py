@@ -117,7 +117,13 @@ class RegisteredModel(nnx.Module):
     """What every registered model declares besides its layers (see the module docstring)."""
 
     NAME: ClassVar[str]
+    DATA_KIND: ClassVar[str]  # the Dataset kind it trains on: regression, classification or language
     loss: ClassVar[Any]  # staticmethod (model, batch) -> (loss, aux)
+
+    @classmethod
+    def options_for_data(cls, dataset: Any) -> dict[str, Any]:
+        """The options that must agree with ``dataset`` (input width, classes, vocabulary, ...)."""
+        return {}
 
     @classmethod
     def tensor_parallel_rules(cls, axis: str = "model") -> list[tuple[str, str]]:
@@ -134,7 +140,12 @@ class LinearRegression(RegisteredModel):
     """``y = x W + b``. A single layer has no partner to pair a split with: no tensor-parallel rules."""
 
     NAME = "linear"
+    DATA_KIND = "regression"
     loss = staticmethod(mean_squared_error_loss)
+
+    @classmethod
+    def options_for_data(cls, dataset: Any) -> dict[str, Any]:
+        return {"in_features": math.prod(dataset.input_shape), "out_features": math.prod(dataset.target_shape) or 1}
 
     def __init__(self, *, in_features: int = 16, out_features: int = 1, use_bias: bool = True, rngs: nnx.Rngs):
         self.linear = nnx.Linear(in_features, out_features, use_bias=use_bias, rngs=rngs)
@@ -147,7 +158,12 @@ class MLPClassifier(RegisteredModel):
     """Two ReLU hidden layers and a linear output; the preset fits the flattened 8x8 digits."""
 
     NAME = "mlp"
+    DATA_KIND = "classification"
     loss = staticmethod(cross_entropy_loss)
+
+    @classmethod
+    def options_for_data(cls, dataset: Any) -> dict[str, Any]:
+        return {"in_features": math.prod(dataset.input_shape), "num_classes": dataset.num_classes}
 
     def __init__(self, *, in_features: int = 64, hidden: int = 128, num_classes: int = 10, rngs: nnx.Rngs):
         self.hidden1 = nnx.Linear(in_features, hidden, rngs=rngs)
@@ -171,7 +187,19 @@ class CNNClassifier(RegisteredModel):
     """
 
     NAME = "cnn"
+    DATA_KIND = "classification"
     loss = staticmethod(cross_entropy_loss)
+
+    @classmethod
+    def options_for_data(cls, dataset: Any) -> dict[str, Any]:
+        shape = dataset.input_shape
+        channels = shape[-1] if len(shape) == 3 else 1
+        side = math.isqrt(math.prod(shape) // channels)
+        if side * side * channels != math.prod(shape):
+            raise WorkbenchError(
+                f"model 'cnn' needs square images; data {dataset.name!r} has inputs of shape {shape}: use mlp"
+            )
+        return {"image_size": side, "in_channels": channels, "num_classes": dataset.num_classes}
 
     def __init__(self, *, image_size: int = 8, in_channels: int = 1, conv1_channels: int = 16,
                  conv2_channels: int = 32, num_classes: int = 10, rngs: nnx.Rngs):
@@ -296,7 +324,12 @@ class TransformerLM(RegisteredModel):
     """
 
     NAME = "transformer"
+    DATA_KIND = "language"
     loss = staticmethod(cross_entropy_loss)
+
+    @classmethod
+    def options_for_data(cls, dataset: Any) -> dict[str, Any]:
+        return {"vocab": dataset.vocab_size, "max_len": dataset.input_shape[0]}
 
     def __init__(self, *, vocab: int = 256, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
                  d_ff: int | None = None, max_len: int = 128, norm_epsilon: float = 1e-5, rngs: nnx.Rngs):
@@ -313,7 +346,8 @@ class TransformerLM(RegisteredModel):
             raise ShapeError(
                 f"sequence length {length} exceeds max_len={self.max_len}: crop it or build with max_len={length}"
             )
-        x = self.embed(tokens, out_sharding=embedding_sharding(tokens)) + sinusoidal_positions(length, self.d_model)
+        x = self.embed(tokens, out_sharding=embedding_sharding(tokens))
+        x = x + sinusoidal_positions(length, self.d_model).astype(x.dtype)  # bf16 stays bf16
         for block in self.blocks:
             x = block(x)
         return self.head(self.final_norm(x))
@@ -511,6 +545,35 @@ def loss_fn(model: RegisteredModel, batch: Mapping[str, Any]) -> LossOutput:
         0.0
     """
     return type(model).loss(model, batch)
+
+
+def model_config_for_data(name: str, dataset: Any, **overrides: Any) -> ModelConfig:
+    """Model ``name`` fitted to ``dataset``: sizes the data decides (input width, classes, vocabulary,
+    sequence length) are taken from it; ``overrides`` may set them only to the same values.
+
+    Raises WorkbenchError when the model does not train on this kind of data (naming the models that
+    do), or when an override contradicts the data.
+
+    Example:
+        >>> from workbench.data import load_dataset
+        >>> model_config_for_data("mlp", load_dataset("digits"), hidden=64).options["in_features"]
+        64
+    """
+    cls = model_class(name)
+    if dataset.kind != cls.DATA_KIND:
+        fitting = [n for n, c in _REGISTRY.items() if c.DATA_KIND == dataset.kind]
+        raise WorkbenchError(
+            f"model {name!r} trains on {cls.DATA_KIND} data, but data {dataset.name!r} is {dataset.kind}: "
+            f"use --model {' or '.join(fitting)}, or other data"
+        )
+    fitted = cls.options_for_data(dataset)
+    for key, value in fitted.items():
+        if key in overrides and overrides[key] != value and not (key == "max_len" and overrides[key] > value):
+            raise WorkbenchError(
+                f"model option {key}={overrides[key]!r} does not fit data {dataset.name!r}, which needs "
+                f"{key}={value}: drop the option (it is set from the data)"
+            )
+    return model_config(name, **{**fitted, **overrides})
 
 
 def tensor_parallel_rules(name: str, axis: str = "model") -> list[tuple[str, str]]:

@@ -1,0 +1,233 @@
+"""Every parallel mode's training step against the smallest hand-written ``jax.jit`` step, side by side.
+
+What is measured: for each mode (``single``, ``simulated``, ``dp``, ``dp-shard-map``, ``dp-pmap``,
+``fsdp``, ``tp``, ``dp-tp``) the steady-state wall time of one training step, ``mode.step(state,
+batch)``, and of a plain jitted step written here the way a user would write it (``nnx.split``,
+``jax.value_and_grad``, ``optax.adam``, ``optax.apply_updates``), for the same model, mesh, batch and
+layout. Setting: model ``mlp`` fitted to ``digits``, global batch 256, Adam at 1e-3, fp32, accum 1;
+meshes ``data=8`` for the data-parallel modes, ``model=2`` for ``tp``, ``data=4,model=2`` for ``dp-tp``.
+``dp`` is measured again on a small ``transformer`` (d_model 64, 2 layers, 4 heads, ``text`` with
+seq_len 64, batch 32) so a bigger step is covered.
+
+How: the hand-written step's parameters and optimizer state are placed with the mode's own
+shardings (``mode.state_shardings`` of a state holding plain-Adam moments, which lays ``mu``/``nu`` out
+like the parameters they belong to) and it reads the very batch arrays the mode reads
+(``mode.place_batch``). ``single`` and ``simulated`` compare against the step on one device with the
+whole batch; ``dp-pmap`` against the jit step on ``data=8`` (state replicated, batch split). A few
+distinct batches are placed on the devices once, before timing, for both sides, so no host-to-device
+copy is timed; steps cycle through them. Both steps are compiled and run untimed first, and the
+baseline's output shardings are checked to equal its input shardings (else it would be timing a
+different layout). Then, for ``REPEATS`` rounds, ``STEPS`` chained steps of the mode and ``STEPS`` of
+the baseline are timed back to back (which goes first alternates between rounds), each run ended with
+``jax.block_until_ready`` on its outputs. Each side's figure is the median per-step time over the
+rounds; the ratio is mode median / baseline median.
+
+How to read it: ratio 1.00 means the mode costs nothing over the hand-written step; the target is
+<= 1.05. The note of each record gives both absolute figures (ms/step) and the machine they were taken
+on: 8 *simulated* CPU devices share this machine's cores, so absolute times say little about real
+accelerators, and for a step this small per-call dispatch (flattening the state pytree, one buffer per
+output leaf) is a visible part of the time. What a mode does beyond the baseline shows up as the ratio:
+its metrics (accuracy, grad norm, weight, per-leaf finiteness flags), the weighted-sum arithmetic
+(gradients multiplied then divided by the batch weight) and ``inject_hyperparams`` state.
+``simulated`` is a teaching mode, a Python loop over 8 one-device calls plus eager additions: it is
+reported with no target. ``dp-pmap`` is held to the target like the other modes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import workbench  # noqa: F401  (first: 8 simulated devices before JAX starts, when run on its own)
+
+import jax
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from timing import machine, record
+
+from workbench.data import load_dataset
+from workbench.models import model_config_for_data, tensor_parallel_rules
+from workbench.modes import StepPlan, TrainState, build_mode
+from workbench.modes.base import ShardedJitMode
+from workbench.modes.core import init_state
+from workbench.train_config import make_optimizer
+
+REPEATS = 7  # timed rounds per side; the figure is the median
+STEPS = 20  # chained steps per round
+BATCHES = 4  # distinct pre-placed batches, cycled
+TARGET = 1.05  # mode step / hand-written step
+LEARNING_RATE = 1e-3
+
+CASES = [  # (mode, mesh, workload)
+    ("single", "data=1", "mlp"),
+    ("simulated", "data=8", "mlp"),
+    ("dp", "data=8", "mlp"),
+    ("dp-shard-map", "data=8", "mlp"),
+    ("dp-pmap", "data=8", "mlp"),
+    ("fsdp", "data=8", "mlp"),
+    ("tp", "model=2", "mlp"),
+    ("dp-tp", "data=4,model=2", "mlp"),
+    ("dp", "data=8", "transformer"),
+]
+
+WORKLOADS = {  # name -> (model, model options, data set, data options, global batch)
+    "mlp": ("mlp", {}, "digits", {}, 256),
+    "transformer": ("transformer", {"d_model": 64, "n_layers": 2, "n_heads": 4}, "text", {"seq_len": 64}, 32),
+}
+
+
+# --- the hand-written baseline ------------------------------------------------------------------
+
+
+def handwritten_step(graphdef: Any, rest: Any, loss_fn: Callable, tx: optax.GradientTransformation) -> Callable:
+    """The smallest jitted training step: loss and gradients, one optax update, the loss returned.
+
+    No metrics, no weighting, no shardings named: inputs carry their placement and the compiler
+    propagates it (checked in :func:`_check_layout_kept`).
+    """
+
+    @jax.jit
+    def step(params, opt_state, batch):
+        def loss_of(p):
+            return loss_fn(nnx.merge(graphdef, p, rest), batch)[0]
+
+        loss, grads = jax.value_and_grad(loss_of)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return step
+
+
+def _check_layout_kept(before: Any, after: Any, what: str) -> None:
+    """RuntimeError unless every output leaf has the sharding its input leaf had."""
+    for old, new in zip(jax.tree.leaves(before), jax.tree.leaves(after), strict=True):
+        if not new.sharding.is_equivalent_to(old.sharding, old.ndim):
+            raise RuntimeError(f"{what}: the step moved a leaf from {old.sharding} to {new.sharding}")
+
+
+# --- one case -----------------------------------------------------------------------------------
+
+
+def _time_rounds(advance_a: Callable, carry_a: Any, advance_b: Callable, carry_b: Any, batches_a: list,
+                 batches_b: list) -> tuple[float, float]:
+    """Median seconds per step of two chained steps, timed in alternating rounds."""
+
+    def run(advance, carry, batches):
+        start = time.perf_counter()
+        for i in range(STEPS):
+            carry = advance(carry, batches[i % len(batches)])
+        jax.block_until_ready(carry)
+        return carry, (time.perf_counter() - start) / STEPS
+
+    times_a, times_b = [], []
+    for round_ in range(REPEATS):
+        if round_ % 2 == 0:
+            carry_a, ta = run(advance_a, carry_a, batches_a)
+            carry_b, tb = run(advance_b, carry_b, batches_b)
+        else:
+            carry_b, tb = run(advance_b, carry_b, batches_b)
+            carry_a, ta = run(advance_a, carry_a, batches_a)
+        times_a.append(ta)
+        times_b.append(tb)
+    return statistics.median(times_a), statistics.median(times_b)
+
+
+def _baseline_placement(mode: Any, name: str, params: Any, opt_state: Any, rest: Any, host_batches: list,
+                        mode_batches: list) -> tuple[Any, Any, list]:
+    """Baseline params, optimizer state and batches, laid out as ``mode`` lays out its own."""
+    if isinstance(mode, ShardedJitMode):  # single, dp, dp-shard-map, fsdp, tp, dp-tp
+        shardings = mode.state_shardings(TrainState(params, opt_state, rest))
+        params = jax.device_put(params, shardings.params)
+        opt_state = jax.device_put(opt_state, shardings.opt_state)
+        return params, opt_state, mode_batches  # the very arrays the mode reads
+    if name == "simulated":  # one device, the whole batch: what single computes
+        device = jax.devices()[0]
+        return jax.device_put(params, device), jax.device_put(opt_state, device), [
+            jax.device_put(b, device) for b in host_batches
+        ]
+    if name == "dp-pmap":  # the jit dp step on the same devices: state replicated, batch split
+        mesh = Mesh(np.array(mode.devices), ("data",))
+        replicated, split = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
+        return jax.device_put(params, replicated), jax.device_put(opt_state, replicated), [
+            jax.device_put(b, split) for b in host_batches
+        ]
+    raise ValueError(f"no baseline placement for mode {name!r}")
+
+
+def _mode_batches(mode: Any, name: str, host_batches: list) -> list:
+    """The mode's batches, on its devices (pmap's ``place_batch`` leaves NumPy: placed here, split)."""
+    placed = [mode.place_batch(b) for b in host_batches]
+    if name == "dp-pmap":
+        mesh = Mesh(np.array(mode.devices), ("data",))
+        placed = [jax.device_put(b, NamedSharding(mesh, PartitionSpec("data"))) for b in placed]
+    return placed
+
+
+def measure(name: str, mesh: str, workload: str) -> dict:
+    """One record: the ratio of ``name``'s step time to the hand-written step's, both ms in the note."""
+    model_name, model_options, data_name, data_options, global_batch = WORKLOADS[workload]
+    dataset = load_dataset(data_name, **data_options)
+    model = model_config_for_data(model_name, dataset, **model_options).build(seed=0)
+    loss_fn = type(model).loss
+    batches_iter = dataset.batches(global_batch, seed=0)
+    host_batches = [next(batches_iter) for _ in range(BATCHES)]
+
+    # The mode, as the trainer builds it (make_optimizer: optax.inject_hyperparams(adam)).
+    graphdef, state = init_state(model, make_optimizer("adam", LEARNING_RATE))
+    plan = StepPlan(graphdef, loss_fn, make_optimizer("adam", LEARNING_RATE), mesh, global_batch, 1, "fp32",
+                    tuple(tensor_parallel_rules(model_name)))
+    mode = build_mode(name, plan)
+    mode_batches = _mode_batches(mode, name, host_batches)
+    mode_state = mode.place_state(state)
+
+    # The baseline: plain optax.adam, not inject_hyperparams. That is the smallest step a user writes;
+    # the difference (a learning rate read from the state, 6 more scalar leaves) is part of what the
+    # mode costs and so belongs in the ratio.
+    tx = optax.adam(LEARNING_RATE)
+    graphdef_b, params, rest = nnx.split(model, nnx.Param, ...)
+    params, opt_state, base_batches = _baseline_placement(
+        mode, name, params, tx.init(params), rest, host_batches, mode_batches
+    )
+    step = handwritten_step(graphdef_b, rest, loss_fn, tx)
+
+    def advance_mode(carry, batch):
+        return mode.step(carry[0], batch)
+
+    def advance_base(carry, batch):
+        return step(carry[0], carry[1], batch)
+
+    # Warm-up, untimed: compile, and (pmap) turn the host state into device arrays.
+    mode_carry = (mode_state, None)
+    base_carry = (params, opt_state, None)
+    for i in range(3):
+        mode_carry = jax.block_until_ready(advance_mode(mode_carry, mode_batches[i % BATCHES]))
+        base_carry = jax.block_until_ready(advance_base(base_carry, base_batches[i % BATCHES]))
+    _check_layout_kept((params, opt_state), base_carry[:2], f"hand-written step for {name}")
+
+    mode_s, base_s = _time_rounds(advance_mode, mode_carry, advance_base, base_carry, mode_batches, base_batches)
+    ratio = mode_s / base_s
+    teaching = name == "simulated"
+    note = (
+        f"mode {mode_s * 1e3:.3f} ms/step, hand-written jit {base_s * 1e3:.3f} ms/step; {model_name} on "
+        f"{data_name}, batch {global_batch}, mesh {mesh}; median of {REPEATS} rounds of {STEPS} steps; {machine()}"
+    )
+    if teaching:
+        note += (
+            "; teaching mode (a Python loop of 8 one-device calls and eager gradient sums), not held to "
+            f"{TARGET}: compared with the one-device jit step on the whole batch"
+        )
+    label = f"{name} step / hand-written jit" + ("" if workload == "mlp" else f" ({workload})")
+    return record(label, ratio, "x", None if teaching else TARGET, note=note)
+
+
+def run() -> list[dict]:
+    return [measure(name, mesh, workload) for name, mesh, workload in CASES]
+
+
+if __name__ == "__main__":  # python bench/bench_modes.py: this file alone, with a table of the figures
+    for r in run():
+        print(f"{r['name']:<48} {r['value']:>7.3f} {r['unit']}  target {r['target']}  {r['note']}")
