@@ -177,7 +177,7 @@ def finish_step(optimizer: optax.GradientTransformation, state: TrainState, sums
     params = optax.apply_updates(state.params, updates)
     metrics = {
         **metrics,
-        "grad_norm": optax.global_norm(grads),
+        "grad_norm": optax.tree.norm(grads),
         "weight": sums["weight"],
         "grads_finite": _all_finite(grads),
         "params_finite": _all_finite(params),

@@ -1,0 +1,213 @@
+"""The trainer: a background thread with events, control at step boundaries, runs on disk, failures
+that end the run and not the kernel, and a compiled step reused when nothing it depends on changed."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import workbench as wb
+from workbench.runs import list_runs, load_run
+from workbench.train_config import TrainConfig
+from workbench.trainer import Trainer, TrainerBusyError
+
+SMALL = dict(model="mlp", data="digits", mode="dp", mesh="data=8", batch=64, model_options={"hidden": 16})
+
+
+def small_trainer(tmp_path, **changes) -> Trainer:
+    return Trainer(TrainConfig(**{**SMALL, "steps": 30, "log_every": 10, "eval_every": 0, **changes}), run_root=tmp_path)
+
+
+def test_a_background_run_streams_events_and_writes_the_run(tmp_path):
+    trainer = small_trainer(tmp_path, steps=40, eval_every=20)
+    events = []
+    trainer.subscribe(events.append)
+    name = trainer.start()
+    assert trainer.status in ("running", "finished")  # start returned without waiting for the run
+    summary = trainer.wait(timeout=120)
+    assert trainer.status == "finished" and summary["steps"] == 40
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "start" and kinds[1] == "compiled" and kinds[-1] == "end"
+    assert [e.step for e in events if e.kind == "metrics"] == [1, 10, 20, 30, 40]
+    assert [e.step for e in events if e.kind == "eval"] == [20, 40]
+    run = load_run(name, tmp_path)
+    assert run.status == "finished" and run.config["mode"] == "dp" and run.config["param_count"] > 0
+    steps, losses = run.series("loss")
+    assert steps == [1, 10, 20, 30, 40] and losses[-1] < losses[0]
+    assert run.summary["eval"]["accuracy"] == pytest.approx(summary["eval"]["accuracy"])
+    for line in (run.path / "metrics.jsonl").read_text().splitlines():
+        json.loads(line)  # strict JSON, one object per line
+
+
+def test_metrics_are_read_only_at_logging_intervals(tmp_path, monkeypatch):
+    trainer = small_trainer(tmp_path, steps=60, log_every=20)
+    reads = []
+    real_device_get = jax.device_get
+    monkeypatch.setattr(jax, "device_get", lambda tree: reads.append(1) or real_device_get(tree))
+    trainer.run()
+    assert len(reads) == 5  # step 1 (compile time), 20, 40, 60 and the final eval: not one per step
+
+
+def test_second_start_while_running_is_refused(tmp_path):
+    trainer = small_trainer(tmp_path)
+    release = threading.Event()
+    trainer.subscribe(lambda event: event.kind == "compiled" and release.wait(30))
+    trainer.start()
+    with pytest.raises(TrainerBusyError, match="one run at a time"):
+        trainer.start()
+    with pytest.raises(TrainerBusyError):
+        trainer.configure(lr=0.1)
+    release.set()
+    assert trainer.wait(120)["steps"] == 30
+
+
+def test_pause_resume_and_stop_act_at_step_boundaries(tmp_path):
+    trainer = small_trainer(tmp_path, steps=100_000)
+    paused = threading.Event()
+    trainer.subscribe(lambda event: event.kind == "paused" and paused.set())
+    trainer.subscribe(lambda event: event.kind == "metrics" and event.step >= 10 and trainer.pause())
+    trainer.start()
+    assert paused.wait(120)
+    assert trainer.status == "paused"
+    held = trainer.history[-1].step
+    time.sleep(0.3)
+    assert trainer.history[-1].kind == "paused" and trainer.history[-1].step == held  # nothing ran
+    trainer.stop()
+    summary = trainer.wait(60)
+    assert trainer.status == "stopped" and summary["steps"] == held
+    assert load_run(trainer.run_name, tmp_path).status == "stopped"
+
+
+def test_resume_continues_the_same_run(tmp_path):
+    trainer = small_trainer(tmp_path, steps=40)
+    paused = threading.Event()
+    trainer.subscribe(lambda event: event.kind == "paused" and paused.set())
+    trainer.subscribe(lambda event: event.kind == "compiled" and trainer.pause())
+    trainer.start()
+    assert paused.wait(120)
+    trainer.resume()
+    assert trainer.wait(120)["steps"] == 40
+    assert [e.kind for e in trainer.history].count("resumed") == 1
+
+
+class NaNAtStep:
+    """Regression batches whose third batch holds a NaN input: the gradient goes NaN at step 3."""
+
+    def __init__(self, bad_step: int = 3):
+        self.bad_step = bad_step
+
+    def __call__(self, seed):
+        dataset = wb.load_dataset("regression")
+        for step, batch in enumerate(dataset.batches(64, seed=seed), start=1):
+            if step == self.bad_step:
+                batch = {**batch, "x": batch["x"].copy()}
+                batch["x"][5, 0] = np.nan
+            yield batch
+
+
+def test_a_nan_ends_the_run_naming_the_step_and_the_first_non_finite_leaf(tmp_path):
+    trainer = Trainer(
+        TrainConfig(model="linear", data="regression", mode="dp", batch=64, steps=20, log_every=5, eval_every=0,
+                    model_options={"in_features": 8}),
+        run_root=tmp_path, batches=NaNAtStep(3),
+    )
+    summary = trainer.run()
+    assert trainer.status == "failed"
+    assert summary["error"].startswith("step 3: loss is nan; first non-finite: gradient of 'linear/bias'")
+    assert trainer.history[-1].kind == "end" and "step 3" in trainer.history[-1].data["error"]
+    assert load_run(trainer.run_name, tmp_path).summary["status"] == "failed"
+    # the kernel lives on: the same trainer runs again (two steps: before the NaN batch)
+    assert trainer.run(steps=2)["steps"] == 2 and trainer.status == "finished"
+
+
+def test_an_exception_in_a_step_fails_the_run_with_its_message(tmp_path):
+    def broken_loss(model, batch):
+        raise ValueError("the loss is broken")
+
+    model = wb.build_model("linear", in_features=8)
+    batches = lambda seed: wb.load_dataset("regression").batches(64, seed=seed)  # noqa: E731
+    trainer = Trainer(TrainConfig(mode="single", batch=64, steps=5), run_root=tmp_path, model=model,
+                      loss=broken_loss, batches=batches)
+    summary = trainer.run()
+    assert trainer.status == "failed" and summary["error"] == "ValueError: the loss is broken"
+
+
+def test_a_new_learning_rate_or_seed_reuses_the_compiled_step(tmp_path):
+    trainer = small_trainer(tmp_path, steps=5)
+    trainer.run()
+    first = trainer.run_name
+    trainer.configure(lr=3e-3, seed=1)
+    second_summary = trainer.run()
+    assert trainer.compiled_modes == 1
+    mode = next(iter(trainer._modes.values()))
+    assert mode._step._cache_size() == 1  # jit compiled once for both runs
+    assert load_run(first, tmp_path).config["lr"] == 1e-3 and second_summary["steps"] == 5
+    trainer.configure(batch=128)  # a new shape: a new step
+    trainer.run()
+    assert trainer.compiled_modes == 2
+
+
+def test_a_bad_setting_raises_before_a_run_folder_is_written(tmp_path):
+    trainer = small_trainer(tmp_path, mode="tp")
+    with pytest.raises(wb.MeshError, match="needs a mesh axis 'model'"):
+        trainer.start()
+    assert trainer.status == "idle" and list_runs(tmp_path) == []
+    with pytest.raises(wb.WorkbenchError, match="model 'mlp' trains on classification data"):
+        small_trainer(tmp_path, data="text").start()
+    with pytest.raises(wb.WorkbenchError, match="lr=-1"):
+        small_trainer(tmp_path, lr=-1)
+
+
+def test_a_failing_subscriber_is_dropped_and_the_run_goes_on(tmp_path):
+    trainer = small_trainer(tmp_path, steps=20)
+
+    def broken(event):
+        raise RuntimeError("plot failed")
+
+    trainer.subscribe(broken)
+    assert trainer.run()["steps"] == 20
+    assert trainer.status == "finished" and "plot failed" in trainer.subscriber_errors[0]
+
+
+class TwoLayer(nnx.Module):
+    def __init__(self, rngs):
+        self.a, self.b = nnx.Linear(8, 16, rngs=rngs), nnx.Linear(16, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.b(nnx.tanh(self.a(x)))
+
+
+def my_loss(model, batch):
+    return jnp.mean((model(batch["x"])[:, 0] - batch["y"][:, 0]) ** 2), {}
+
+
+def test_your_own_module_loss_and_batches(tmp_path):
+    dataset = wb.load_dataset("regression")
+    model = TwoLayer(nnx.Rngs(0))
+    before = np.asarray(model.a.kernel[...]).copy()
+    trainer = Trainer(
+        TrainConfig(mode="fsdp", batch=64, steps=60, lr=1e-2, log_every=20), run_root=tmp_path, model=model,
+        loss=my_loss, batches=lambda seed: dataset.batches(64, seed=seed, drop_remainder=True),
+        eval_batches=lambda: dataset.eval_batches(64),
+    )
+    summary = trainer.run()
+    assert trainer.status == "finished" and summary["model"] == "custom:TwoLayer"
+    first_loss = next(event.data["loss"] for event in trainer.history if event.kind == "metrics")
+    assert summary["eval"]["loss"] < 0.5 * first_loss
+    np.testing.assert_array_equal(np.asarray(model.a.kernel[...]), before)  # the given module is not changed
+    trainer.run(steps=1)
+    assert load_run(trainer.run_name, tmp_path).config["model"] == "custom:TwoLayer"
+
+
+def test_runs_are_listed_in_order_and_reloaded(tmp_path):
+    trainer = small_trainer(tmp_path, steps=10)
+    names = [trainer.run(name=f"run-{i}")["run"] for i in range(2)]
+    assert [run.name for run in list_runs(tmp_path)] == names
+    assert load_run(names[1], tmp_path).final["step"] == 10
