@@ -13,24 +13,29 @@ How: the hand-written step's parameters and optimizer state are placed with the 
 shardings (``mode.state_shardings`` of a state holding plain-Adam moments, which lays ``mu``/``nu`` out
 like the parameters they belong to) and it reads the very batch arrays the mode reads
 (``mode.place_batch``). ``single`` and ``simulated`` compare against the step on one device with the
-whole batch; ``dp-pmap`` against the jit step on ``data=8`` (state replicated, batch split). A few
-distinct batches are placed on the devices once, before timing, for both sides, so no host-to-device
-copy is timed; steps cycle through them. Both steps are compiled and run untimed first, and the
-baseline's output shardings are checked to equal its input shardings (else it would be timing a
-different layout). Then, for ``REPEATS`` rounds, ``STEPS`` chained steps of the mode and ``STEPS`` of
-the baseline are timed back to back (which goes first alternates between rounds), each run ended with
-``jax.block_until_ready`` on its outputs. Each side's figure is the median per-step time over the
-rounds; the ratio is mode median / baseline median.
+whole batch; ``dp-pmap`` against the jit step on ``data=8`` (state replicated, batch split).
 
-How to read it: ratio 1.00 means the mode costs nothing over the hand-written step; the target is
-<= 1.05. The note of each record gives both absolute figures (ms/step) and the machine they were taken
-on: 8 *simulated* CPU devices share this machine's cores, so absolute times say little about real
-accelerators, and for a step this small per-call dispatch (flattening the state pytree, one buffer per
-output leaf) is a visible part of the time. What a mode does beyond the baseline shows up as the ratio:
-its metrics (accuracy, grad norm, weight, per-leaf finiteness flags), the weighted-sum arithmetic
-(gradients multiplied then divided by the batch weight) and ``inject_hyperparams`` state.
-``simulated`` is a teaching mode, a Python loop over 8 one-device calls plus eager additions: it is
-reported with no target. ``dp-pmap`` is held to the target like the other modes.
+* A few distinct batches are placed on the devices once, before timing, for both sides, so no
+  host-to-device copy is timed; steps cycle through them. The timed rounds run under
+  ``jax.transfer_guard("disallow")``, so a copy between host and devices there would raise.
+* Both steps are compiled and run untimed first (3 steps). Then the baseline's output shardings are
+  checked to equal its input shardings (else it would be timing another layout), and both sides'
+  parameters to agree (the same update).
+* For ``REPEATS`` rounds, ``STEPS`` chained steps of the mode and ``STEPS`` of the baseline are timed
+  back to back (which side goes first alternates between rounds), each run ended with
+  ``jax.block_until_ready`` on its outputs. Each side's figure is its median per-step time over the
+  rounds; the ratio is mode median / baseline median.
+
+How to read it: a ratio of 1.00 means the mode costs nothing over the hand-written step; the target is
+<= 1.05. Each record's note gives both absolute figures (ms/step), the spread of the per-round ratios
+(the noise) and the machine. The 8 devices are *simulated* on this machine's CPU cores, so absolute
+times say little about accelerators, and in a step this small every extra kernel is paid on each of the
+8 devices. What a mode computes beyond the baseline shows up in the ratio: its metrics (accuracy,
+grad norm, weight, two finiteness reductions per parameter leaf), the weighted-sum arithmetic
+(gradients multiplied, then divided, by the batch weight) and ``inject_hyperparams`` state.
+``simulated`` is a teaching mode (a Python loop of 8 one-device calls, with eager additions between
+them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
+target like the other modes.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from workbench.modes.base import ShardedJitMode
 from workbench.modes.core import init_state
 from workbench.train_config import make_optimizer
 
-REPEATS = 7  # timed rounds per side; the figure is the median
+REPEATS = 9  # timed rounds per side; the figure is the median
 STEPS = 20  # chained steps per round
 BATCHES = 4  # distinct pre-placed batches, cycled
 TARGET = 1.05  # mode step / hand-written step
@@ -65,6 +70,7 @@ LEARNING_RATE = 1e-3
 CASES = [  # (mode, mesh, workload)
     ("single", "data=1", "mlp"),
     ("simulated", "data=8", "mlp"),
+
     ("dp", "data=8", "mlp"),
     ("dp-shard-map", "data=8", "mlp"),
     ("dp-pmap", "data=8", "mlp"),
@@ -109,12 +115,29 @@ def _check_layout_kept(before: Any, after: Any, what: str) -> None:
             raise RuntimeError(f"{what}: the step moved a leaf from {old.sharding} to {new.sharding}")
 
 
+def _check_same_params(mode_params: Any, base_params: Any, what: str) -> None:
+    """RuntimeError unless both steps, after the same warm-up batches, hold the same parameters.
+
+    A guard that both sides run the same model on the same batches, not a test of the modes' maths
+    (the test suite does that; Adam, scale-invariant, would hide a gradient off by a constant factor).
+    It is on the whole tree (relative L2 distance, measured 2e-7 on mlp and 4e-6 on the transformer):
+    Adam's first updates are about ``lr * sign(g)``, so a parameter whose gradient is ~0 may move either
+    way by float rounding alone.
+    """
+    pairs = [(np.asarray(a, np.float64), np.asarray(b, np.float64))
+             for a, b in zip(jax.tree.leaves(mode_params), jax.tree.leaves(base_params), strict=True)]
+    distance = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in pairs))
+    size = np.sqrt(sum(np.sum(b**2) for _, b in pairs))
+    if not distance <= 1e-4 * size:
+        raise RuntimeError(f"{what}: mode and hand-written parameters differ (relative L2 {distance / size:.2g})")
+
+
 # --- one case -----------------------------------------------------------------------------------
 
 
 def _time_rounds(advance_a: Callable, carry_a: Any, advance_b: Callable, carry_b: Any, batches_a: list,
-                 batches_b: list) -> tuple[float, float]:
-    """Median seconds per step of two chained steps, timed in alternating rounds."""
+                 batches_b: list) -> tuple[float, float, list[float]]:
+    """Median seconds per step of two chained steps, timed in alternating rounds, and each round's ratio."""
 
     def run(advance, carry, batches):
         start = time.perf_counter()
@@ -133,7 +156,7 @@ def _time_rounds(advance_a: Callable, carry_a: Any, advance_b: Callable, carry_b
             carry_a, ta = run(advance_a, carry_a, batches_a)
         times_a.append(ta)
         times_b.append(tb)
-    return statistics.median(times_a), statistics.median(times_b)
+    return statistics.median(times_a), statistics.median(times_b), [a / b for a, b in zip(times_a, times_b)]
 
 
 def _baseline_placement(mode: Any, name: str, params: Any, opt_state: Any, rest: Any, host_batches: list,
@@ -207,13 +230,16 @@ def measure(name: str, mesh: str, workload: str) -> dict:
         mode_carry = jax.block_until_ready(advance_mode(mode_carry, mode_batches[i % BATCHES]))
         base_carry = jax.block_until_ready(advance_base(base_carry, base_batches[i % BATCHES]))
     _check_layout_kept((params, opt_state), base_carry[:2], f"hand-written step for {name}")
+    _check_same_params(mode.export_state(mode_carry[0]).params, base_carry[0], f"{name} on {workload}")
 
-    mode_s, base_s = _time_rounds(advance_mode, mode_carry, advance_base, base_carry, mode_batches, base_batches)
+    with jax.transfer_guard("disallow"):  # nothing is copied between host and devices while timing
+        mode_s, base_s, rounds = _time_rounds(advance_mode, mode_carry, advance_base, base_carry, mode_batches, base_batches)
     ratio = mode_s / base_s
     teaching = name == "simulated"
     note = (
         f"mode {mode_s * 1e3:.3f} ms/step, hand-written jit {base_s * 1e3:.3f} ms/step; {model_name} on "
-        f"{data_name}, batch {global_batch}, mesh {mesh}; median of {REPEATS} rounds of {STEPS} steps; {machine()}"
+        f"{data_name}, batch {global_batch}, mesh {mesh}; median of {REPEATS} rounds of {STEPS} steps (ratio per "
+        f"round {min(rounds):.2f}-{max(rounds):.2f}); {machine()}"
     )
     if teaching:
         note += (
