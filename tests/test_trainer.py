@@ -112,16 +112,23 @@ class NaNAtStep:
             yield batch
 
 
-def test_a_nan_ends_the_run_naming_the_step_and_the_first_non_finite_leaf(tmp_path):
+@pytest.mark.parametrize(
+    "bad_step,named",
+    [
+        (5, "first non-finite: gradient of 'linear/bias'"),  # a logging step computes gradient norms
+        (3, "first non-finite: parameter of 'linear/bias' (read after step 5)"),  # an ordinary step
+    ],
+)
+def test_a_nan_ends_the_run_naming_the_step_and_the_first_non_finite_leaf(tmp_path, bad_step, named):
     trainer = Trainer(
         TrainConfig(model="linear", data="regression", mode="dp", batch=64, steps=20, log_every=5, eval_every=0,
                     model_options={"in_features": 8}),
-        run_root=tmp_path, batches=NaNAtStep(3),
+        run_root=tmp_path, batches=NaNAtStep(bad_step),
     )
     summary = trainer.run()
     assert trainer.status == "failed"
-    assert summary["error"].startswith("step 3: loss is nan; first non-finite: gradient of 'linear/bias'")
-    assert trainer.history[-1].kind == "end" and "step 3" in trainer.history[-1].data["error"]
+    assert summary["error"].startswith(f"step {bad_step}: loss is nan; {named}")
+    assert trainer.history[-1].kind == "end" and f"step {bad_step}" in trainer.history[-1].data["error"]
     assert load_run(trainer.run_name, tmp_path).summary["status"] == "failed"
     # the kernel lives on: the same trainer runs again (two steps: before the NaN batch)
     assert trainer.run(steps=2)["steps"] == 2 and trainer.status == "finished"
@@ -147,7 +154,7 @@ def test_a_new_learning_rate_or_seed_reuses_the_compiled_step(tmp_path):
     second_summary = trainer.run()
     assert trainer.compiled_modes == 1
     mode = next(iter(trainer._modes.values()))
-    assert mode._step._cache_size() == 1  # jit compiled once for both runs
+    assert all(step._cache_size() == 1 for step in mode._steps.values())  # compiled once for both runs
     assert load_run(first, tmp_path).config["lr"] == 1e-3 and second_summary["steps"] == 5
     trainer.configure(batch=128)  # a new shape: a new step
     trainer.run()

@@ -350,8 +350,10 @@ class _Loop:
                     "(an iterator that repeats) or fewer steps"
                 ) from None
             first = time.perf_counter()
-            self.state, metrics = self.mode.step(self.state, self.mode.place_batch(batch))
-            self.step += 1
+            step = self.step + 1
+            logging = step == 1 or step % config.log_every == 0 or step == config.steps
+            self.state, metrics = self.mode.step(self.state, self.mode.place_batch(batch), diagnostics=logging)
+            self.step = step
             self.pending.append((self.step, metrics))
             if self.step == 1:
                 jax.block_until_ready(metrics["loss"])  # the one early sync: compile time, shown once
@@ -382,17 +384,21 @@ class _Loop:
         return "resume"
 
     def flush(self, interval_start: float | None) -> None:
-        """Read the pending metrics (one host sync), check them, log one record and emit it."""
+        """Read the pending metrics (one host sync), check them, log one record and emit it.
+
+        The record holds the mean loss over the interval's steps and the gradient norm of the last
+        step (ordinary steps compute no gradient norms: see ``diagnostics`` in :mod:`workbench.modes.base`).
+        """
         if not self.pending:
             return
         steps = [step for step, _ in self.pending]
         values = jax.device_get([metrics for _, metrics in self.pending])
         self.pending = []
         self.check_finite(steps, values)
-        scalars = [k for k, v in values[0].items() if np.ndim(v) == 0 and k != "weight"]
-        record = {"step": steps[-1]}
-        record.update({k: float(np.mean([v[k] for v in values])) for k in scalars})
-        self.last = {"loss": float(values[-1]["loss"]), **{k: record[k] for k in scalars if k != "loss"}}
+        record = {"step": steps[-1], "loss": float(np.mean([v["loss"] for v in values]))}
+        if "grad_norm" in values[-1]:
+            record["grad_norm"] = float(values[-1]["grad_norm"])
+        self.last = {"loss": float(values[-1]["loss"])}
         if interval_start is not None:
             elapsed = time.perf_counter() - interval_start
             examples = len(steps) * self.config.batch
@@ -403,12 +409,20 @@ class _Loop:
         self.trainer._emit("metrics", steps[-1], **{k: v for k, v in record.items() if k != "step"})
 
     def check_finite(self, steps: list[int], values: list[dict]) -> None:
+        """NonFiniteError at the first step whose loss or gradient norms are not finite.
+
+        It names the first non-finite gradient when that step computed gradient norms (a logging
+        step), else the first non-finite parameter of the current state, read on the host only now.
+        """
         for step, metrics in zip(steps, values):
-            finite = np.isfinite(metrics["loss"]) and bool(np.all(metrics["grads_finite"]))
-            if finite and bool(np.all(metrics["params_finite"])):
+            grads_finite = np.isfinite(metrics.get("grad_sq_norms", np.zeros(0)))
+            if np.isfinite(metrics["loss"]) and grads_finite.all():
                 continue
-            params = self.mode.export_state(self.initial).params
-            culprit = first_non_finite(params, metrics["grads_finite"], metrics["params_finite"])
+            params = self.mode.export_state(self.state).params
+            params_finite = [bool(np.all(np.isfinite(leaf))) for leaf in jax.tree.leaves(jax.device_get(params))]
+            culprit = first_non_finite(params, grads_finite, params_finite)
+            if culprit and culprit.startswith("parameter") and steps[-1] != step:
+                culprit += f" (read after step {steps[-1]})"
             loss = float(metrics["loss"])
             where = f"; first non-finite: {culprit}" if culprit else ""
             raise NonFiniteError(

@@ -4,7 +4,9 @@ A mode is built from a :class:`StepPlan` (model graph, loss, optimizer, mesh, ba
 precision). Building checks the plan and raises before anything compiles. A built mode then offers:
 
 * ``place_state(state)`` / ``place_batch(batch)``: put a host state or NumPy batch where it computes;
-* ``step(state, batch) -> (state, metrics)``: one update, metrics left on the device;
+* ``step(state, batch, diagnostics=False) -> (state, metrics)``: one update, metrics left on the
+  device: the loss, plus gradient norms with ``diagnostics`` (a second compiled variant, used by the
+  trainer at logging steps only, so ordinary steps cost what a hand-written step costs);
 * ``eval_sums(state, batch)``: weighted loss sums without gradients (see :mod:`.core`);
 * ``export_state(state)``: the state in the plain form every mode shares (for comparison, saving);
 * ``state_layout(state)``: the :class:`~workbench.tree_layout.TreeLayout` of the placed state.
@@ -17,6 +19,7 @@ per built mode: a trainer that keeps the mode keeps the compiled step.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, ClassVar
 
@@ -27,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..errors import MeshError, WorkbenchError
 from ..mesh import MeshShape, build_mesh, parse_mesh
 from ..tree_layout import TreeLayout, layout_tree
-from .core import TrainState, accumulate, check_precision, finish_step, weighted_sums
+from .core import TrainState, accumulate, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
 
 DATA_AXIS, MODEL_AXIS = "data", "model"
 
@@ -165,7 +168,7 @@ class ShardedJitMode(ParallelMode):
     def __init__(self, plan: StepPlan):
         super().__init__(plan)
         self.mesh = self.build_mesh(plan)
-        self._step = None
+        self._steps: dict[bool, Any] = {}  # diagnostics -> compiled step
         self._eval = None
 
     def build_mesh(self, plan: StepPlan) -> Mesh:
@@ -201,15 +204,21 @@ class ShardedJitMode(ParallelMode):
         """The parameters as the forward pass uses them (identity; FSDP gathers them here)."""
         return params
 
-    def _step_fn(self, state: TrainState, batch: Any):
-        sums = step_sums(self.plan, self.compute_params(state.params), state.other, batch)
-        return finish_step(self.plan.optimizer, state, sums)
+    def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
+        params = self.compute_params(state.params)
+        if self.plan.accum == 1:  # the loss's own mean over the sharded batch is exact: no weighting needed
+            result = mean_loss_and_grads(self.plan.graphdef, self.plan.loss, self.plan.precision, params, state.other, batch)
+        else:
+            result = means(step_sums(self.plan, params, state.other, batch))
+        return finish_step(self.plan.optimizer, state, result, diagnostics)
 
-    def step(self, state: TrainState, batch: Any):
-        if self._step is None:
+    def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
+        if diagnostics not in self._steps:
             shardings = self.state_shardings(state)
-            self._step = jax.jit(self._step_fn, out_shardings=(shardings, None))
-        return self._step(state, batch)
+            self._steps[diagnostics] = jax.jit(
+                functools.partial(self._step_fn, diagnostics=diagnostics), out_shardings=(shardings, None)
+            )
+        return self._steps[diagnostics](state, batch)
 
     def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
         if self._eval is None:

@@ -5,11 +5,13 @@ optimizer update. Modes differ only in *where* the combining happens (a Python l
 explicit ``pmean``) and in how the state is laid out, so this module gives them the pieces:
 
 * :class:`TrainState`: parameters, optimizer state and the model's other state, one pytree.
-* :func:`weighted_sums`: the loss and its gradient on one batch, multiplied by the batch's weight (the
-  number of unmasked examples or tokens). Sums of these add up exactly: the gradient of the mean loss
-  of a whole batch is ``sum(w_i * g_i) / sum(w_i)`` over any split of it, padded or not, equal or not.
+* :func:`mean_loss_and_grads`: the loss and its gradient on one batch, as the loss defines them.
+* :func:`weighted_sums`: the same multiplied by the batch's weight (the number of unmasked examples or
+  tokens). Sums of these add up exactly: the gradient of the mean loss of a whole batch is
+  ``sum(w_i * g_i) / sum(w_i)`` over any split of it, padded or not, equal or not.
 * :func:`accumulate`: the sums over ``k`` microbatches with ``lax.scan`` (one synchronisation per step).
-* :func:`finish_step`: divide the sums by the total weight, apply the optimizer, report metrics.
+* :func:`means`: the sums divided by the total weight.
+* :func:`finish_step`: apply the optimizer to mean gradients and report a few metrics.
 
 Mixed precision (``"bf16"``): the float32 master parameters and float inputs are cast to bfloat16 for
 the forward and backward pass; gradients arrive in float32 (the cast's transpose) and the update is
@@ -17,7 +19,7 @@ applied to the float32 master copy.
 
 Example:
     >>> sums = weighted_sums(graphdef, loss, "fp32", state.params, state.other, batch)  # doctest: +SKIP
-    >>> state, metrics = finish_step(tx, state, sums)  # doctest: +SKIP
+    >>> state, metrics = finish_step(tx, state, means(sums))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -86,14 +88,14 @@ def _scalar_metrics(aux: Mapping[str, Any]) -> dict[str, jax.Array]:
     return {k: jnp.asarray(v, jnp.float32) for k, v in aux.items() if k != "weight" and jnp.ndim(v) == 0}
 
 
-def weighted_sums(
+def mean_loss_and_grads(
     graphdef: Any, loss: LossFn, precision: str, params: Any, other: Any, batch: Any, *, with_grads: bool = True
 ) -> dict[str, Any]:
-    """``{"grads": w*g, "metrics": {"loss": w*l, ...}, "weight": w}`` for one batch.
+    """``{"grads": g, "metrics": {"loss": l, ...}, "weight": w}``: the loss's own means on one batch.
 
     ``w`` is ``aux["weight"]`` when the loss reports one (the workbench's losses do), else the mask's
     sum, else the number of rows. A loss that ignores masking must then be a mean over the batch.
-    ``with_grads=False`` gives the same without gradients, for evaluation.
+    ``with_grads=False`` leaves the gradients out (``"grads": None``), for evaluation.
     """
 
     def objective(p):
@@ -104,10 +106,22 @@ def weighted_sums(
     else:
         (value, aux), grads = objective(params), None
     weight = jnp.asarray(aux["weight"], jnp.float32) if "weight" in aux else _batch_weight(batch)
-    metrics = {"loss": value, **_scalar_metrics(aux)}
-    sums = {"metrics": jax.tree.map(lambda m: m * weight, metrics), "weight": weight}
+    return {"grads": grads, "metrics": {"loss": value, **_scalar_metrics(aux)}, "weight": weight}
+
+
+def weighted_sums(
+    graphdef: Any, loss: LossFn, precision: str, params: Any, other: Any, batch: Any, *, with_grads: bool = True
+) -> dict[str, Any]:
+    """:func:`mean_loss_and_grads` multiplied by the weight: ``{"grads": w*g, "metrics": w*m, "weight": w}``.
+
+    Sums of these over any split of a batch, divided by the summed weight (:func:`means`), give the
+    whole batch's mean loss and gradient exactly.
+    """
+    result = mean_loss_and_grads(graphdef, loss, precision, params, other, batch, with_grads=with_grads)
+    weight = result["weight"]
+    sums = {"metrics": jax.tree.map(lambda m: m * weight, result["metrics"]), "weight": weight}
     if with_grads:
-        sums["grads"] = jax.tree.map(lambda g: g * weight.astype(g.dtype), grads)
+        sums["grads"] = jax.tree.map(lambda g: g * weight.astype(g.dtype), result["grads"])
     return sums
 
 
@@ -145,8 +159,8 @@ def accumulate(sums_of: Callable[[Any], dict[str, Any]], batch: Any, k: int) -> 
     return total
 
 
-def means(sums: dict[str, Any]) -> tuple[Any, dict[str, jax.Array]]:
-    """``(mean gradients or None, mean metrics)``: the sums divided by the total weight.
+def means(sums: dict[str, Any]) -> dict[str, Any]:
+    """The sums divided by the total weight, in :func:`mean_loss_and_grads`'s form.
 
     An all-padding batch (weight 0) gives zero gradients and metrics rather than NaN.
     """
@@ -156,38 +170,37 @@ def means(sums: dict[str, Any]) -> tuple[Any, dict[str, jax.Array]]:
     grads = sums.get("grads")
     if grads is not None:
         grads = jax.tree.map(lambda g: g / safe.astype(g.dtype), grads)
-    return grads, metrics
+    return {"grads": grads, "metrics": metrics, "weight": weight}
 
 
-def _all_finite(tree: Any) -> jax.Array:
-    """One bool per leaf: is every element finite (cheap reductions, read only at logging time)."""
-    leaves = jax.tree.leaves(tree)
-    return jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]) if leaves else jnp.zeros((0,), bool)
+def finish_step(
+    optimizer: optax.GradientTransformation, state: TrainState, result: dict[str, Any], diagnostics: bool = False
+):
+    """One optimizer update from mean gradients (:func:`means` or :func:`mean_loss_and_grads`).
 
-
-def finish_step(optimizer: optax.GradientTransformation, state: TrainState, sums: dict[str, Any]):
-    """One optimizer update from combined weighted sums; returns ``(new_state, metrics)``.
-
-    The metrics stay on the device: ``loss`` and the loss's other scalars, ``grad_norm`` (global L2
-    norm), ``weight`` (examples or tokens counted), and per-leaf finiteness flags of the gradients and
-    the new parameters, which :func:`first_non_finite` turns into a name when something blows up.
+    Returns ``(new_state, metrics)``, left on the device. Every metric costs every step (on a sharded
+    state, a reduction plus a collective), so an ordinary step reports only ``loss``; with
+    ``diagnostics`` (the trainer asks at logging steps) it adds ``grad_norm`` (global L2), ``weight``
+    (examples or tokens counted) and ``grad_sq_norms``, each leaf's squared norm, from which the global
+    norm is computed and a non-finite one names the leaf whose gradient blew up (:func:`first_non_finite`).
+    Accuracy and the loss's other metrics are left to evaluation.
     """
-    grads, metrics = means(sums)
+    grads = result["grads"]
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {
-        **metrics,
-        "grad_norm": optax.tree.norm(grads),
-        "weight": sums["weight"],
-        "grads_finite": _all_finite(grads),
-        "params_finite": _all_finite(params),
-    }
+    metrics = {"loss": result["metrics"]["loss"]}
+    if diagnostics:
+        leaves = jax.tree.leaves(grads)
+        sq_norms = jnp.stack([jnp.sum(jnp.square(g.astype(jnp.float32))) for g in leaves]) if leaves else jnp.zeros(0)
+        metrics.update(grad_norm=jnp.sqrt(jnp.sum(sq_norms)), grad_sq_norms=sq_norms, weight=result["weight"])
     return TrainState(params, opt_state, state.other), metrics
 
 
-def first_non_finite(params: Any, grads_finite, params_finite) -> str | None:
-    """Which leaf went non-finite first, in words, from a step's finiteness flags; None if all finite.
+def first_non_finite(params: Any, grads_finite, params_finite=()) -> str | None:
+    """Which leaf went non-finite, in words, from per-leaf flags; None if all are finite.
 
+    ``grads_finite`` come from a step's ``grad_sq_norms`` (a squared norm is non-finite when the
+    gradient holds NaN/inf, or is so large its square overflows); ``params_finite`` from the state.
     A gradient is named before a parameter: a NaN gradient makes the parameter NaN in the same step.
 
     Example:

@@ -12,16 +12,19 @@ the mode checks the data axis against the device count first.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from ..errors import MeshError
+from ..mesh import build_mesh
 from ..tree_layout import TreeLayout, layout_tree
-from .base import DATA_AXIS, ParallelMode, StepPlan, axis_size, check_batch, only_axes, step_sums, training_mesh
-from .core import TrainState, finish_step, weighted_sums
+from .base import DATA_AXIS, ParallelMode, StepPlan, axis_size, check_batch, only_axes, step_sums
+from .core import TrainState, finish_step, means, weighted_sums
 
 
 class PmapDataParallel(ParallelMode):
@@ -31,8 +34,15 @@ class PmapDataParallel(ParallelMode):
     def __init__(self, plan: StepPlan):
         super().__init__(plan)
         self.devices = jax.devices()[: axis_size(plan, DATA_AXIS, self.name, "data=8")]
+        self.mesh = build_mesh({DATA_AXIS: len(self.devices)}, axis_types="auto", devices=self.devices)
         # Metrics and eval sums are identical on every device after pmean/psum: return one copy.
-        self._step = jax.pmap(self._local_step, axis_name=DATA_AXIS, devices=self.devices, out_axes=(0, None))
+        self._steps = {
+            diagnostics: jax.pmap(
+                functools.partial(self._local_step, diagnostics=diagnostics),
+                axis_name=DATA_AXIS, devices=self.devices, out_axes=(0, None),
+            )
+            for diagnostics in (False, True)
+        }  # pmap compiles on first call: an unused variant costs nothing
         self._eval = jax.pmap(self._local_eval, axis_name=DATA_AXIS, devices=self.devices, out_axes=None)
 
     @classmethod
@@ -50,10 +60,10 @@ class PmapDataParallel(ParallelMode):
     def data_parallel_size(self) -> int:
         return len(self.devices)
 
-    def _local_step(self, state: TrainState, shard: Any):
+    def _local_step(self, state: TrainState, shard: Any, diagnostics: bool):
         sums = step_sums(self.plan, state.params, state.other, shard)  # this device's local gradient
-        sums = lax.pmean(sums, DATA_AXIS)  # mean of w*g over mean of w: finish_step divides
-        return finish_step(self.plan.optimizer, state, sums)
+        sums = lax.pmean(sums, DATA_AXIS)  # mean of w*g over mean of w: means() divides
+        return finish_step(self.plan.optimizer, state, means(sums), diagnostics)
 
     def _local_eval(self, state: TrainState, shard: Any):
         sums = weighted_sums(
@@ -61,16 +71,20 @@ class PmapDataParallel(ParallelMode):
         )
         return lax.psum(sums, DATA_AXIS)
 
+    def _on_devices(self, stacked: Any) -> Any:
+        """Row i of every leaf onto device i: where pmap expects it, so calls copy nothing."""
+        return jax.device_put(stacked, NamedSharding(self.mesh, PartitionSpec(DATA_AXIS)))
+
     def place_state(self, state: TrainState) -> TrainState:
         copies = len(self.devices)
-        return jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (copies, *np.shape(x))), state)
+        return self._on_devices(jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (copies, *np.shape(x))), state))
 
     def place_batch(self, batch: Any) -> Any:
         copies = len(self.devices)
-        return jax.tree.map(lambda x: np.asarray(x).reshape(copies, -1, *np.shape(x)[1:]), batch)
+        return self._on_devices(jax.tree.map(lambda x: np.asarray(x).reshape(copies, -1, *np.shape(x)[1:]), batch))
 
-    def step(self, state: TrainState, batch: Any):
-        return self._step(state, batch)
+    def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
+        return self._steps[diagnostics](state, batch)
 
     def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
         return self._eval(state, batch)
@@ -80,4 +94,4 @@ class PmapDataParallel(ParallelMode):
 
     def state_layout(self, state: TrainState) -> TreeLayout:
         """The layout of a plain (exported) state: every device holds a whole copy."""
-        return layout_tree(state, training_mesh(self.plan.mesh_shape), "replicate")
+        return layout_tree(state, self.mesh, "replicate")

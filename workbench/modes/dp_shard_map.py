@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec
 
 from ..data_parallel import reduce_gradients
 from .base import DATA_AXIS, ShardedJitMode, StepPlan, axis_size, check_batch, only_axes, step_sums
-from .core import TrainState, finish_step
+from .core import TrainState, finish_step, means
 
 
 class ShardMapDataParallel(ShardedJitMode):
@@ -45,9 +45,9 @@ class ShardMapDataParallel(ShardedJitMode):
             "grads": reduce_gradients(sums["grads"], "mean", DATA_AXIS),
             "metrics": lax.pmean(sums["metrics"], DATA_AXIS),
             "weight": lax.pmean(sums["weight"], DATA_AXIS),
-        }  # mean of w*g over mean of w = sum of w*g over sum of w: finish_step divides
+        }  # mean of w*g over mean of w = sum of w*g over sum of w: means() divides
 
-    def _step_fn(self, state: TrainState, batch: Any):
+    def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
         sums = jax.shard_map(
             self._local_sums,
             mesh=self.mesh,
@@ -55,4 +55,4 @@ class ShardMapDataParallel(ShardedJitMode):
             out_specs=PartitionSpec(),
             check_vma=True,
         )(state.params, state.other, batch)
-        return finish_step(self.plan.optimizer, state, sums)
+        return finish_step(self.plan.optimizer, state, means(sums), diagnostics)

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 from ..tree_layout import TreeLayout, layout_tree
 from .base import DATA_AXIS, ParallelMode, StepPlan, axis_size, check_batch, single_device_mesh, step_sums
-from .core import TrainState, add_sums, finish_step, weighted_sums
+from .core import TrainState, add_sums, finish_step, means, weighted_sums
 
 
 class SimulatedDataParallel(ParallelMode):
@@ -30,7 +30,11 @@ class SimulatedDataParallel(ParallelMode):
         self.device = jax.devices()[0]
         # What one simulated device computes: weighted gradient sums of its shard.
         self._shard_sums = jax.jit(lambda state, shard: step_sums(plan, state.params, state.other, shard))
-        self._update = jax.jit(lambda state, sums: finish_step(plan.optimizer, state, sums))
+        self._add = jax.jit(add_sums)  # one call per shard, not one per leaf
+        self._update = jax.jit(
+            lambda state, sums, diagnostics: finish_step(plan.optimizer, state, means(sums), diagnostics),
+            static_argnames="diagnostics",
+        )
         self._eval = jax.jit(
             lambda state, batch: weighted_sums(
                 plan.graphdef, plan.loss, plan.precision, state.params, state.other, batch, with_grads=False
@@ -57,17 +61,17 @@ class SimulatedDataParallel(ParallelMode):
         rows = len(jax.tree.leaves(batch)[0]) // self.shards
         return [slice(i * rows, (i + 1) * rows) for i in range(self.shards)]
 
-    def step(self, state: TrainState, shards: list[Any]):
+    def step(self, state: TrainState, shards: list[Any], diagnostics: bool = False):
         total = None
         for shard in shards:  # device i's work, one after another
             sums = self._shard_sums(state, shard)
-            total = sums if total is None else add_sums(total, sums)  # the all-reduce, as a sum
-        return self._update(state, total)  # divides by the total weight: the average; one update
+            total = sums if total is None else self._add(total, sums)  # the all-reduce, as a sum
+        return self._update(state, total, diagnostics=diagnostics)  # divides by the total weight: the average; one update
 
     def eval_sums(self, state: TrainState, shards: list[Any]) -> dict[str, Any]:
         total = self._eval(state, shards[0])
         for shard in shards[1:]:
-            total = add_sums(total, self._eval(state, shard))
+            total = self._add(total, self._eval(state, shard))
         return total
 
     def state_layout(self, state: TrainState) -> TreeLayout:
