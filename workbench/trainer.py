@@ -352,10 +352,12 @@ class _Loop:
             first = time.perf_counter()
             step = self.step + 1
             logging = step == 1 or step % config.log_every == 0 or step == config.steps
-            self.state, metrics = self.mode.step(self.state, self.mode.place_batch(batch), diagnostics=logging)
+            placed = self.mode.place_batch(batch)
+            self.state, metrics = self.mode.step(self.state, placed, diagnostics=logging)
             self.step = step
             self.pending.append((self.step, metrics))
             if self.step == 1:
+                self.mode.precompile(self.state, placed)  # the ordinary step, compiled while step 1 runs
                 jax.block_until_ready(metrics["loss"])  # the one early sync: compile time, shown once
                 self.compile_s = time.perf_counter() - first
                 self.trainer._emit("compiled", 1, compile_s=round(self.compile_s, 3))

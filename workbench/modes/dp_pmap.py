@@ -89,6 +89,9 @@ class PmapDataParallel(ParallelMode):
     def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
         return self._eval(state, batch)
 
+    def precompile(self, state: TrainState, batch: Any) -> None:
+        self._steps[False].lower(state, batch).compile()
+
     def export_state(self, state: TrainState) -> TrainState:
         return jax.tree.map(lambda x: x[0], state)
 

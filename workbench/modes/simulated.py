@@ -68,6 +68,10 @@ class SimulatedDataParallel(ParallelMode):
             total = sums if total is None else self._add(total, sums)  # the all-reduce, as a sum
         return self._update(state, total, diagnostics=diagnostics)  # divides by the total weight: the average; one update
 
+    def precompile(self, state: TrainState, shards: list[Any]) -> None:
+        sums = jax.eval_shape(self._shard_sums, state, shards[0])
+        self._update.lower(state, sums, diagnostics=False).compile()
+
     def eval_sums(self, state: TrainState, shards: list[Any]) -> dict[str, Any]:
         total = self._eval(state, shards[0])
         for shard in shards[1:]:
