@@ -1,6 +1,5 @@
 """Every notebook runs top to bottom headless, with no error output, and is stored without outputs."""
 
-import os
 import pathlib
 
 import nbformat

@@ -15,7 +15,7 @@ allocated), a mesh, and where each leaf's spec comes from:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax

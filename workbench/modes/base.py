@@ -101,6 +101,17 @@ def check_batch(plan: StepPlan, parts: int, what: str) -> None:
         )
 
 
+def check_data_parallel(plan: StepPlan, mode: str, other_axes: str) -> int:
+    """The checks every 1-D data-parallel mode makes; returns the ``data`` axis size.
+
+    ``other_axes`` is the advice given when the mesh also splits devices over another axis.
+    """
+    size = axis_size(plan, DATA_AXIS, mode, "data=8")
+    only_axes(plan, (DATA_AXIS,), mode, other_axes)
+    check_batch(plan, size, f"{size} devices of 'data'")
+    return size
+
+
 def training_mesh(shape: MeshShape) -> Mesh:
     """A mesh with Auto axes over the first ``shape.size`` local devices.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from jax.sharding import PartitionSpec
 
-from .base import DATA_AXIS, ShardedJitMode, StepPlan, axis_size, check_batch, only_axes
+from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel
 
 
 class DataParallel(ShardedJitMode):
@@ -22,6 +22,4 @@ class DataParallel(ShardedJitMode):
 
     @classmethod
     def check(cls, plan: StepPlan) -> None:
-        size = axis_size(plan, DATA_AXIS, cls.name, "data=8")
-        only_axes(plan, (DATA_AXIS,), cls.name, "use mode 'dp-tp' to split over both, or drop that axis")
-        check_batch(plan, size, f"{size} devices of 'data'")
+        check_data_parallel(plan, cls.name, "use mode 'dp-tp' to split over both, or drop that axis")

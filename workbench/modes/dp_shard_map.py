@@ -22,7 +22,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from ..data_parallel import reduce_gradients
-from .base import DATA_AXIS, ShardedJitMode, StepPlan, axis_size, check_batch, only_axes, step_sums
+from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel, step_sums
 from .core import TrainState, finish_step, means
 
 
@@ -34,9 +34,7 @@ class ShardMapDataParallel(ShardedJitMode):
 
     @classmethod
     def check(cls, plan: StepPlan) -> None:
-        size = axis_size(plan, DATA_AXIS, cls.name, "data=8")
-        only_axes(plan, (DATA_AXIS,), cls.name, "drop that axis (this mode maps over 'data' only)")
-        check_batch(plan, size, f"{size} devices of 'data'")
+        check_data_parallel(plan, cls.name, "drop that axis (this mode maps over 'data' only)")
 
     def _local_sums(self, params: Any, other: Any, shard: Any) -> dict[str, Any]:
         params = lax.pcast(params, DATA_AXIS, to="varying")  # local gradients, not pre-summed (see above)

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .base import DATA_AXIS, ShardedJitMode, StepPlan, axis_size, check_batch, only_axes
+from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel
 
 
 class FullyShardedDataParallel(ShardedJitMode):
@@ -26,9 +26,7 @@ class FullyShardedDataParallel(ShardedJitMode):
 
     @classmethod
     def check(cls, plan: StepPlan) -> None:
-        size = axis_size(plan, DATA_AXIS, cls.name, "data=8")
-        only_axes(plan, (DATA_AXIS,), cls.name, "drop that axis (fsdp shards over 'data' only)")
-        check_batch(plan, size, f"{size} devices of 'data'")
+        check_data_parallel(plan, cls.name, "drop that axis (fsdp shards over 'data' only)")
 
     def compute_params(self, params: Any) -> Any:
         replicated = NamedSharding(self.mesh, PartitionSpec())
