@@ -162,6 +162,16 @@ class ParallelMode:
     def export_state(self, state: TrainState) -> TrainState:
         return state
 
+    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
+        """The step compiled for these (placed) inputs, a ``jax.stages.Compiled``: its ``as_text()``
+        is the optimised HLO (the collectives a step runs), ``memory_analysis()`` and ``cost_analysis()``
+        the compiler's estimates. Modes that run more than one program per step raise WorkbenchError.
+        """
+        raise WorkbenchError(
+            f"mode {self.name!r} runs several programs per step, so there is no single compiled step to "
+            "inspect: use 'dp' to see the collectives of the same data parallelism"
+        )
+
     def precompile(self, state: TrainState, batch: Any) -> None:
         """Compile the ordinary step (``diagnostics=False``) ahead of time, without running it.
 
@@ -241,8 +251,11 @@ class ShardedJitMode(ParallelMode):
     def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
         return self._compiled_step(state, diagnostics)(state, batch)
 
+    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
+        return self._compiled_step(state, diagnostics).lower(state, batch).compile()  # shares jit's cache
+
     def precompile(self, state: TrainState, batch: Any) -> None:
-        self._compiled_step(state, False).lower(state, batch).compile()  # shares jit's compile cache
+        self.compile_step(state, batch)
 
     def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
         if self._eval is None:

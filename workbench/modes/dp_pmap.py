@@ -89,8 +89,11 @@ class PmapDataParallel(ParallelMode):
     def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
         return self._eval(state, batch)
 
+    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
+        return self._steps[diagnostics].lower(state, batch).compile()
+
     def precompile(self, state: TrainState, batch: Any) -> None:
-        self._steps[False].lower(state, batch).compile()
+        self.compile_step(state, batch)
 
     def export_state(self, state: TrainState) -> TrainState:
         return jax.tree.map(lambda x: x[0], state)
