@@ -2,10 +2,18 @@
 parameters and optimizer state are sharded over ``data`` too: each device stores 1/N of them.
 
 Each parameter is split along its largest dimension divisible by the axis size (small leaves, such as
-biases of 10 classes, stay replicated; :meth:`state_layout` says which and why). For compute the step
-gathers the full parameters (``with_sharding_constraint`` to replicated: an all-gather), so the maths is
-exactly ``dp``'s; the gradient of that gather is a reduce-scatter, which hands each device the summed
-gradient of just its own shard, and the optimizer updates only that shard.
+biases of 10 classes, stay replicated; :meth:`state_layout` says which and why). The gradient is
+computed inside ``jax.shard_map``, with the two collectives of ZeRO-3 written out:
+
+1. ``lax.all_gather`` puts the whole parameters on every device, for this step only;
+2. each device computes the gradient of its own batch shard against them (locally, not yet summed);
+3. ``lax.psum_scatter`` (a reduce-scatter) sums the gradients over devices and hands each device the
+   sum for just its own shard; replicated leaves get an ordinary ``psum``.
+
+Outside the shard_map the optimizer updates each shard where it lives: Adam is element-wise, so no
+device ever needs another's optimizer state. Per device, one all-gather of the parameters and one
+reduce-scatter of the gradients move what ``dp``'s single all-reduce moves, but no device ever stores a
+whole copy of the parameters between steps, nor any of the optimizer state but its own 1/N.
 """
 
 from __future__ import annotations
@@ -13,9 +21,20 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
+from jax import lax
+from jax.sharding import PartitionSpec
 
-from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel
+from ..data_parallel import varying_axes
+from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel, step_sums
+from .core import TrainState, finish_step, means
+
+
+REPLICATED = -1
+
+
+def _sharded_dim(spec: PartitionSpec) -> int:
+    """Which dimension a leaf's spec splits over ``data`` (``REPLICATED``: none, the leaf is whole)."""
+    return next((dim for dim, entry in enumerate(spec) if entry == DATA_AXIS), REPLICATED)
 
 
 class FullyShardedDataParallel(ShardedJitMode):
@@ -28,6 +47,33 @@ class FullyShardedDataParallel(ShardedJitMode):
     def check(cls, plan: StepPlan) -> None:
         check_data_parallel(plan, cls.name, "drop that axis (fsdp shards over 'data' only)")
 
-    def compute_params(self, params: Any) -> Any:
-        replicated = NamedSharding(self.mesh, PartitionSpec())
-        return jax.tree.map(lambda p: jax.lax.with_sharding_constraint(p, replicated), params)
+    def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
+        param_specs = jax.tree.map(lambda s: s.spec, self.state_shardings(state).params)
+        dims = jax.tree.map(_sharded_dim, param_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+        def local_sums(shards, other, batch_shard):
+            full = jax.tree.map(  # 1. all-gather
+                lambda x, d: x if d == REPLICATED else lax.all_gather(x, DATA_AXIS, axis=d, tiled=True), shards, dims
+            )
+            # 2. local gradients: gathered (and replicated) leaves must be per-device before grad, or
+            # JAX would sum them over devices already (the shard_map trap; see dp_shard_map.py).
+            full = jax.tree.map(
+                lambda x: x if DATA_AXIS in (varying_axes(x) or ()) else lax.pcast(x, DATA_AXIS, to="varying"), full
+            )
+            sums = step_sums(self.plan, full, other, batch_shard)
+            grads = jax.tree.map(  # 3. reduce-scatter (psum for replicated leaves)
+                lambda g, d: lax.psum(g, DATA_AXIS) if d == REPLICATED
+                else lax.psum_scatter(g, DATA_AXIS, scatter_dimension=d, tiled=True),
+                sums["grads"], dims,
+            )
+            return {"grads": grads, "metrics": lax.psum(sums["metrics"], DATA_AXIS),
+                    "weight": lax.psum(sums["weight"], DATA_AXIS)}
+
+        sums = jax.shard_map(
+            local_sums,
+            mesh=self.mesh,
+            in_specs=(param_specs, PartitionSpec(), PartitionSpec(DATA_AXIS)),
+            out_specs={"grads": param_specs, "metrics": PartitionSpec(), "weight": PartitionSpec()},
+            check_vma=True,
+        )(state.params, state.other, batch)
+        return finish_step(self.plan.optimizer, state, means(sums), diagnostics)  # updates each shard in place
