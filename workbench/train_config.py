@@ -75,6 +75,8 @@ class TrainConfig:
         seed: model initialisation and batch order.
         log_every: steps between metric reads (the only host syncs while training).
         eval_every: steps between held-out evaluations (0: only at the end).
+        sync_every: steps between gradient-sync diagnostics (0: never); see
+            :mod:`workbench.sync_diagnostics`. Each costs about one extra gradient of the batch.
         drop_remainder: drop each epoch's last partial batch instead of padding and masking it.
     """
 
@@ -91,6 +93,7 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 10
     eval_every: int = 100
+    sync_every: int = 50
     drop_remainder: bool = False
     model_options: dict = dataclasses.field(default_factory=dict)
     data_options: dict = dataclasses.field(default_factory=dict)
@@ -111,6 +114,7 @@ class TrainConfig:
         for field, example in (("steps", "300"), ("batch", "256"), ("accum", "1"), ("log_every", "10")):
             check_positive(field, getattr(self, field), example, integer=True)
         check_positive("eval_every", self.eval_every, "100 (0: only at the end)", integer=True, allow_zero=True)
+        check_positive("sync_every", self.sync_every, "50 (0: never)", integer=True, allow_zero=True)
         check_positive("seed", self.seed, "0", integer=True, allow_zero=True)
         check_positive("lr", self.lr, "1e-3")
         return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr))

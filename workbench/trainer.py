@@ -16,7 +16,9 @@
   shapes, optimizer kind, batch size, accumulation, precision); a new learning rate or seed reuses it.
 
 Events are :class:`TrainEvent` records: ``start``, ``compiled`` (first step, with ``compile_s``),
-``metrics``, ``eval``, ``paused``, ``resumed`` and ``end`` (``status`` finished/stopped/failed).
+``metrics``, ``eval``, ``sync`` (gradient-sync diagnostics every ``sync_every`` steps: per-replica and
+synchronised gradient norms, cosines, replica divergence, noise scale), ``paused``, ``resumed`` and
+``end`` (``status`` finished/stopped/failed).
 
 Example:
     >>> trainer = Trainer(TrainConfig(model="mlp", data="digits", mode="dp", steps=300))  # doctest: +SKIP
@@ -44,9 +46,10 @@ from .modes import StepPlan, build_mode
 from .modes.core import LossFn, TrainState, add_sums, first_non_finite, init_state
 from .models import model_class, model_config_for_data, param_count
 from .runs import RunWriter
+from .sync_diagnostics import sync_report
 from .train_config import TrainConfig, make_optimizer
 
-EVENT_KINDS = ("start", "compiled", "metrics", "eval", "paused", "resumed", "end")
+EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "paused", "resumed", "end")
 STATUSES = ("idle", "running", "paused", "finished", "stopped", "failed")
 
 
@@ -365,6 +368,8 @@ class _Loop:
                 interval_start = time.perf_counter()
             elif self.step % config.log_every == 0 or self.step == config.steps:
                 self.flush(interval_start)
+                if config.sync_every and self.step % config.sync_every == 0:
+                    self.report_sync(batch)
                 interval_start = time.perf_counter()
             if config.eval_every and self.step % config.eval_every == 0 and self.step < config.steps:
                 self.evaluate()
@@ -431,6 +436,13 @@ class _Loop:
                 f"step {step}: loss is {loss}{where}. Lower the learning rate (now {self.config.lr}), check the "
                 "data for NaN/inf, or use fp32 if this is bf16"
             )
+
+    def report_sync(self, batch: Any) -> None:
+        """Gradient-sync diagnostics on this step's batch (see :mod:`workbench.sync_diagnostics`)."""
+        report = sync_report(self.mode, self.state, batch).to_json()
+        record = {"step": self.step, **{f"sync_{k}": v for k, v in report.items()}}
+        self.writer.append(record)
+        self.trainer._emit("sync", self.step, **report)
 
     def evaluate(self) -> None:
         if self.eval_batches is None:

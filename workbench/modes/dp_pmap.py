@@ -30,6 +30,7 @@ from .core import TrainState, finish_step, means, weighted_sums
 class PmapDataParallel(ParallelMode):
     name = "dp-pmap"
     summary = "legacy jax.pmap: stacked replicas, batch reshaped to (devices, B/devices, ...), pmean"
+    stacked_state = True  # row i of every state leaf is replica i's copy
 
     def __init__(self, plan: StepPlan):
         super().__init__(plan)

@@ -1,0 +1,169 @@
+"""Gradient-sync diagnostics: what each replica's gradient looks like before synchronisation, how far
+the replicas' parameter copies have drifted apart, and what batch size the gradient noise suggests.
+
+:func:`sync_report` takes a mode, its current (placed) state and a global batch, and measures:
+
+* ``per_replica_grad_norms``: each data shard's own gradient (what device i computes before any
+  all-reduce), as an L2 norm;
+* ``synced_grad_norm``: the norm of the synchronised gradient, the weighted mean of the local ones
+  (what a correct all-reduce produces: the gradient of the whole batch's mean loss);
+* ``cosine_to_synced``: each replica's agreement with the synchronised direction (1: identical;
+  small: the shards pull in different directions, as with a small per-replica batch);
+* ``replica_divergence``: the largest difference between replicas' copies of any replicated parameter
+  (exactly 0 when synchronisation is right; any drift means replicas applied different updates);
+* ``noise_scale`` (B_simple of McCandlish et al. 2018, "An Empirical Model of Large-Batch Training"):
+  from the small-batch (per-replica) and large-batch (synchronised) squared norms,
+  ``|G|^2 ~ (B |g_B|^2 - b |g_b|^2) / (B - b)`` and ``tr(Sigma) ~ (|g_b|^2 - |g_B|^2) / (1/b - 1/B)``,
+  ``B_simple = tr(Sigma) / |G|^2``: batches much smaller than it waste steps on noise, much larger
+  ones waste examples. It is reported as ``suggested_batch`` and is a noisy single-batch estimate:
+  average it over logging intervals before acting on it.
+
+The per-replica gradients are computed with ``jax.vmap`` over the N shards of the batch, from the
+same parameters, on the first device: the same numbers in every mode (``simulated`` included), at
+the cost of N gradient copies for the moment it runs, which is why the trainer runs it only at
+logging steps. Replica divergence is read from the mode's own placed state.
+
+Example:
+    >>> report = sync_report(mode, state, batch)  # doctest: +SKIP
+    >>> report.synced_grad_norm, report.replica_divergence  # doctest: +SKIP
+    (0.93, 0.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .modes.base import ParallelMode
+from .modes.core import TrainState, mean_loss_and_grads
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncReport:
+    """The measurements described in the module docstring, as plain floats."""
+
+    replicas: int
+    per_replica_grad_norms: list[float]
+    synced_grad_norm: float
+    cosine_to_synced: list[float]
+    replica_divergence: float
+    per_replica_batch: float
+    global_batch: float
+    noise_scale: float | None
+
+    @property
+    def suggested_batch(self) -> int | None:
+        """B_simple rounded to a whole batch, or None when the estimate is not positive and finite."""
+        if self.noise_scale is None or not math.isfinite(self.noise_scale) or self.noise_scale <= 0:
+            return None
+        return max(1, round(self.noise_scale))
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "suggested_batch": self.suggested_batch}
+
+
+def noise_scale(small_sq_norm: float, small_batch: float, big_sq_norm: float, big_batch: float) -> float | None:
+    """McCandlish et al.'s B_simple from a small and a large batch's squared gradient norms.
+
+    None when the two batch sizes are equal (one replica) or the estimated ``|G|^2`` is not positive
+    (the noise swamps the signal at these batch sizes).
+
+    Example:
+        >>> round(noise_scale(small_sq_norm=2.0, small_batch=8, big_sq_norm=1.125, big_batch=64), 2)
+        8.0
+    """
+    if big_batch <= small_batch:
+        return None
+    signal = (big_batch * big_sq_norm - small_batch * small_sq_norm) / (big_batch - small_batch)
+    trace = (small_sq_norm - big_sq_norm) / (1.0 / small_batch - 1.0 / big_batch)
+    if signal <= 0:
+        return None
+    return float(trace / signal)
+
+
+@functools.lru_cache(maxsize=32)
+def _replica_gradients_fn(graphdef: Any, loss: Any, precision: str):
+    """A jitted ``(params, other, shards) -> (local grads stacked, weights)`` for one model and loss."""
+
+    def local(params, other, shard):
+        result = mean_loss_and_grads(graphdef, loss, precision, params, other, shard)
+        return result["grads"], result["weight"]
+
+    return jax.jit(jax.vmap(local, in_axes=(None, None, 0)))
+
+
+def _flat(tree: Any) -> jax.Array:
+    return jnp.concatenate([jnp.ravel(leaf).astype(jnp.float32) for leaf in jax.tree.leaves(tree)])
+
+
+def replica_divergence(params: Any) -> float:
+    """The largest absolute difference between copies of the same slice of any parameter.
+
+    Every array leaf's addressable shards are grouped by the slice they hold; within a group all
+    copies must be bit-identical when every replica applied the same update. For a stacked (pmap)
+    state pass the stacked arrays: row i is replica i.
+
+    Example:
+        >>> replica_divergence(replicate_params({"w": np.ones(4)}, build_mesh("data=8")))  # doctest: +SKIP
+        0.0
+    """
+    worst = 0.0
+    for leaf in jax.tree.leaves(params):
+        groups: dict[Any, np.ndarray] = {}
+        for shard in getattr(leaf, "addressable_shards", ()):
+            key = tuple((s.start, s.stop) for s in shard.index)
+            data = np.asarray(shard.data, np.float64)
+            if key in groups:
+                worst = max(worst, float(np.max(np.abs(data - groups[key]), initial=0.0)))
+            else:
+                groups[key] = data
+    return worst
+
+
+def _stacked_rows_divergence(params: Any) -> float:
+    worst = 0.0
+    for leaf in jax.tree.leaves(params):
+        rows = np.asarray(leaf, np.float64)
+        worst = max(worst, float(np.max(np.abs(rows - rows[:1]), initial=0.0)))
+    return worst
+
+
+def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) -> SyncReport:
+    """Measure gradient synchronisation for ``mode`` at ``state`` on one global ``batch`` (NumPy).
+
+    ``state`` is the mode's placed state (as ``mode.step`` returns it); ``batch`` the host batch
+    before ``place_batch``. See the module docstring for what is measured.
+    """
+    replicas = max(1, mode.data_parallel_size)
+    plain = mode.export_state(state)
+    params = jax.device_put(plain.params, jax.devices()[0])
+    other = jax.device_put(plain.other, jax.devices()[0])
+    shards = jax.tree.map(lambda x: np.asarray(x).reshape(replicas, -1, *np.shape(x)[1:]), batch)
+    grads, weights = _replica_gradients_fn(mode.plan.graphdef, mode.plan.loss, mode.plan.precision)(params, other, shards)
+    flat = jax.vmap(_flat)(grads)  # (replicas, parameters)
+    weights = jnp.asarray(weights, jnp.float32)
+    synced = jnp.sum(flat * weights[:, None], axis=0) / jnp.maximum(jnp.sum(weights), 1e-30)
+    local_norms = jnp.linalg.norm(flat, axis=1)
+    synced_norm = jnp.linalg.norm(synced)
+    cosines = flat @ synced / jnp.maximum(local_norms * synced_norm, 1e-30)
+    local_norms, synced_norm, cosines, weights = jax.device_get((local_norms, synced_norm, cosines, weights))
+    small_batch = float(np.mean(weights))
+    big_batch = float(np.sum(weights))
+    stacked = getattr(mode, "stacked_state", False)
+    divergence = _stacked_rows_divergence(state.params) if stacked else replica_divergence(state.params)
+    return SyncReport(
+        replicas=replicas,
+        per_replica_grad_norms=[float(n) for n in local_norms],
+        synced_grad_norm=float(synced_norm),
+        cosine_to_synced=[float(c) for c in cosines],
+        replica_divergence=divergence,
+        per_replica_batch=small_batch,
+        global_batch=big_batch,
+        noise_scale=noise_scale(float(np.mean(np.square(local_norms))), small_batch, float(synced_norm) ** 2, big_batch),
+    )
