@@ -27,6 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ..data_parallel import varying_axes
 from ..errors import MeshError, WorkbenchError
 from ..mesh import MeshShape, build_mesh, parse_mesh
 from ..tree_layout import TreeLayout, layout_tree
@@ -237,7 +238,7 @@ class ShardedJitMode(ParallelMode):
         if self.plan.accum == 1:  # the loss's own mean over the sharded batch is exact: no weighting needed
             result = mean_loss_and_grads(self.plan.graphdef, self.plan.loss, self.plan.precision, params, state.other, batch)
         else:
-            result = means(step_sums(self.plan, params, state.other, batch))
+            result = means(self._accumulated_sums(params, state.other, batch))
         return finish_step(self.plan.optimizer, state, result, diagnostics)
 
     def _compiled_step(self, state: TrainState, diagnostics: bool):
@@ -250,6 +251,28 @@ class ShardedJitMode(ParallelMode):
 
     def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
         return self._compiled_step(state, diagnostics)(state, batch)
+
+    def _accumulated_sums(self, params: Any, other: Any, batch: Any) -> dict[str, Any]:
+        """Weighted sums over the microbatches, synchronised ONCE over ``data``.
+
+        Left to itself the compiler all-reduces every microbatch's gradient inside the scan (measured:
+        4 all-reduces per step with accum=4). So the accumulation runs per device in a shard_map that is
+        manual over ``data`` only (other axes, e.g. ``model``, stay the compiler's), and one psum follows.
+        """
+        if DATA_AXIS not in self.batch_spec or self.mesh.shape.get(DATA_AXIS, 1) == 1:
+            return step_sums(self.plan, params, other, batch)
+
+        def local(params, other, shard):
+            params = jax.tree.map(
+                lambda x: x if DATA_AXIS in (varying_axes(x) or ()) else jax.lax.pcast(x, DATA_AXIS, to="varying"),
+                params,
+            )  # per-device gradients, summed once below (not pre-summed: see dp_shard_map.py)
+            return jax.lax.psum(step_sums(self.plan, params, other, shard), DATA_AXIS)
+
+        return jax.shard_map(
+            local, mesh=self.mesh, in_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec(DATA_AXIS)),
+            out_specs=PartitionSpec(), axis_names={DATA_AXIS}, check_vma=True,
+        )(params, other, batch)
 
     def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
         return self._compiled_step(state, diagnostics).lower(state, batch).compile()  # shares jit's cache
