@@ -99,3 +99,11 @@ def test_spec_tree_matches_by_position_even_for_tied_weights():
     assert table.leaf("1").layout.spec == P(None, "data")
     with pytest.raises(wb.WorkbenchError, match="spec tree has 1 leaves but the state has 2"):
         wb.layout_tree(state, "data=8", [P("data")])
+
+
+def test_rule_table_code_round_trips_regexes_with_backslashes():
+    table = wb.RuleTable(wb.tensor_parallel_rules("transformer") + [("it's$", "None")])
+    namespace: dict = {}
+    exec(table.to_code(), namespace)  # our own generated code, as a production script would paste it
+    assert [pattern for pattern, _ in namespace["SHARDING_RULES"]] == [rule.pattern for rule in table.rules]
+    assert r"(^|/)blocks/\d+/attn/(q|k|v)/kernel$" in table.to_code()

@@ -53,6 +53,9 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="print exactly one JSON object")
     inspect.add_argument("--all-devices", action="store_true", help="list every device even on large meshes")
     _add_train_parser(commands)
+    from .plan_cli import add_plan_parser
+
+    add_plan_parser(commands)
     runs = commands.add_parser("runs", help="list past training runs and compare their final figures")
     runs.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     runs.add_argument("--json", action="store_true", help="print one JSON object")
@@ -86,6 +89,8 @@ def _add_train_parser(commands) -> None:
     train.add_argument("--data-options", default="", help="e.g. 'seq_len=32' or 'image=true'")
     train.add_argument("--log-every", type=int, default=defaults.log_every, help="steps between metric reads")
     train.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between evals (0: at the end)")
+    train.add_argument("--sync-every", type=int, default=defaults.sync_every,
+                       help="steps between gradient-sync diagnostics (0: never)")
     train.add_argument("--drop-remainder", action="store_true", help="drop partial batches instead of masking")
     train.add_argument("--name", default=None, help="run name (default: model-mode-time)")
     train.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
@@ -145,6 +150,12 @@ def _cmd_train(args) -> int:
     return train_command(args)
 
 
+def _cmd_plan(args) -> int:
+    from .plan_cli import plan_command
+
+    return plan_command(args)
+
+
 def _cmd_runs(args) -> int:
     from .runs import compare_runs, compare_table, list_runs
 
@@ -158,7 +169,7 @@ def _cmd_runs(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs}
+COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs, "plan": _cmd_plan}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,6 +36,17 @@ class Rule:
         return f"{self.pattern} {SEPARATOR} {format_spec(self.spec)}"
 
 
+def _regex_literal(pattern: str) -> str:
+    """Python source for ``pattern``: a raw string when one can hold it (readable), else ``repr``.
+
+    Not ``r`` + ``repr(pattern)``: repr doubles backslashes, which a raw string then keeps, so
+    ``\\d+`` would come back as a different regex.
+    """
+    if "'" not in pattern and "\n" not in pattern and not pattern.endswith("\\"):
+        return f"r'{pattern}'"
+    return repr(pattern)
+
+
 class RuleTable:
     """Ordered (regex -> spec) rules; the first rule whose regex is found in a leaf's path applies.
 
@@ -112,7 +123,7 @@ class RuleTable:
         """
         lines = ["from jax.sharding import PartitionSpec as P", "", f"{name} = ["]
         for rule in self.rules:
-            lines.append(f"    (r{rule.pattern!r}, {format_spec(rule.spec, 'code')}),")
+            lines.append(f"    ({_regex_literal(rule.pattern)}, {format_spec(rule.spec, 'code')}),")
         lines.append("]")
         return "\n".join(lines)
 

@@ -36,7 +36,8 @@ def _config_from_args(args):
     return TrainConfig(
         model=args.model, data=args.data, mode=args.mode, mesh=args.mesh, steps=args.steps, batch=args.batch,
         lr=args.lr, optimizer=args.optimizer, accum=args.accum, precision=args.precision, seed=args.seed,
-        log_every=args.log_every, eval_every=args.eval_every, drop_remainder=args.drop_remainder,
+        log_every=args.log_every, eval_every=args.eval_every, sync_every=args.sync_every,
+        drop_remainder=args.drop_remainder,
         model_options=parse_model_options(args.model_options, args.model),
         data_options=parse_data_options(args.data, args.data_options),
     ).checked()

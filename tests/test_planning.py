@@ -1,0 +1,266 @@
+"""Production planning: the cost model's formulas, plans checked against the layout engine, the exported
+rule table, and the ``workbench plan`` command line (JSON contract, one-line errors with status 2)."""
+
+import json
+import math
+
+import jax
+import pytest
+from flax import nnx
+from jax.sharding import PartitionSpec
+
+from workbench.cli import main
+from workbench.cost_model import (
+    HARDWARE,
+    Hardware,
+    collective_time,
+    compute_bound_test,
+    compute_time,
+    hardware,
+)
+from workbench.errors import MeshError, WorkbenchError
+from workbench.models import abstract_model, param_count
+from workbench.modes import MODES
+from workbench.planning import PLANNED_MODES, parse_byte_size, plan_training
+from workbench.train_config import make_optimizer
+from workbench.tree_layout import layout_tree
+
+GiB = 2**30
+TOY = Hardware("toy", peak_flops=1e12, memory_bytes=GiB, bandwidth=1e9, latency_s=1e-6, description="test figures")
+BIG = {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000}
+SMALL_LM = {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 32}
+
+
+def abstract_state(model, options=None, optimizer="adamw"):
+    params = nnx.state(abstract_model(model, **(options or {})), nnx.Param)
+    return params, jax.eval_shape(make_optimizer(optimizer, 1e-3).init, params)
+
+
+@pytest.fixture(scope="module")
+def big_fsdp():
+    return plan_training("transformer", BIG, "data=64,model=8", "fsdp")
+
+
+# --- the cost model ---------------------------------------------------------------------------------
+
+
+def test_ring_formulas_by_hand():
+    # V = 8e9 B over W = 8 at 1e9 B/s and 1 us per step: (W-1)/W * V / BW = 7 s, (W-1) * latency = 7 us.
+    assert collective_time("all-gather", 8e9, 8, TOY) == pytest.approx(7.000007)
+    assert collective_time("reduce-scatter", 8e9, 8, TOY) == pytest.approx(7.000007)
+    assert collective_time("all-reduce", 8e9, 8, TOY) == pytest.approx(14.000014)
+    assert collective_time("all-reduce", 8e9, 1, TOY) == 0.0  # nobody to talk to
+    # Large W: the all-reduce approaches the "2V / BW" rule of thumb.
+    no_latency = Hardware("ideal", 1e12, GiB, 1e9, 0.0, "")
+    assert collective_time("all-reduce", 1e9, 100_000, no_latency) == pytest.approx(2.0, rel=1e-4)
+
+
+def test_compute_time_and_bad_collectives():
+    assert compute_time(459e12, "tpu-v5p", utilisation=0.5) == pytest.approx(2.0)
+    assert compute_time(1e12, TOY, utilisation=1.0) == pytest.approx(1.0)
+    with pytest.raises(WorkbenchError, match="all-to-all.*all-reduce, all-gather, reduce-scatter"):
+        collective_time("all-to-all", 1e6, 8, TOY)
+    with pytest.raises(WorkbenchError, match="group_size=0"):
+        collective_time("all-reduce", 1e6, 0, TOY)
+    with pytest.raises(WorkbenchError, match="bytes=-1"):
+        collective_time("all-reduce", -1, 8, TOY)
+    with pytest.raises(WorkbenchError, match="utilisation=1.5"):
+        compute_time(1e12, TOY, utilisation=1.5)
+
+
+def test_compute_bound_threshold_by_hand():
+    # threshold = u F / BW * 2 beta / f = 1 * 1e12 / 1e9 * 2 * 2 / 6 = 666.7 tokens (large-W limit)
+    test = compute_bound_test(1000, TOY, bytes_per_param=2, utilisation=1.0)
+    assert test.threshold_tokens == pytest.approx(2000 / 3)
+    assert test.compute_bound and test.sentence == "compute-bound: 1,000 tokens per device >= the 667 needed on toy"
+    ring = compute_bound_test(300, TOY, bytes_per_param=2, utilisation=1.0, group_size=2)  # x (2-1)/2
+    assert ring.threshold_tokens == pytest.approx(1000 / 3) and not ring.compute_bound
+    assert ring.sentence.startswith("communication-bound: 300 tokens per device < the 333")
+    slower = compute_bound_test(1000, TOY, bytes_per_param=2, utilisation=0.5)  # slower maths hides more
+    assert slower.threshold_tokens == pytest.approx(1000 / 3)
+
+
+def test_hardware_presets_are_sane():
+    assert {"tpu-v5e", "tpu-v5p", "h100-nvlink", "h100-pcie", "cpu"} <= set(HARDWARE)
+    for hw in HARDWARE.values():
+        assert 1e10 <= hw.peak_flops <= 1e16 and GiB <= hw.memory_bytes <= 2**40
+        assert 1e9 <= hw.bandwidth <= 1e13 and 1e-7 <= hw.latency_s <= 1e-3
+        assert len(hw.description) > 40, hw.name  # says where the figures come from
+    assert (hardware("tpu-v5e").peak_flops, hardware("tpu-v5e").memory_bytes) == (197e12, 16 * GiB)
+    assert (hardware("tpu-v5p").peak_flops, hardware("tpu-v5p").memory_bytes) == (459e12, 95 * GiB)
+    assert (hardware("h100-nvlink").peak_flops, hardware("h100-nvlink").bandwidth) == (989e12, 450e9)
+    assert (hardware("h100-pcie").peak_flops, hardware("h100-pcie").bandwidth) == (756e12, 64e9)
+    assert hardware(TOY) is TOY
+    with pytest.raises(WorkbenchError, match="unknown hardware 'tpu-v9': choose one of tpu-v5e, tpu-v5p"):
+        hardware("tpu-v9")
+
+
+def test_parse_byte_size():
+    assert parse_byte_size("16GiB") == 16 * GiB
+    assert parse_byte_size("80GB") == 80 * 10**9
+    assert parse_byte_size("512 mib") == 512 * 2**20
+    assert parse_byte_size("1.5TiB") == 3 * 2**39
+    assert parse_byte_size("4096") == parse_byte_size(4096) == 4096
+    for bad in ("16 gigs", "", "GiB", "-1GiB", "0", True):
+        with pytest.raises(WorkbenchError, match="16GiB, 80GB or 512MiB"):
+            parse_byte_size(bad)
+
+
+# --- plans against the layout engine ------------------------------------------------------------------
+
+
+def test_dp_holds_everything_and_all_reduces_it():
+    params, opt_state = abstract_state("mlp")
+    plan = plan_training("mlp", {}, "data=8", "dp", optimizer="adam", hardware=TOY)
+    whole = 4 * param_count(abstract_model("mlp"))
+    assert plan.params_bytes == plan.grads_bytes == whole == layout_tree(params, "data=8", "replicate").bytes_per_device
+    # Adam keeps two moments shaped like the parameters, plus a few scalars (step counts, learning rate).
+    assert 0 < plan.opt_state_bytes - 2 * whole <= 64
+    assert plan.total_bytes == plan.params_bytes + plan.grads_bytes + plan.opt_state_bytes
+    (reduce,) = plan.collectives
+    assert (reduce.kind, reduce.bytes, reduce.axes, reduce.group_size) == ("all-reduce", whole, ("data",), 8)
+    assert reduce.count == 1
+    assert plan.predicted_step_comm_s == pytest.approx(collective_time("all-reduce", whole, 8, TOY))
+    assert plan.compute_bound is not None and plan.examples_per_device == 16
+
+
+def test_fsdp_matches_the_layout_engine_exactly():
+    params, opt_state = abstract_state("mlp", {"hidden": 256})
+    plan = plan_training("mlp", {"hidden": 256}, "data=8", "fsdp", hardware=TOY)
+    engine = layout_tree(params, "data=8", "shard")
+    assert plan.params_bytes == engine.bytes_per_device
+    assert plan.opt_state_bytes == layout_tree(opt_state, "data=8", "shard").bytes_per_device
+    assert engine.total_bytes / 8 <= plan.params_bytes <= engine.total_bytes / 8 + 64  # the 10-class bias stays whole
+    sharded = sum(l.layout.total_bytes for l in engine.leaves if not l.layout.is_fully_replicated)
+    kinds = {c.kind: c for c in plan.collectives}
+    assert kinds["all-gather"].bytes == kinds["reduce-scatter"].bytes == sharded
+    assert kinds["all-reduce"].bytes == 4 * 10  # output/bias, left whole
+    assert any("stay whole" in note for note in plan.notes)
+
+
+def test_tensor_parallel_activation_all_reduces():
+    plan = plan_training("transformer", SMALL_LM, "data=2,model=4", "dp-tp", global_batch=8, seq_len=16, hardware=TOY)
+    by_what = {c.what.split(" ")[0]: c for c in plan.collectives}
+    blocks = by_what["block"]
+    # 2 forward + 2 backward per block, of the (B_local, T, d_model) activations in bf16.
+    assert (blocks.count, blocks.bytes, blocks.axes, blocks.group_size) == (4 * 2, 4 * 16 * 64 * 2, ("model",), 4)
+    assert by_what["gradients"].bytes == plan.grads_bytes and by_what["gradients"].axes == ("data",)
+    params, _ = abstract_state("transformer", SMALL_LM)
+    assert plan.params_bytes < layout_tree(params, "data=2,model=4", "replicate").bytes_per_device
+
+
+def test_every_mode_can_be_planned():
+    assert set(MODES) <= set(PLANNED_MODES)
+    meshes = {"tp": "model=2", "dp-tp": "data=4,model=2"}
+    for mode in MODES:
+        plan = plan_training("mlp", {}, meshes.get(mode, "data=8"), mode, hardware="cpu")
+        assert plan.total_bytes > 0 and json.dumps(plan.to_json())
+
+
+def test_big_transformer_on_512_devices(big_fsdp):
+    plan = big_fsdp
+    assert plan.params >= 1e9 and plan.mesh.size == 512
+    assert plan.params_bytes == pytest.approx(4 * plan.params / 64, rel=1e-3)  # sharded over data=64 only
+    assert plan.fits and plan.peak_bytes < 16 * GiB
+    assert plan_training("transformer", BIG, "data=64,model=8", "fsdp", hardware="tpu-v5e").fits
+    assert not plan_training("transformer", BIG, "data=64,model=8", "fsdp", device_memory="4GiB").fits
+    dp_small = plan_training("transformer", BIG, "data=64,model=8", "dp", hardware="tpu-v5e")
+    dp_large = plan_training("transformer", BIG, "data=64,model=8", "dp", hardware="tpu-v5p")
+    assert dp_small.total_bytes == dp_large.total_bytes > 16 * GiB  # float32 state of 1.3B params: 20 GiB
+    assert not dp_small.fits and dp_large.fits
+    assert any("model=8 devices hold 8 identical copies" in note for note in plan.notes)
+
+
+def test_rules_code_reproduces_the_plan(big_fsdp):
+    params, opt_state = abstract_state("transformer", BIG)
+    small_params, small_opt = abstract_state("transformer", SMALL_LM)
+    cases = [
+        (big_fsdp, params, opt_state),
+        (plan_training("transformer", SMALL_LM, "data=4,model=2", "dp-tp"), small_params, small_opt),
+        (plan_training("transformer", SMALL_LM, "data=8", "dp"), small_params, small_opt),
+    ]
+    for plan, plan_params, plan_opt in cases:
+        namespace = {}
+        exec(plan.rules_code(), namespace)  # our own generated code
+        rules = namespace["SHARDING_RULES"]
+        assert all(isinstance(spec, PartitionSpec) for _, spec in rules)
+        mesh = str(plan.mesh)
+        assert layout_tree(plan_params, mesh, rules).bytes_per_device == plan.params_bytes
+        assert layout_tree(plan_opt, mesh, rules).bytes_per_device == plan.opt_state_bytes
+    assert len(namespace["SHARDING_RULES"]) == 1  # dp: one catch-all
+    assert "\\d+" in big_fsdp.rules_code() and len(big_fsdp.rule_table) < 30  # layers folded into one rule each
+
+
+def test_bad_plans_name_the_problem():
+    with pytest.raises(MeshError, match="mode 'tp' needs a mesh axis 'model'"):
+        plan_training("mlp", {}, "data=8", "tp")
+    with pytest.raises(WorkbenchError, match="unknown mode 'zero'"):
+        plan_training("mlp", {}, "data=8", "zero")
+    with pytest.raises(WorkbenchError, match="global batch 12 does not split over 8"):
+        plan_training("mlp", {}, "data=8", "dp", global_batch=12)
+    with pytest.raises(WorkbenchError, match="max_len=32"):
+        plan_training("transformer", SMALL_LM, "data=8", "dp", seq_len=64)
+    with pytest.raises(WorkbenchError, match="has no splittable layer pair"):
+        plan_training("linear", {}, "model=2", "tp")
+    with pytest.raises(WorkbenchError, match="unknown precision 'fp8'"):
+        plan_training("mlp", {}, "data=8", "dp", precision="fp8")
+
+
+# --- the command line --------------------------------------------------------------------------------
+
+
+def run_cli(capsys, *argv):
+    status = main(["plan", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_plan_json_contract(capsys):
+    status, out, err = run_cli(
+        capsys, "--model", "transformer", "--config", "d_model=2048,n_layers=24,n_heads=16,vocab=32000",
+        "--mesh", "data=64,model=8", "--mode", "fsdp", "--hardware", "tpu-v5e", "--device-memory", "16GiB", "--json",
+    )
+    assert status == 0 and err == ""
+    result = json.loads(out)  # exactly one JSON object
+    assert result["mesh"] == {"data": 64, "model": 8} and result["mode"] == "fsdp"
+    assert isinstance(result["params"], int) and result["params"] >= 1e9
+    per_device = result["per_device"]
+    for key in ("params_bytes", "grads_bytes", "opt_state_bytes", "total_bytes"):
+        assert isinstance(per_device[key], int) and per_device[key] > 0
+    state = ("params_bytes", "grads_bytes", "opt_state_bytes")
+    assert per_device["total_bytes"] == sum(per_device[key] for key in state)
+    assert result["fits"] is True and result["device_memory"] == 16 * GiB
+    assert [c["kind"] for c in result["collectives"]] == ["all-gather", "reduce-scatter"]
+    for collective in result["collectives"]:
+        assert {"kind", "bytes", "axes", "count", "time_s"} <= set(collective) and collective["axes"] == ["data"]
+    assert result["predicted_step_comm_s"] == pytest.approx(sum(c["time_s"] for c in result["collectives"]))
+    assert result["predicted_step_compute_s"] > 0 and result["compute_bound"]["sentence"]
+    assert result["hardware"]["name"] == "tpu-v5e"
+
+
+def test_plan_text_shows_summary_and_rules(capsys):
+    status, out, err = run_cli(capsys, "--model", "mlp", "--mesh", "data=8", "--mode", "fsdp", "--hardware", "cpu")
+    assert status == 0 and err == ""
+    assert "per device" in out and "fits" in out and "all-gather" in out
+    code = out[out.index("# Partition specs"):]
+    namespace = {}
+    exec(code, namespace)
+    assert namespace["SHARDING_RULES"][-1] == (".*", PartitionSpec())
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--mesh", "data=4,,model=2", "--mode", "dp"], "empty axis"),
+        (["--mesh", "data=8", "--mode", "dp", "--device-memory", "16gigs"], "is not a size"),
+        (["--mesh", "data=8", "--mode", "dp", "--hardware", "tpu-v9"], "unknown hardware 'tpu-v9'"),
+        (["--mesh", "data=8", "--mode", "zero"], "invalid choice: 'zero'"),
+        (["--mesh", "data=8", "--mode", "tp"], "needs a mesh axis 'model'"),
+        (["--mesh", "data=8", "--mode", "dp", "--config", "d_model=-3"], "must be positive"),
+        (["--mesh", "data=8", "--mode", "dp", "--batch", "ten"], "invalid int value"),
+    ],
+)
+def test_plan_bad_input_exits_2_with_one_line(capsys, argv, message):
+    status, out, err = run_cli(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err
