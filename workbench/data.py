@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import WorkbenchError
+from .errors import WorkbenchError, nearest_multiples
 
 KINDS = ("regression", "classification", "language")
 SPLITS = ("train", "eval")
@@ -463,8 +463,7 @@ def sharded_batches(
     sharding = create_data_parallel_sharding(mesh, data_axis)
     parts = sharding.mesh.shape[data_axis]
     if size % parts:
-        lower, upper = size // parts * parts, -(-size // parts) * parts
-        nearest = f"{lower} or {upper}" if lower else f"{upper}"
+        nearest = nearest_multiples(size, parts)
         raise WorkbenchError(
             f"global batch size {size} is not divisible by the {parts} devices of mesh axis {data_axis!r}: "
             f"use {nearest} (a multiple of {parts})"

@@ -39,3 +39,14 @@ class GradientSyncError(WorkbenchError):
 
 class RunError(WorkbenchError):
     """A training run on disk that cannot be written, found or read (bad name, non-JSON value, garbled file)."""
+
+
+def nearest_multiples(value: int, unit: int) -> str:
+    """The multiples of ``unit`` around ``value``, for "use a batch of ..." advice.
+
+    Example:
+        >>> nearest_multiples(100, 8), nearest_multiples(5, 8)
+        ('96 or 104', '8')
+    """
+    lower, upper = value // unit * unit, -(-value // unit) * unit
+    return f"{lower} or {upper}" if lower else f"{upper}"

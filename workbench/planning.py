@@ -44,7 +44,7 @@ from .cost_model import (
     compute_time,
     hardware as lookup_hardware,
 )
-from .errors import MeshError, WorkbenchError
+from .errors import MeshError, WorkbenchError, nearest_multiples
 from .mesh import MeshShape, abstract_mesh, parse_mesh
 from .rules import RuleTable
 from .specs import entry_axes, format_spec, spec_entries, spec_to_json
@@ -468,8 +468,7 @@ def _batch(global_batch: int | None, parts: int) -> int:
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise WorkbenchError(f"global batch {global_batch!r} must be a whole number >= 1: use e.g. --batch {16 * parts}")
     if global_batch % parts:
-        lower, upper = global_batch // parts * parts, -(-global_batch // parts) * parts
-        nearest = f"{lower} or {upper}" if lower else f"{upper}"
+        nearest = nearest_multiples(global_batch, parts)
         raise WorkbenchError(
             f"global batch {global_batch} does not split over {parts} data-parallel devices: use a batch of {nearest} "
             f"(a multiple of {parts})"

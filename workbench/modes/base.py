@@ -28,7 +28,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..data_parallel import varying_axes
-from ..errors import MeshError, WorkbenchError
+from ..errors import MeshError, WorkbenchError, nearest_multiples
 from ..mesh import MeshShape, build_mesh, parse_mesh
 from ..tree_layout import TreeLayout, layout_tree
 from .core import TrainState, accumulate, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
@@ -93,8 +93,7 @@ def check_batch(plan: StepPlan, parts: int, what: str) -> None:
         raise WorkbenchError(f"accum={plan.accum!r} must be a whole number >= 1 (microbatches per step): use 1 for none")
     unit = parts * plan.accum
     if plan.global_batch % unit:
-        lower, upper = plan.global_batch // unit * unit, -(-plan.global_batch // unit) * unit
-        nearest = f"{lower} or {upper}" if lower else f"{upper}"
+        nearest = nearest_multiples(plan.global_batch, unit)
         split = f"{plan.accum} microbatches x {what}" if plan.accum > 1 else what
         raise WorkbenchError(
             f"global batch {plan.global_batch} does not split into {split} ({unit} equal parts): "
