@@ -100,10 +100,9 @@ class TrainConfig:
 
     def checked(self) -> "TrainConfig":
         """This config with the mesh normalised, or a WorkbenchError naming the first bad field."""
+        from .data import DATASETS
         from .models import MODELS
         from .modes import MODES, PRECISIONS
-
-        from .data import DATASETS
 
         for field, value, choices in (
             ("model", self.model, MODELS), ("data", self.data, tuple(DATASETS)), ("mode", self.mode, MODES),

@@ -27,11 +27,10 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..data_parallel import varying_axes
 from ..errors import MeshError, WorkbenchError, nearest_multiples
 from ..mesh import MeshShape, build_mesh, parse_mesh
 from ..tree_layout import TreeLayout, layout_tree
-from .core import TrainState, accumulate, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
+from .core import TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
 
 DATA_AXIS, MODEL_AXIS = "data", "model"
 
@@ -262,10 +261,7 @@ class ShardedJitMode(ParallelMode):
             return step_sums(self.plan, params, other, batch)
 
         def local(params, other, shard):
-            params = jax.tree.map(
-                lambda x: x if DATA_AXIS in (varying_axes(x) or ()) else jax.lax.pcast(x, DATA_AXIS, to="varying"),
-                params,
-            )  # per-device gradients, summed once below (not pre-summed: see dp_shard_map.py)
+            params = as_per_device(params, DATA_AXIS)  # local gradients, summed once below
             return jax.lax.psum(step_sums(self.plan, params, other, shard), DATA_AXIS)
 
         return jax.shard_map(

@@ -83,6 +83,20 @@ def model_loss(graphdef: Any, loss: LossFn, precision: str, params: Any, other: 
     return value.astype(jnp.float32), aux
 
 
+def as_per_device(tree: Any, axis: str) -> Any:
+    """Inside ``shard_map``: every leaf marked as varying over ``axis`` (leaves already varying are kept).
+
+    Why: with ``check_vma=True``, ``jax.grad`` with respect to an unvarying (replicated) input returns
+    the gradient already summed over ``axis``. Marked per-device first, each device gets its own local
+    gradient, to be reduced once and explicitly (see ``dp_shard_map.py``).
+    """
+    from ..data_parallel import varying_axes
+
+    return jax.tree.map(
+        lambda x: x if axis in (varying_axes(x) or ()) else jax.lax.pcast(x, axis, to="varying"), tree
+    )
+
+
 def _scalar_metrics(aux: Mapping[str, Any]) -> dict[str, jax.Array]:
     """The aux values that are metrics (float scalars), excluding the weight itself."""
     return {k: jnp.asarray(v, jnp.float32) for k, v in aux.items() if k != "weight" and jnp.ndim(v) == 0}

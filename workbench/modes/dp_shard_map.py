@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec
 
 from ..data_parallel import reduce_gradients
 from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel, step_sums
-from .core import TrainState, finish_step, means
+from .core import TrainState, as_per_device, finish_step, means
 
 
 class ShardMapDataParallel(ShardedJitMode):
@@ -37,7 +37,7 @@ class ShardMapDataParallel(ShardedJitMode):
         check_data_parallel(plan, cls.name, "drop that axis (this mode maps over 'data' only)")
 
     def _local_sums(self, params: Any, other: Any, shard: Any) -> dict[str, Any]:
-        params = lax.pcast(params, DATA_AXIS, to="varying")  # local gradients, not pre-summed (see above)
+        params = as_per_device(params, DATA_AXIS)  # lax.pcast: local gradients, not pre-summed (see above)
         sums = step_sums(self.plan, params, other, shard)
         return {
             "grads": reduce_gradients(sums["grads"], "mean", DATA_AXIS),

@@ -24,9 +24,8 @@ import jax
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from ..data_parallel import varying_axes
 from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel, step_sums
-from .core import TrainState, finish_step, means
+from .core import TrainState, as_per_device, finish_step, means
 
 
 REPLICATED = -1
@@ -57,9 +56,7 @@ class FullyShardedDataParallel(ShardedJitMode):
             )
             # 2. local gradients: gathered (and replicated) leaves must be per-device before grad, or
             # JAX would sum them over devices already (the shard_map trap; see dp_shard_map.py).
-            full = jax.tree.map(
-                lambda x: x if DATA_AXIS in (varying_axes(x) or ()) else lax.pcast(x, DATA_AXIS, to="varying"), full
-            )
+            full = as_per_device(full, DATA_AXIS)
             sums = step_sums(self.plan, full, other, batch_shard)
             grads = jax.tree.map(  # 3. reduce-scatter (psum for replicated leaves)
                 lambda g, d: lax.psum(g, DATA_AXIS) if d == REPLICATED
