@@ -1,7 +1,8 @@
 """The ``workbench`` command line.
 
 ``workbench devices`` shows what JAX sees; ``workbench inspect`` prints an array's layout on any mesh;
-``workbench train`` trains a model in a parallel mode; ``workbench runs`` lists and compares past runs.
+``workbench train`` trains a model in a parallel mode; ``workbench runs`` lists and compares past runs;
+``workbench check`` checks a mode against the one-device reference; ``workbench plan`` plans a layout.
 Bad input prints one line on stderr and exits with status 2, never a traceback; a training run that
 fails exits with status 1 and the reason.
 
@@ -56,6 +57,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from .plan_cli import add_plan_parser
 
     add_plan_parser(commands)
+    from .check_cli import add_check_parser
+
+    add_check_parser(commands)
     runs = commands.add_parser("runs", help="list past training runs and compare their final figures")
     runs.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     runs.add_argument("--json", action="store_true", help="print one JSON object")
@@ -91,6 +95,9 @@ def _add_train_parser(commands) -> None:
     train.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between evals (0: at the end)")
     train.add_argument("--sync-every", type=int, default=defaults.sync_every,
                        help="steps between gradient-sync diagnostics (0: never)")
+    from .check_cli import add_inject_option
+
+    add_inject_option(train)
     train.add_argument("--drop-remainder", action="store_true", help="drop partial batches instead of masking")
     train.add_argument("--name", default=None, help="run name (default: model-mode-time)")
     train.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
@@ -156,6 +163,12 @@ def _cmd_plan(args) -> int:
     return plan_command(args)
 
 
+def _cmd_check(args) -> int:
+    from .check_cli import check_command
+
+    return check_command(args)
+
+
 def _cmd_runs(args) -> int:
     from .runs import compare_runs, compare_table, list_runs
 
@@ -169,7 +182,8 @@ def _cmd_runs(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs, "plan": _cmd_plan}
+COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs, "plan": _cmd_plan,
+            "check": _cmd_check}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -134,6 +134,19 @@ def _stacked_rows_divergence(params: Any) -> float:
     return worst
 
 
+def state_divergence(mode: ParallelMode, state: TrainState) -> float:
+    """Replica divergence of ``mode``'s placed ``state``: the largest difference between any two
+    replicas' copies of the same parameter slice (0.0 when every replica applied the same update).
+
+    Example:
+        >>> state_divergence(mode, state)  # doctest: +SKIP
+        0.0
+    """
+    if getattr(mode, "stacked_state", False):
+        return _stacked_rows_divergence(state.params)
+    return replica_divergence(state.params)
+
+
 def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) -> SyncReport:
     """Measure gradient synchronisation for ``mode`` at ``state`` on one global ``batch`` (NumPy).
 
@@ -155,8 +168,7 @@ def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) ->
     local_norms, synced_norm, cosines, weights = jax.device_get((local_norms, synced_norm, cosines, weights))
     small_batch = float(np.mean(weights))
     big_batch = float(np.sum(weights))
-    stacked = getattr(mode, "stacked_state", False)
-    divergence = _stacked_rows_divergence(state.params) if stacked else replica_divergence(state.params)
+    divergence = state_divergence(mode, state)
     return SyncReport(
         replicas=replicas,
         per_replica_grad_norms=[float(n) for n in local_norms],

@@ -38,6 +38,7 @@ def _config_from_args(args):
         lr=args.lr, optimizer=args.optimizer, accum=args.accum, precision=args.precision, seed=args.seed,
         log_every=args.log_every, eval_every=args.eval_every, sync_every=args.sync_every,
         drop_remainder=args.drop_remainder,
+        faults=",".join(args.inject),
         model_options=parse_model_options(args.model_options, args.model),
         data_options=parse_data_options(args.data, args.data_options),
     ).checked()

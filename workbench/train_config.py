@@ -78,6 +78,8 @@ class TrainConfig:
         sync_every: steps between gradient-sync diagnostics (0: never); see
             :mod:`workbench.sync_diagnostics`. Each costs about one extra gradient of the batch.
         drop_remainder: drop each epoch's last partial batch instead of padding and masking it.
+        faults: teaching faults written into the step, e.g. ``("psum",)`` (see
+            :mod:`workbench.modes.faults`); empty, the default, means none: a fault is never on unless asked.
     """
 
     model: str = "mlp"
@@ -95,6 +97,7 @@ class TrainConfig:
     eval_every: int = 100
     sync_every: int = 50
     drop_remainder: bool = False
+    faults: tuple = ()
     model_options: dict = dataclasses.field(default_factory=dict)
     data_options: dict = dataclasses.field(default_factory=dict)
 
@@ -102,7 +105,8 @@ class TrainConfig:
         """This config with the mesh normalised, or a WorkbenchError naming the first bad field."""
         from .data import DATASETS
         from .models import MODELS
-        from .modes import MODES, PRECISIONS
+        from .modes import MODES, PRECISIONS, mode_class
+        from .modes.faults import check_faults
 
         for field, value, choices in (
             ("model", self.model, MODELS), ("data", self.data, tuple(DATASETS)), ("mode", self.mode, MODES),
@@ -116,14 +120,18 @@ class TrainConfig:
         check_positive("sync_every", self.sync_every, "50 (0: never)", integer=True, allow_zero=True)
         check_positive("seed", self.seed, "0", integer=True, allow_zero=True)
         check_positive("lr", self.lr, "1e-3")
-        return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr))
+        faults = check_faults(self.faults, self.mode, mode_class(self.mode).supported_faults)
+        return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr), faults=faults)
 
     def to_json(self) -> dict[str, Any]:
         """The config as a JSON-able dict (what ``config.json`` stores)."""
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "faults": list(self.faults)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "TrainConfig":
         """A config from :meth:`to_json` output; extra keys (run metadata) are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        if "faults" in fields:
+            fields["faults"] = tuple(fields["faults"])
+        return cls(**fields)

@@ -261,11 +261,14 @@ class Trainer:
         optimizer = make_optimizer(config.optimizer, config.lr)
         graphdef, state = init_state(model, optimizer)
         key = (
-            config.mode, config.mesh, config.batch, config.accum, config.precision, config.optimizer,
+            config.mode, config.mesh, config.batch, config.accum, config.precision, config.optimizer, config.faults,
             str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules,
         )
         if key not in self._modes:
-            plan = StepPlan(graphdef, loss, optimizer, config.mesh, config.batch, config.accum, config.precision, tp_rules)
+            plan = StepPlan(
+                graphdef, loss, optimizer, config.mesh, config.batch, config.accum, config.precision, tp_rules,
+                config.faults,
+            )
             self._modes[key] = build_mode(config.mode, plan)  # raises on a bad combination, before writing
         mode = self._modes[key]
         record = {

@@ -27,6 +27,7 @@ from .dp import DataParallel
 from .dp_pmap import PmapDataParallel
 from .dp_shard_map import ShardMapDataParallel
 from .dp_tp import DataTensorParallel
+from .faults import FAULTS, Fault
 from .fsdp import FullyShardedDataParallel
 from .simulated import SimulatedDataParallel
 from .single import SingleDevice
@@ -66,12 +67,22 @@ def build_mode(name: str, plan: StepPlan) -> ParallelMode:
     return mode_class(name)(plan)
 
 
+def modes_supporting(fault: str) -> tuple[str, ...]:
+    """The modes in which teaching fault ``fault`` can be switched on (see :mod:`.faults`).
+
+    Example:
+        >>> modes_supporting("skip-sync")
+        ('dp-pmap',)
+    """
+    return tuple(name for name, cls in _REGISTRY.items() if fault in cls.supported_faults)
+
+
 def describe_modes() -> dict[str, str]:
     """Mode name -> one-line summary, in menu order."""
     return {name: cls.summary for name, cls in _REGISTRY.items()}
 
 
 __all__ = [
-    "DATA_PARALLEL_MODES", "MODES", "PRECISIONS", "ParallelMode", "StepPlan", "TrainState", "build_mode",
-    "describe_modes", "mode_class",
+    "DATA_PARALLEL_MODES", "FAULTS", "Fault", "MODES", "PRECISIONS", "ParallelMode", "StepPlan", "TrainState", "build_mode",
+    "describe_modes", "mode_class", "modes_supporting",
 ]

@@ -30,6 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..errors import MeshError, WorkbenchError, nearest_multiples
 from ..mesh import MeshShape, build_mesh, parse_mesh
 from ..tree_layout import TreeLayout, layout_tree
+from .faults import check_faults
 from .core import TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
 
 DATA_AXIS, MODEL_AXIS = "data", "model"
@@ -48,6 +49,7 @@ class StepPlan:
         accum: microbatches per step (gradients summed, one synchronisation, one update).
         precision: ``"fp32"`` or ``"bf16"`` (bfloat16 compute, float32 master weights).
         tp_rules: ``(regex, spec)`` pairs splitting parameters over the model axis (tensor parallelism).
+        faults: teaching faults to write into the step (see :mod:`.faults`); none unless asked for.
     """
 
     graphdef: Any
@@ -58,6 +60,7 @@ class StepPlan:
     accum: int = 1
     precision: str = "fp32"
     tp_rules: tuple = ()
+    faults: tuple = ()
 
     @property
     def mesh_shape(self) -> MeshShape:
@@ -143,10 +146,16 @@ class ParallelMode:
 
     name: ClassVar[str]
     summary: ClassVar[str]  # one line for menus and --help
+    # Teaching faults this mode can write into its step; losing the optimizer state is possible anywhere.
+    supported_faults: ClassVar[tuple[str, ...]] = ("optimizer-reset",)
+    # Where the gradient is combined: "none" (one device), "loop", "compiler", "shard_map" or "pmap".
+    # The reference check uses it to rank causes (a double count under check_vma needs shard_map).
+    gradient_sync: ClassVar[str] = "compiler"
 
     def __init__(self, plan: StepPlan):
         check_precision(plan.precision)
-        self.plan = plan
+        self.faults = check_faults(plan.faults, self.name, self.supported_faults)
+        self.plan = dataclasses.replace(plan, faults=self.faults) if self.faults != plan.faults else plan
         self.check(plan)
 
     @classmethod
@@ -237,7 +246,7 @@ class ShardedJitMode(ParallelMode):
             result = mean_loss_and_grads(self.plan.graphdef, self.plan.loss, self.plan.precision, params, state.other, batch)
         else:
             result = means(self._accumulated_sums(params, state.other, batch))
-        return finish_step(self.plan.optimizer, state, result, diagnostics)
+        return finish_step(self.plan.optimizer, state, result, diagnostics, self.faults)
 
     def _compiled_step(self, state: TrainState, diagnostics: bool):
         if diagnostics not in self._steps:

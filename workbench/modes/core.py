@@ -188,7 +188,11 @@ def means(sums: dict[str, Any]) -> dict[str, Any]:
 
 
 def finish_step(
-    optimizer: optax.GradientTransformation, state: TrainState, result: dict[str, Any], diagnostics: bool = False
+    optimizer: optax.GradientTransformation,
+    state: TrainState,
+    result: dict[str, Any],
+    diagnostics: bool = False,
+    faults: tuple[str, ...] = (),
 ):
     """One optimizer update from mean gradients (:func:`means` or :func:`mean_loss_and_grads`).
 
@@ -198,9 +202,13 @@ def finish_step(
     (examples or tokens counted) and ``grad_sq_norms``, each leaf's squared norm, from which the global
     norm is computed and a non-finite one names the leaf whose gradient blew up (:func:`first_non_finite`).
     Accuracy and the loss's other metrics are left to evaluation.
+
+    ``faults`` may hold the teaching fault ``"optimizer-reset"``: the optimizer state is rebuilt from
+    scratch before the update, as a step that calls ``tx.init`` every time does (see :mod:`.faults`).
     """
     grads = result["grads"]
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    opt_state = optimizer.init(state.params) if "optimizer-reset" in faults else state.opt_state
+    updates, opt_state = optimizer.update(grads, opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {"loss": result["metrics"]["loss"]}
     if diagnostics:

@@ -8,6 +8,9 @@ every device then applies the same update to its own copy, and the copies stay i
 Since JAX 0.8 ``pmap`` is implemented as ``jit(shard_map)`` and is in maintenance mode; new code
 should use ``dp`` or ``dp-shard-map``. Mapping more rows than devices fails with a cryptic error, so
 the mode checks the data axis against the device count first.
+
+Teaching faults (see :mod:`.faults`): ``skip-sync`` leaves the pmean out, so each replica applies its
+own local gradient and the stacked copies drift apart; ``psum`` sums where it should average.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class PmapDataParallel(ParallelMode):
     name = "dp-pmap"
     summary = "legacy jax.pmap: stacked replicas, batch reshaped to (devices, B/devices, ...), pmean"
     stacked_state = True  # row i of every state leaf is replica i's copy
+    supported_faults = ("skip-sync", "psum", "optimizer-reset")
+    gradient_sync = "pmap"
 
     def __init__(self, plan: StepPlan):
         super().__init__(plan)
@@ -63,8 +68,14 @@ class PmapDataParallel(ParallelMode):
 
     def _local_step(self, state: TrainState, shard: Any, diagnostics: bool):
         sums = step_sums(self.plan, state.params, state.other, shard)  # this device's local gradient
-        sums = lax.pmean(sums, DATA_AXIS)  # mean of w*g over mean of w: means() divides
-        return finish_step(self.plan.optimizer, state, means(sums), diagnostics)
+        if "skip-sync" in self.faults:  # the fault: no all-reduce, each replica keeps its local gradient
+            state, metrics = finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)
+            return state, lax.pmean(metrics, DATA_AXIS)  # the replicas now report different values: log their mean
+        # Mean of w*g over mean of w: means() divides. The psum fault sums the gradients instead.
+        reduce_grads = lax.psum if "psum" in self.faults else lax.pmean
+        sums = {"grads": reduce_grads(sums["grads"], DATA_AXIS), "metrics": lax.pmean(sums["metrics"], DATA_AXIS),
+                "weight": lax.pmean(sums["weight"], DATA_AXIS)}
+        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)
 
     def _local_eval(self, state: TrainState, shard: Any):
         sums = weighted_sums(

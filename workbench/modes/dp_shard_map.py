@@ -11,6 +11,9 @@ per-device *before* differentiating, so ``jax.grad`` returns each device's local
 :func:`~workbench.data_parallel.reduce_gradients` (``pmean``, which also refuses pre-summed gradients)
 averages them once. The sums are weighted by each shard's example count and divided by the mean
 weight, so unequal (padded) shards still give the global batch's gradient.
+
+Teaching faults (see :mod:`.faults`): ``vma-double-count`` is the recipe as commonly written (no
+pcast, ``lax.pmean`` on gradients that are already summed); ``psum`` sums where it should average.
 """
 
 from __future__ import annotations
@@ -31,16 +34,25 @@ class ShardMapDataParallel(ShardedJitMode):
     summary = "jax.shard_map, per-device gradients, an explicit pmean (correct under check_vma=True)"
     batch_spec = PartitionSpec(DATA_AXIS)
     state_placement = "replicate"
+    supported_faults = ("psum", "vma-double-count", "optimizer-reset")
+    gradient_sync = "shard_map"
 
     @classmethod
     def check(cls, plan: StepPlan) -> None:
         check_data_parallel(plan, cls.name, "drop that axis (this mode maps over 'data' only)")
 
     def _local_sums(self, params: Any, other: Any, shard: Any) -> dict[str, Any]:
-        params = as_per_device(params, DATA_AXIS)  # lax.pcast: local gradients, not pre-summed (see above)
+        if "vma-double-count" not in self.faults:
+            params = as_per_device(params, DATA_AXIS)  # lax.pcast: local gradients, not pre-summed (see above)
         sums = step_sums(self.plan, params, other, shard)
+        if "psum" in self.faults:
+            grads = lax.psum(sums["grads"], DATA_AXIS)  # the fault: a sum of N gradients, not their mean
+        elif "vma-double-count" in self.faults:
+            grads = lax.pmean(sums["grads"], DATA_AXIS)  # the fault: pmean of gradients grad already summed
+        else:
+            grads = reduce_gradients(sums["grads"], "mean", DATA_AXIS)
         return {
-            "grads": reduce_gradients(sums["grads"], "mean", DATA_AXIS),
+            "grads": grads,
             "metrics": lax.pmean(sums["metrics"], DATA_AXIS),
             "weight": lax.pmean(sums["weight"], DATA_AXIS),
         }  # mean of w*g over mean of w = sum of w*g over sum of w: means() divides
@@ -53,4 +65,4 @@ class ShardMapDataParallel(ShardedJitMode):
             out_specs=PartitionSpec(),
             check_vma=True,
         )(state.params, state.other, batch)
-        return finish_step(self.plan.optimizer, state, means(sums), diagnostics)
+        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)

@@ -41,6 +41,7 @@ class FullyShardedDataParallel(ShardedJitMode):
     summary = "batch split over 'data'; parameters and optimizer state sharded over it too, gathered to compute"
     batch_spec = PartitionSpec(DATA_AXIS)
     state_placement = "shard"
+    gradient_sync = "shard_map"
 
     @classmethod
     def check(cls, plan: StepPlan) -> None:
@@ -73,4 +74,4 @@ class FullyShardedDataParallel(ShardedJitMode):
             out_specs={"grads": param_specs, "metrics": PartitionSpec(), "weight": PartitionSpec()},
             check_vma=True,
         )(state.params, state.other, batch)
-        return finish_step(self.plan.optimizer, state, means(sums), diagnostics)  # updates each shard in place
+        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)  # updates each shard in place

@@ -8,6 +8,9 @@ file next to ``dp.py``: the arithmetic is the same, only the place where the ave
 Averaging is weighted by each shard's example count, so a padded final batch whose shards hold
 different numbers of real examples still gives the gradient of the global batch's mean loss; with
 equal shards the weights are equal and it is the plain mean.
+
+Teaching faults (see :mod:`.faults`): ``psum`` adds the shards' mean gradients and forgets to divide
+by N; ``per-shard-update`` calls the optimizer inside the loop, once per shard.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from .core import TrainState, add_sums, finish_step, means, weighted_sums
 class SimulatedDataParallel(ParallelMode):
     name = "simulated"
     summary = "one device, a Python loop over N shards, gradients averaged, one update"
+    supported_faults = ("psum", "per-shard-update", "optimizer-reset")
+    gradient_sync = "loop"
 
     def __init__(self, plan: StepPlan):
         super().__init__(plan)
@@ -31,8 +36,12 @@ class SimulatedDataParallel(ParallelMode):
         # What one simulated device computes: weighted gradient sums of its shard.
         self._shard_sums = jax.jit(lambda state, shard: step_sums(plan, state.params, state.other, shard))
         self._add = jax.jit(add_sums)  # one call per shard, not one per leaf
+        # The psum fault: the loop's total is divided by one shard's weight, not all N: N times the mean.
+        grad_scale = float(self.shards) if "psum" in self.faults else 1.0
         self._update = jax.jit(
-            lambda state, sums, diagnostics: finish_step(plan.optimizer, state, means(sums), diagnostics),
+            lambda state, sums, diagnostics: finish_step(
+                plan.optimizer, state, _scaled_grads(means(sums), grad_scale), diagnostics, self.faults
+            ),
             static_argnames="diagnostics",
         )
         self._eval = jax.jit(
@@ -62,6 +71,12 @@ class SimulatedDataParallel(ParallelMode):
         return [slice(i * rows, (i + 1) * rows) for i in range(self.shards)]
 
     def step(self, state: TrainState, shards: list[Any], diagnostics: bool = False):
+        if "per-shard-update" in self.faults:  # the fault: the optimizer inside the loop, N updates
+            reported = None
+            for shard in shards:
+                state, metrics = self._update(state, self._shard_sums(state, shard), diagnostics=diagnostics)
+                reported = reported or metrics  # the first shard's, computed at the step's starting parameters
+            return state, reported
         total = None
         for shard in shards:  # device i's work, one after another
             sums = self._shard_sums(state, shard)
@@ -80,3 +95,9 @@ class SimulatedDataParallel(ParallelMode):
 
     def state_layout(self, state: TrainState) -> TreeLayout:
         return layout_tree(state, single_device_mesh(), "replicate")
+
+
+def _scaled_grads(result: dict[str, Any], factor: float) -> dict[str, Any]:
+    if factor == 1.0:
+        return result
+    return {**result, "grads": jax.tree.map(lambda g: g * factor, result["grads"])}

@@ -15,6 +15,7 @@ from .base import ShardedJitMode, StepPlan, check_batch, single_device_mesh
 class SingleDevice(ShardedJitMode):
     name = "single"
     summary = "one device, the whole batch: the reference every mode is checked against"
+    gradient_sync = "none"
 
     @classmethod
     def check(cls, plan: StepPlan) -> None:
