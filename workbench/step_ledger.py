@@ -16,7 +16,9 @@ from __future__ import annotations
 from .comm_ledger import CommLedger, ledger_for_mode
 from .data import load_dataset
 from .models import model_config_for_data
+from .mesh import parse_mesh
 from .modes import StepPlan, build_mode
+from .modes.base import training_mesh
 from .modes.core import init_state
 from .train_config import TrainConfig, make_optimizer
 
@@ -28,6 +30,7 @@ def ledger_for_config(config: TrainConfig) -> CommLedger:
     (``simulated``: a Python loop has no single compiled step).
     """
     config = config.checked()
+    training_mesh(parse_mesh(config.mesh))  # a mesh larger than the machine: say so before loading anything
     dataset = load_dataset(config.data, seed=config.seed, **config.data_options)
     net = model_config_for_data(config.model, dataset, **config.model_options).build(seed=config.seed)
     tx = make_optimizer(config.optimizer, config.lr)

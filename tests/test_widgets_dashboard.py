@@ -1,0 +1,266 @@
+"""The training dashboard, driven headlessly through its methods and buttons on 8 simulated devices:
+real training runs in the trainer's thread, and the assertions read the engine's state and the figures."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from widgets.common import Selection
+from widgets.dashboard import TrainingDashboard
+from widgets.live_plot import BoundedSeries, LivePlot, Throttle
+
+SMALL_MODEL = {"hidden": 16}
+QUIET = {"batch": 64, "log_every": 5, "eval_every": 0, "sync_every": 0}  # nothing but training
+
+
+def dp_selection(**options) -> Selection:
+    return Selection(mesh="data=8", mode="dp", model_options=dict(SMALL_MODEL), options={**QUIET, **options})
+
+
+@pytest.fixture
+def make_dashboard(tmp_path):
+    """Dashboards writing to tmp_path, all closed (their runs stopped) when the test ends."""
+    made = []
+
+    def make(selection: Selection, **kwargs) -> TrainingDashboard:
+        dashboard = TrainingDashboard(selection, run_root=str(tmp_path), **kwargs)
+        made.append(dashboard)
+        return dashboard
+
+    yield make
+    for dashboard in made:
+        dashboard.close()
+
+
+def poll(condition, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def trainer_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "workbench-trainer" and t.is_alive())
+
+
+def errors(dashboard: TrainingDashboard) -> list[str]:
+    return [text for level, text in dashboard.status.messages if level == "error"]
+
+
+def ys(figure, name: str) -> list[float]:
+    trace = next(t for t in figure.data if t.name == name)
+    return [] if trace.y is None else list(trace.y)
+
+
+# --- live_plot: bounded series, throttle, in-place updates ----------------------------------------
+
+
+def test_a_long_series_stays_bounded_in_order_and_ends_at_its_last_point():
+    series = BoundedSeries(max_points=600)
+    for step in range(1, 10_001):
+        series.append(step, 1.0 / step)
+        if step % 997 == 0:  # the bound holds at every moment, not just at the end
+            assert len(series.arrays()[0]) <= 600
+    xs, ys_ = series.arrays()
+    assert 300 <= len(xs) <= 600 and len(xs) == len(ys_) == len(series)
+    assert xs[0] == 1 and xs[-1] == 10_000 and ys_[-1] == pytest.approx(1e-4)
+    assert np.all(np.diff(xs) > 0)
+    gaps = np.diff(xs[:-1])
+    assert gaps.min() == gaps.max()  # evenly thinned (the newest point may sit closer)
+    assert series.count == 10_000
+
+
+def test_every_length_keeps_its_last_point():
+    series = BoundedSeries(max_points=7)
+    for n in range(1, 200):
+        series.append(n, float(n))
+        xs, _ = series.arrays()
+        assert len(xs) <= 7 and xs[-1] == n and np.all(np.diff(xs) > 0)
+    series.clear()
+    assert len(series) == 0 and series.arrays()[0].size == 0
+
+
+def test_the_throttle_lets_one_redraw_through_per_interval_unless_forced():
+    now = [0.0]
+    throttle = Throttle(0.25, clock=lambda: now[0])
+    ready = []
+    for _ in range(100):  # 100 events within one second
+        ready.append(throttle.ready())
+        now[0] += 0.01
+    assert sum(ready) == 4 and ready[0]
+    assert throttle.ready(force=True) and not throttle.ready()
+    throttle.reset()
+    assert throttle.ready()
+
+
+def test_a_live_plot_updates_its_traces_in_place():
+    plot = LivePlot("loss", max_points=50)
+    plot.add_trace("train", color="#0072b2")
+    first = plot.figure.data[0]
+    for step in range(1, 1001):
+        plot.append("train", step, float(step))
+        if step % 100 == 0:
+            plot.redraw()
+    assert plot.figure.data[0] is first and len(plot.figure.data) == 1  # never rebuilt
+    assert len(first.x) <= 50 and first.x[-1] == 1000
+    plot.clear()
+    plot.redraw()
+    assert len(plot.figure.data[0].x) == 0 and plot.figure.data[0] is first
+    with pytest.raises(ValueError, match="exists already"):
+        plot.add_trace("train", color="#000000")
+
+
+# --- the dashboard --------------------------------------------------------------------------------
+
+
+def test_start_pause_resume_and_stop_a_long_run(make_dashboard, tmp_path):
+    dashboard = make_dashboard(dp_selection(steps=2000))
+    name = dashboard.start()
+    assert name and dashboard.trainer.status == "running" and dashboard.start_button.disabled
+    assert poll(lambda: len(dashboard.loss_figure.data[0].x) > 0), dashboard.status.messages
+
+    dashboard.pause_button.click()
+    assert poll(lambda: dashboard.trainer.status == "paused", 10)
+    assert dashboard.pause_button.description == "Resume"
+    dashboard.pause_button.click()
+    assert poll(lambda: dashboard.trainer.status == "running", 10)
+    assert dashboard.pause_button.description == "Pause"
+
+    started = time.monotonic()
+    dashboard.stop_button.click()
+    summary = dashboard.wait(5)
+    assert summary is not None and time.monotonic() - started < 3
+    assert dashboard.trainer.status == "stopped" and summary["steps"] < 2000
+    assert trainer_threads() == 0 and not errors(dashboard)
+
+    losses = ys(dashboard.loss_figure, "train loss")
+    assert losses and all(math.isfinite(v) for v in losses)
+    assert int(dashboard.loss_figure.data[0].x[-1]) == summary["steps"]  # the final flush is drawn
+    assert dashboard.progress.value == summary["steps"]
+    assert not dashboard.start_button.disabled and dashboard.stop_button.disabled
+    assert dashboard.status.last[0] == "info" and "stopped" in dashboard.status.last[1]
+    run = wb.load_run(name, tmp_path)
+    assert run.status == "stopped" and run.series("loss")[0][-1] <= summary["steps"]
+
+
+def test_a_complete_run_fills_every_figure(make_dashboard):
+    dashboard = make_dashboard(dp_selection(steps=40, sync_every=10, eval_every=20))
+    dashboard.start()
+    summary = dashboard.wait(120)
+    assert summary is not None and summary["steps"] == 40 and dashboard.trainer.status == "finished"
+    assert not errors(dashboard) and dashboard.status.last[0] == "ok"
+
+    assert ys(dashboard.loss_figure, "train loss") and len(ys(dashboard.loss_figure, "eval loss")) == 2
+    assert all(v > 0 for v in ys(dashboard.throughput_figure, "examples/s"))
+    synced = ys(dashboard.grad_norm_figure, "synchronised")
+    assert len(synced) == 4 and all(v > 0 for v in synced)  # steps 10, 20, 30, 40
+    replicas = [t for t in dashboard.grad_norm_figure.data if t.name.startswith("replica ")]
+    assert len(replicas) == 8
+    for index, trace in enumerate(replicas):
+        assert trace.name == f"replica {index}" and trace.line.color == wb.device_color(index)
+        assert len(trace.y) == 4 and trace.visible is not False
+    # The synchronised gradient is the mean of eight equal-weight local ones: no longer than the longest.
+    assert max(t.y[-1] for t in replicas) >= synced[-1]
+    assert ys(dashboard.divergence_figure, "replica divergence") == [0.0] * 4
+    assert dashboard.progress.value == dashboard.progress.max == 40
+    assert "40 / 40" in dashboard.progress_label.value
+
+
+@pytest.mark.parametrize(
+    ("options", "engine_says"),
+    [({"batch": 60}, "global batch 60 does not split"), ({"lr": -1}, "lr=-1 must be a number > 0")],
+)
+def test_invalid_settings_are_shown_and_nothing_starts(make_dashboard, tmp_path, options, engine_says):
+    selection = dp_selection(steps=20, **options)
+    before = dict(selection.options)
+    dashboard = make_dashboard(selection)
+    threads = trainer_threads()
+    dashboard.start_button.click()
+    level, text = dashboard.status.last
+    assert level == "error" and engine_says in text
+    assert dashboard.trainer is None or dashboard.trainer.status == "idle"
+    assert trainer_threads() == threads and not any(tmp_path.iterdir())  # no thread, no run folder
+    assert selection.options == before  # the user's settings are kept to fix
+    assert not dashboard.start_button.disabled and dashboard.stop_button.disabled
+
+
+def test_starting_a_second_dashboard_stops_the_first(make_dashboard):
+    first = make_dashboard(dp_selection(steps=100_000))
+    first.start()
+    assert poll(lambda: len(first.loss_figure.data[0].x) > 0), first.status.messages
+    second = make_dashboard(dp_selection(steps=10))  # as a re-run notebook cell would make
+    second.start()
+    assert first.trainer.status == "stopped"  # stopped and joined before the new run started
+    assert trainer_threads() <= 1
+    assert first.status.last[0] == "warning" and "another dashboard" in first.status.last[1]
+    assert second.wait(120)["steps"] == 10 and second.trainer.status == "finished"
+
+
+def test_callback_errors_are_shown_not_raised(make_dashboard, tmp_path):
+    broken = tmp_path / "broken-run"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    dashboard = make_dashboard(dp_selection(steps=10))  # lists the runs: the broken one is reported
+    assert errors(dashboard) and "broken-run" in errors(dashboard)[-1]
+    dashboard.refresh_button.click()  # a button's handler: shown again, not raised
+    assert len(errors(dashboard)) == 2
+
+    dashboard.pause_button.click()
+    assert "no run to pause" in dashboard.status.last[1]
+
+    # A malformed event reaching the trainer's subscriber is a bug: shown with its type, not raised.
+    dashboard.on_event(wb.TrainEvent("sync", 10, {}, "run"))
+    assert dashboard.status.last[0] == "error" and "KeyError" in dashboard.status.last[1]
+
+    shown = len(errors(dashboard))
+    broken.joinpath("config.json").unlink()
+    dashboard.refresh_button.click()  # still usable
+    assert len(errors(dashboard)) == shown and dashboard.runs_select.options == ()
+
+
+@pytest.mark.parametrize(("mode", "faults", "verdict"), [("dp-shard-map", ["psum"], "problem"), ("dp", [], "ok")])
+def test_the_check_button_shows_the_verdict_findings_and_ledger(make_dashboard, mode, faults, verdict):
+    selection = Selection(mesh="data=4", mode=mode, model_options={"hidden": 32},
+                          options={"batch": 32, "faults": faults})
+    dashboard = make_dashboard(selection)
+    dashboard.check_button.click()
+    panel = dashboard.check_panel.value
+    assert not errors(dashboard), dashboard.status.messages
+    assert f"<b>{verdict}</b>" in panel and "all-reduce" in panel  # the verdict, and the ledger text
+    if verdict == "problem":
+        assert "psum" in panel and "grad-scale" in panel and "fix" in panel and "why" in panel
+        assert dashboard.status.last[0] == "warning"
+    else:
+        assert "likely cause" not in panel and dashboard.status.last[0] == "ok"
+    assert not dashboard.check_button.disabled
+
+
+def test_previous_runs_are_overlaid_on_the_loss_figure(make_dashboard, tmp_path):
+    dashboard = make_dashboard(dp_selection(steps=10))
+    names = []
+    for _ in range(2):
+        names.append(dashboard.start())
+        assert dashboard.wait(120)["steps"] == 10
+    assert [value for _, value in dashboard.runs_select.options] == names  # listed as each run ended
+
+    dashboard.runs_select.value = tuple(names)  # what selecting them in the box does
+    overlays = {t.name: t for t in dashboard.loss_figure.data if t.name in names}
+    assert set(overlays) == set(names)
+    for name, trace in overlays.items():
+        assert trace.line.dash == "dash" and trace.visible is not False
+        assert list(trace.y) == pytest.approx(wb.load_run(name, tmp_path).series("loss")[1])
+    traces = len(dashboard.loss_figure.data)
+
+    dashboard.overlay_runs(names[:1])
+    shown = [t.name for t in dashboard.loss_figure.data if t.visible is not False]
+    assert names[0] in shown and names[1] not in shown
+    assert len(dashboard.loss_figure.data) == traces  # hidden, not removed
+    assert ys(dashboard.loss_figure, "train loss")  # the live run's curve is untouched

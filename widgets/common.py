@@ -1,0 +1,138 @@
+"""What every widget shares: a status area that shows callback errors, and the user's selection.
+
+JupyterLab hides exceptions raised in widget callbacks (they go to the browser console), so every
+callback is wrapped with :func:`guarded`: an error is shown in the widget's :class:`StatusArea` in one
+line, and the widget stays usable with the user's last valid state kept.
+
+:class:`Selection` is the one place the workbench's choices live (mesh, model, mode, rules, training
+options). Widgets observe it and write to it; nothing else is shared between them, so each widget also
+works alone, and a script can drive a selection without any widget.
+
+Example:
+    >>> selection = Selection(mesh="data=4,model=2", mode="dp-tp")
+    >>> selection.train_config(steps=20).mesh
+    'data=4,model=2'
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+
+import workbench as wb
+
+LEVEL_STYLES = {
+    "info": ("#0072B2", "ℹ"),   # Okabe-Ito blue
+    "ok": ("#009E73", "✓"),     # bluish green
+    "warning": ("#E69F00", "⚠"),  # orange
+    "error": ("#D55E00", "✗"),  # vermillion: colour-blind safe against the green
+}
+
+
+class StatusArea(widgets.HTML):
+    """One line of status under a widget; errors stay until the next action replaces them.
+
+    ``messages`` keeps every (level, text) shown, newest last, so tests and users can read what happened.
+    """
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(value="", layout=widgets.Layout(min_height="1.6em"), **kwargs)
+        self.messages: list[tuple[str, str]] = []
+
+    def show(self, text: str, level: str = "info") -> None:
+        color, mark = LEVEL_STYLES[level]
+        self.messages.append((level, text))
+        self.value = f'<span style="color:{color}">{mark} {html.escape(text)}</span>'
+
+    def clear(self) -> None:
+        self.value = ""
+
+    @property
+    def last(self) -> tuple[str, str] | None:
+        """The last (level, text) shown, or None."""
+        return self.messages[-1] if self.messages else None
+
+
+def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
+    """Decorate a widget callback: any exception is shown in ``status`` instead of vanishing.
+
+    A :class:`workbench.WorkbenchError` is bad input and is shown as is; anything else is a bug and is
+    shown with its type, so a user can report it.
+
+    Example:
+        >>> status = StatusArea()
+        >>> @guarded(status)
+        ... def on_click(_):
+        ...     raise wb.MeshError("mesh 'data=0' ...")
+        >>> on_click(None); status.last
+        ('error', "mesh 'data=0' ...")
+    """
+
+    def decorate(callback: Callable) -> Callable:
+        @functools.wraps(callback)
+        def wrapper(*args: Any, **kwargs: Any):
+            try:
+                return callback(*args, **kwargs)
+            except wb.WorkbenchError as error:
+                status.show(str(error), "error")
+            except Exception as error:  # noqa: BLE001 - shown, never lost: JupyterLab would hide it
+                status.show(f"{type(error).__name__}: {error}", "error")
+            return None
+
+        return wrapper
+
+    return decorate
+
+
+class Selection(traitlets.HasTraits):
+    """The workbench's current choices, all plain values; every value here is valid (widgets check
+    input with the engine before writing it).
+
+    Attributes:
+        mesh: mesh text, e.g. ``"data=8"``; may be larger than the local devices (planning).
+        axis_types: ``"auto"`` or ``"explicit"``.
+        model, model_options: a registered model and overrides of its preset.
+        mode: a parallel mode.
+        rules: ``[(regex, spec text), ...]`` applied to the parameters; empty: the mode's standard rules.
+        options: training options (:class:`workbench.TrainConfig` fields: optimizer, lr, batch, steps,
+            accum, precision, faults, ...).
+    """
+
+    mesh = traitlets.Unicode("data=8")
+    axis_types = traitlets.Unicode("auto")
+    model = traitlets.Unicode("mlp")
+    model_options = traitlets.Dict()
+    mode = traitlets.Unicode("dp")
+    rules = traitlets.List()
+    options = traitlets.Dict()
+
+    def mesh_shape(self) -> wb.MeshShape:
+        return wb.parse_mesh(self.mesh)
+
+    def fits_local_devices(self) -> bool:
+        """Whether training on this mesh can run here (planning works on any size)."""
+        import jax
+
+        return self.mesh_shape().size <= len(jax.devices())
+
+    def model_layout(self, batch: int | None = None):
+        """The :class:`workbench.model_layout.ModelLayout` of the current choices."""
+        from workbench.model_layout import model_layout
+
+        return model_layout(
+            self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),
+            optimizer=self.options.get("optimizer", "adam"), batch=batch or self.options.get("batch", 256),
+        )
+
+    def train_config(self, **overrides: Any) -> wb.TrainConfig:
+        """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""
+        from workbench.model_layout import default_data
+
+        fields = {"model": self.model, "data": default_data(self.model), "mode": self.mode, "mesh": self.mesh,
+                  "model_options": dict(self.model_options), **self.options, **overrides}
+        return wb.TrainConfig(**fields).checked()

@@ -1,0 +1,539 @@
+"""The training dashboard: start, pause and stop a run, watch it live, check the mode, compare past runs.
+
+Training runs in the :class:`workbench.Trainer`'s background thread, so the kernel stays free to handle
+the buttons: Stop and Pause act at the next step boundary. The dashboard's subscriber, called by the
+training thread, only appends to bounded series (:mod:`widgets.live_plot`); the figures are redrawn at
+most every ``redraw_interval`` seconds (and once more when the run pauses or ends), each in one message.
+Every run is written to ``run_root`` by the trainer as it goes, so closing or resetting the dashboard, or
+a crashed kernel, loses nothing; the "compare" list overlays any of those runs' loss curves.
+
+One training run at a time across dashboards: starting a run stops any other dashboard's run first, so
+re-running a notebook cell never leaves a second training thread behind.
+
+Example:
+    >>> selection = Selection(mesh="data=8", mode="dp", options={"steps": 300, "batch": 64})
+    >>> dashboard = TrainingDashboard(selection, run_root="runs")
+    >>> dashboard  # in a notebook: the buttons, the progress bar and the plots  # doctest: +SKIP
+    >>> dashboard.start(); dashboard.wait(120)["steps"]  # doctest: +SKIP
+    300
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import html
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import ipywidgets as widgets
+
+import workbench as wb
+from workbench.colors import OKABE_ITO
+from workbench.comm_ledger import ledger_table
+from workbench.reference_check import CheckReport, run_check
+from workbench.step_ledger import ledger_for_config
+
+from .common import LEVEL_STYLES, Selection, StatusArea, guarded
+from .live_plot import MAX_POINTS, LivePlot, Throttle
+
+REDRAW_INTERVAL_S = 0.25  # a few redraws per second: smooth to the eye, nothing to training
+STOP_TIMEOUT_S = 10.0  # how long Reset/close/another dashboard's Start wait for a run to stop
+
+TRAIN_COLOR = OKABE_ITO[4]  # blue
+EVAL_COLOR = OKABE_ITO[5]  # vermillion: tells apart from blue for every kind of colour vision
+THROUGHPUT_COLOR = OKABE_ITO[2]  # bluish green
+SYNCED_COLOR = "#000000"  # Okabe-Ito black: the one line the replica colours (device colours) never use
+DIVERGENCE_COLOR = OKABE_ITO[6]  # reddish purple
+# Past runs: dashed and translucent, so they stay behind the live run (no blue or vermillion: those are it).
+OVERLAY_COLORS = (OKABE_ITO[7], OKABE_ITO[0], OKABE_ITO[1], OKABE_ITO[2], OKABE_ITO[6])
+
+_DRAW_NOW = ("start", "compiled", "paused", "resumed", "end")  # events worth a redraw whatever the throttle
+_ACTIVE = ("running", "paused")
+
+# Every open dashboard, so that a Start stops the others' runs (a re-run cell makes a new dashboard
+# while the old one's thread may still be training). Weak: a dashboard closed and dropped goes away.
+_DASHBOARDS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _shown(method: Callable) -> Callable:
+    """Run a public method so that any error shows in the dashboard's status instead of being raised
+    (JupyterLab would hide an exception raised in a widget callback)."""
+
+    @functools.wraps(method)
+    def wrapper(self: "TrainingDashboard", *args: Any, **kwargs: Any) -> Any:
+        return guarded(self._status)(method)(self, *args, **kwargs)
+
+    return wrapper
+
+
+class TrainingDashboard(widgets.VBox):
+    """Buttons, progress and live plots for training the :class:`~widgets.common.Selection`'s choices.
+
+    Args:
+        selection: the mesh, model, mode and training options (``selection.options``: ``steps``,
+            ``batch``, ``lr``, ``log_every``, ``sync_every``, ``faults``...); a default one if None.
+        run_root: where runs are written and read back for comparison.
+        redraw_interval: the least time between two redraws during a run, in seconds.
+        max_points: the most points each plotted curve keeps (older ones are thinned out).
+
+    Every control is also a method, for scripts and tests: :meth:`start`, :meth:`pause`,
+    :meth:`resume`, :meth:`stop`, :meth:`reset`, :meth:`check`, :meth:`overlay_runs`. They never
+    raise: an error (e.g. an invalid option) is shown in :attr:`status`, and the settings are kept.
+
+    Example:
+        >>> dashboard = TrainingDashboard(Selection(mesh="data=8", options={"steps": 100}), run_root="runs")
+        >>> dashboard.start(); dashboard.wait(60)["steps"]  # doctest: +SKIP
+        100
+        >>> dashboard.loss_figure.data[0].y[-1] < dashboard.loss_figure.data[0].y[0]  # doctest: +SKIP
+        True
+    """
+
+    def __init__(self, selection: Selection | None = None, run_root: str = "runs", *,
+                 redraw_interval: float = REDRAW_INTERVAL_S, max_points: int = MAX_POINTS):
+        self.selection = selection if selection is not None else Selection()
+        self.run_root = run_root
+        self._status = StatusArea()
+        self._trainer: wb.Trainer | None = None
+        self._throttle = Throttle(redraw_interval)
+        self._pause_requested = False
+        self._step = 0
+        self._total = 0
+        self._steps_per_s: float | None = None
+        self._replicas = 0  # replica traces shown in the gradient-norm figure
+        self._overlays = 0  # overlay traces in the loss figure (shown or hidden, never removed)
+        self._refreshing = False
+
+        self._loss = LivePlot("loss", y_title="loss", max_points=max_points)
+        self._loss.add_trace("train", label="train loss", color=TRAIN_COLOR)
+        self._loss.add_trace("eval", label="eval loss", color=EVAL_COLOR, markers=True)
+        self._throughput = LivePlot("throughput", y_title="examples/s", max_points=max_points)
+        self._throughput.add_trace("examples/s", color=THROUGHPUT_COLOR)
+        self._grad = LivePlot("gradient norms: per replica and synchronised", y_title="L2 norm",
+                              max_points=max_points)
+        self._grad.add_trace("synced", label="synchronised", color=SYNCED_COLOR, width=3, markers=True)
+        self._divergence = LivePlot("replica divergence (0 when in sync)", y_title="max |Δ parameter|",
+                                    max_points=max_points)
+        self._divergence.add_trace("divergence", label="replica divergence", color=DIVERGENCE_COLOR, markers=True)
+        self._plots = (self._loss, self._throughput, self._grad, self._divergence)
+
+        self.start_button = widgets.Button(description="Start", icon="play", button_style="primary",
+                                           tooltip="train the selection in the background")
+        self.pause_button = widgets.Button(description="Pause", icon="pause", tooltip="pause/resume at the next step")
+        self.stop_button = widgets.Button(description="Stop", icon="stop", tooltip="stop at the next step (kept on disk)")
+        self.reset_button = widgets.Button(description="Reset", icon="undo", tooltip="stop and clear the plots")
+        self.check_button = widgets.Button(description="Check", icon="check",
+                                           tooltip="compare the mode's update with the one-device reference")
+        self.start_button.on_click(lambda _: self.start())
+        self.pause_button.on_click(lambda _: self.toggle_pause())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.reset_button.on_click(lambda _: self.reset())
+        self.check_button.on_click(lambda _: self.check())
+
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="40%"))
+        self.progress_label = widgets.HTML(value="no run yet", layout=widgets.Layout(width="60%"))
+        self.runs_select = widgets.SelectMultiple(options=[], rows=4, description="compare",
+                                                  layout=widgets.Layout(width="100%"))
+        self.runs_select.observe(self._on_runs_selected, names="value")
+        self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh",
+                                             tooltip=f"list the runs in {run_root!r}")
+        self.refresh_button.on_click(lambda _: self.refresh_runs())
+        self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+
+        figures = widgets.GridBox(
+            [plot.figure for plot in self._plots],
+            layout=widgets.Layout(width="100%", grid_template_columns="repeat(2, minmax(0, 1fr))", grid_gap="4px"),
+        )
+        super().__init__(
+            children=[
+                widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.reset_button,
+                              self.check_button]),
+                widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
+                self._status,
+                figures,
+                widgets.HBox([self.runs_select, self.refresh_button], layout=widgets.Layout(width="100%")),
+                self.check_panel,
+            ],
+            layout=widgets.Layout(width="100%"),
+        )
+        self._set_buttons("idle")
+        _DASHBOARDS.add(self)
+        self.refresh_runs()
+
+    # --- what scripts and tests read ---------------------------------------------------------------
+
+    @property
+    def status(self) -> StatusArea:
+        """The status line: every message shown, newest last, in ``status.messages``."""
+        return self._status
+
+    @property
+    def trainer(self) -> wb.Trainer | None:
+        """The dashboard's trainer (kept between runs, so a compiled step is reused), or None before Start."""
+        return self._trainer
+
+    @property
+    def loss_figure(self):
+        """Train loss, eval loss, then the compared runs' loss (dashed)."""
+        return self._loss.figure
+
+    @property
+    def throughput_figure(self):
+        return self._throughput.figure
+
+    @property
+    def grad_norm_figure(self):
+        """The synchronised gradient norm, then one trace per replica in its device's colour."""
+        return self._grad.figure
+
+    @property
+    def divergence_figure(self):
+        return self._divergence.figure
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """Block until the run ends (or ``timeout`` seconds pass); the run's summary, or None."""
+        return self._trainer.wait(timeout) if self._trainer is not None else None
+
+    # --- controls ----------------------------------------------------------------------------------
+
+    @_shown
+    def start(self, **overrides: Any) -> str | None:
+        """Start training the selection (``overrides`` replace options, e.g. ``steps=50``); the run's name.
+
+        Invalid settings are shown in the status and nothing starts; the selection is left as it was.
+        """
+        if self._active():
+            raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it first")
+        config = self.selection.train_config(**overrides)  # bad input stops here, before anything changes
+        self._stop_other_dashboards()
+        trainer = self._trainer_for(config)
+        self._total = config.steps
+        self._clear_live()
+        self._pause_requested = False
+        self._set_buttons("running")
+        # Shown before the thread starts: the thread's own messages (compiled, finished) must come after it.
+        self._status.show(f"starting {config.mode} on {config.mesh}, {config.steps:,} steps", "info")
+        try:
+            return trainer.start()  # checks the mode/mesh/batch combination before the thread starts
+        except Exception:
+            self._set_buttons("idle")
+            raise
+
+    @_shown
+    def pause(self) -> None:
+        """Pause the run at the next step boundary."""
+        if not self._active():
+            raise wb.WorkbenchError("no run to pause: press Start first")
+        self._trainer.pause()
+        self._pause_requested = True
+        self._set_buttons("paused")
+        self._status.show("pausing at the next step", "info")
+
+    @_shown
+    def resume(self) -> None:
+        """Resume a paused run."""
+        if not self._active():
+            raise wb.WorkbenchError("no run to resume: press Start first")
+        self._trainer.resume()
+        self._pause_requested = False
+        self._set_buttons("running")
+        self._status.show("resumed", "info")
+
+    def toggle_pause(self) -> None:
+        """What the Pause/Resume button does."""
+        if self._pause_requested:
+            self.resume()
+        else:
+            self.pause()
+
+    @_shown
+    def stop(self) -> None:
+        """Stop the run at the next step boundary (its data so far stays on disk)."""
+        if not self._active():
+            self._status.show("no run to stop", "info")
+            return
+        self._trainer.stop()
+        self._status.show("stopping at the next step", "info")
+
+    @_shown
+    def reset(self) -> None:
+        """Stop any run, then clear the live plots and the progress (runs on disk are kept)."""
+        if self._active():
+            self._trainer.stop()
+            self._trainer.wait(STOP_TIMEOUT_S)
+        self._clear_live()
+        self._total = 0
+        self._pause_requested = False
+        self._set_buttons("idle")
+        self.progress_label.value = "no run yet"
+        self._status.show("plots cleared (runs on disk are kept)", "info")
+
+    @_shown
+    def check(self) -> CheckReport | None:
+        """Run the reference check of the selection's mode, mesh, model and faults, and show the verdict,
+        each finding, and the compiled step's communication ledger in the check panel."""
+        config = self.selection.train_config()
+        self._status.show(f"checking {config.mode} on {config.mesh} against 'single'...", "info")
+        self.check_button.disabled = True
+        try:
+            report = run_check(
+                config.mode, model=config.model, mesh=config.mesh, faults=config.faults, batch=config.batch,
+                lr=config.lr, optimizer=config.optimizer, data=config.data, seed=config.seed,
+                model_options=dict(config.model_options),
+            )
+            try:
+                ledger_text = ledger_table(ledger_for_config(config))
+            except wb.WorkbenchError as error:  # e.g. 'simulated' has no single compiled step
+                ledger_text = f"no ledger: {error}"
+        finally:
+            self.check_button.disabled = False
+        self.check_panel.value = check_html(report, ledger_text)
+        if report.verdict == "ok":
+            self._status.show(f"reference check: ok ({config.mode} on {config.mesh})", "ok")
+        else:
+            names = ", ".join(p.name for p in report.problems)
+            self._status.show(f"reference check: problem ({names}); details below", "warning")
+        return report
+
+    @_shown
+    def refresh_runs(self) -> None:
+        """List the runs in ``run_root`` in the compare box (keeping the ones selected)."""
+        runs = wb.list_runs(self.run_root)
+        names = {run.name for run in runs}
+        keep = tuple(name for name in self.runs_select.value if name in names)
+        self._refreshing = True  # new options reset the value: that is not the user deselecting
+        try:
+            self.runs_select.options = [(f"{run.name} ({run.status})", run.name) for run in runs]
+            self.runs_select.value = keep
+        finally:
+            self._refreshing = False
+
+    @_shown
+    def overlay_runs(self, names: Iterable[str]) -> None:
+        """Overlay these runs' loss curves (dashed) on the loss figure; what selecting them does."""
+        names = tuple(names)
+        known = {value for _, value in self.runs_select.options}
+        if any(name not in known for name in names):
+            self.refresh_runs()
+            known = {value for _, value in self.runs_select.options}
+        missing = [name for name in names if name not in known]
+        if missing:
+            raise wb.RunError(f"no run {', '.join(map(repr, missing))} in {self.run_root!r}: choose from the "
+                              "compare list")
+        if names == tuple(self.runs_select.value):
+            self._draw_overlays(names)
+        else:
+            self.runs_select.value = names  # the observer draws them
+
+    def close(self) -> None:
+        """Stop this dashboard's run (waiting briefly) and close its widgets."""
+        if self._active():
+            self._trainer.stop()
+            self._trainer.wait(STOP_TIMEOUT_S)
+        _DASHBOARDS.discard(self)
+        for child in self.children:
+            _close_tree(child)
+        super().close()
+
+    # --- the training thread's side ----------------------------------------------------------------
+
+    @_shown
+    def on_event(self, event: wb.TrainEvent) -> None:
+        """The trainer's subscriber (called in the training thread): record the event, redraw if due."""
+        kind, step, data = event.kind, event.step, event.data
+        if kind == "start":
+            self._total, self._step = data["steps"], 0
+        elif kind == "metrics":
+            self._step = step
+            self._loss.append("train", step, data["loss"])
+            if "examples_per_s" in data:
+                self._throughput.append("examples/s", step, data["examples_per_s"])
+                self._steps_per_s = 1.0 / data["step_time_s"] if data.get("step_time_s") else None
+        elif kind == "eval" and "eval_loss" in data:
+            self._loss.append("eval", step, data["eval_loss"])
+        elif kind == "sync":
+            norms = data["per_replica_grad_norms"]
+            self._show_replicas(len(norms))
+            for replica, norm in enumerate(norms):
+                self._grad.append(f"replica {replica}", step, norm)
+            self._grad.append("synced", step, data["synced_grad_norm"])
+            self._divergence.append("divergence", step, data["replica_divergence"])
+        elif kind == "end":
+            self._step = step
+        if self._throttle.ready(force=kind in _DRAW_NOW):
+            self._draw()
+        if kind == "compiled":
+            self._status.show(f"compiled in {data['compile_s']:.1f} s; training", "info")
+        elif kind == "paused":
+            self._status.show(f"paused at step {step:,}", "info")
+        elif kind == "end":
+            self._finish(step, data)
+
+    def _draw(self) -> None:
+        for plot in self._plots:
+            plot.redraw()
+        self._draw_progress()
+
+    def _draw_progress(self) -> None:
+        total = max(self._total, 1)
+        self.progress.max = total
+        self.progress.value = min(self._step, total)
+        text = f"step {self._step:,} / {self._total:,}"
+        if self._steps_per_s and self._active():
+            remaining = max(self._total - self._step, 0) / self._steps_per_s
+            minutes, seconds = divmod(round(remaining), 60)
+            text += f" · {self._steps_per_s:,.1f} steps/s · ETA {minutes}:{seconds:02d}"
+        elif self._steps_per_s:
+            text += f" · {self._steps_per_s:,.1f} steps/s"
+        self.progress_label.value = html.escape(text)
+
+    def _finish(self, step: int, summary: dict[str, Any]) -> None:
+        status = self._trainer.status if self._trainer is not None else "finished"
+        self._pause_requested = False
+        self._set_buttons("idle")
+        name, where = summary.get("run") or self._trainer.run_name, self._trainer.run_path
+        if status == "failed":
+            self._status.show(f"{name} failed at step {step:,}: {summary.get('error')}", "error")
+        elif status == "stopped":
+            self._status.show(f"stopped {name} at step {step:,}; saved in {where}", "info")
+        else:
+            facts = [f"{step:,} steps"]
+            if summary.get("final_loss") is not None:
+                facts.append(f"loss {summary['final_loss']:.4g}")
+            accuracy = (summary.get("eval") or {}).get("accuracy")
+            if accuracy is not None:
+                facts.append(f"eval accuracy {accuracy:.3f}")
+            if summary.get("examples_per_s"):
+                facts.append(f"{summary['examples_per_s']:,.0f} examples/s")
+            self._status.show(f"finished {name}: {', '.join(facts)}; saved in {where}", "ok")
+        self.refresh_runs()  # the run just written joins the compare list
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def _active(self) -> bool:
+        return self._trainer is not None and self._trainer.status in _ACTIVE
+
+    def _trainer_for(self, config: wb.TrainConfig) -> wb.Trainer:
+        """The dashboard's one trainer, set to ``config``: kept between runs so its compiled steps are reused."""
+        if self._trainer is None:
+            self._trainer = wb.Trainer(config, run_root=self.run_root)
+            self._trainer.subscribe(self.on_event)
+        else:
+            self._trainer.configure(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+        return self._trainer
+
+    def _stop_other_dashboards(self) -> None:
+        for other in list(_DASHBOARDS):
+            if other is self or not other._active():
+                continue
+            other._trainer.stop()
+            if other._trainer.wait(STOP_TIMEOUT_S) is None:
+                self._status.show(f"the run {other._trainer.run_name!r} of another dashboard has not stopped "
+                                  f"after {STOP_TIMEOUT_S:.0f} s; it stops at its next step", "warning")
+            other._status.show("stopped: a run was started in another dashboard (one run at a time)", "warning")
+
+    def _set_buttons(self, state: str) -> None:
+        self.start_button.disabled = state != "idle"
+        self.pause_button.disabled = state == "idle"
+        self.stop_button.disabled = state == "idle"
+        self.pause_button.description, self.pause_button.icon = (
+            ("Resume", "play") if state == "paused" else ("Pause", "pause"))
+
+    def _clear_live(self) -> None:
+        """Empty the live traces (not the compared runs'); the figures and traces themselves stay."""
+        self._step, self._steps_per_s = 0, None
+        for plot in self._plots:
+            plot.clear([name for name in plot.names if not name.startswith("overlay ")])
+        self._throttle.reset()
+        self._draw()
+
+    def _show_replicas(self, count: int) -> None:
+        """One trace per replica in its device's colour; made once, hidden when a run has fewer."""
+        if count == self._replicas:
+            return
+        for replica in range(count):
+            name = f"replica {replica}"
+            if not self._grad.has_trace(name):
+                self._grad.add_trace(name, color=wb.device_color(replica), width=1.5)
+        for name in self._grad.names:
+            if name.startswith("replica "):
+                self._grad.style(name, visible=int(name.split()[1]) < count)
+        self._replicas = count
+
+    def _on_runs_selected(self, change: dict) -> None:
+        if not self._refreshing:
+            self._draw_overlays(change["new"])
+
+    @_shown
+    def _draw_overlays(self, names: Iterable[str]) -> None:
+        shown, skipped = [], []
+        for name in names:
+            run = wb.load_run(name, self.run_root)
+            try:
+                steps, losses = run.series("loss")
+            except wb.RunError:
+                skipped.append(name)  # e.g. a run that has not logged yet
+                continue
+            shown.append((name, steps, losses))
+        for index in range(self._overlays, len(shown)):  # the overlay traces only ever grow
+            self._loss.add_trace(f"overlay {index}", color=OVERLAY_COLORS[index % len(OVERLAY_COLORS)],
+                                 dash="dash", width=1.5, opacity=0.6)
+        self._overlays = max(self._overlays, len(shown))
+        for index in range(self._overlays):
+            trace = f"overlay {index}"
+            if index < len(shown):
+                name, steps, losses = shown[index]
+                self._loss.replace(trace, steps, losses)
+                self._loss.style(trace, name=name, visible=True)
+            else:
+                self._loss.clear([trace])
+                self._loss.style(trace, visible=False)
+        self._loss.redraw()
+        if skipped:
+            self._status.show(f"no loss logged yet in {', '.join(skipped)}", "warning")
+
+
+def _close_tree(widget: Any) -> None:
+    """Close a widget and every widget inside it (a closed box leaves its children open)."""
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()
+
+
+def check_html(report: CheckReport, ledger_text: str = "") -> str:
+    """The check panel's HTML: the verdict, the key figures, each finding in full, and the ledger.
+
+    Example:
+        >>> check_html(run_check("dp", mesh="data=4"))  # doctest: +SKIP
+        '<div ...>reference check: <b>ok</b> ...'
+    """
+    ok = report.verdict == "ok"
+    color = LEVEL_STYLES["ok" if ok else "error"][0]
+    mesh = ",".join(f"{axis}={size}" for axis, size in report.mesh.items())
+    esc = html.escape
+    parts = [
+        f'<div style="color:{color}">reference check: <b>{esc(report.verdict)}</b> — {esc(report.mode)} on '
+        f"{esc(mesh)}, {report.steps} steps against 'single'</div>",
+        '<ul style="margin:4px 0">'
+        f"<li>gradient scale {report.grad_scale:.6f} (1 expected)</li>"
+        f"<li>largest parameter difference {report.max_param_diff:.3g} (the reference moves parameters up to "
+        f"{report.reference_step:.3g} per step)</li>"
+        f"<li>replica divergence {report.replica_divergence:.3g} (0 expected)</li></ul>",
+    ]
+    for finding in report.problems:
+        causes = ", ".join(finding.causes) if finding.causes else "no known fault"
+        parts.append(
+            f'<div style="border-left:3px solid {color};padding-left:8px;margin:6px 0">'
+            f"<b>{esc(finding.name)}</b>: {esc(finding.message)}<br>"
+            f"<b>likely cause</b>: {esc(causes)}<br>"
+            f"<b>why</b>: {esc(finding.explanation)}<br>"
+            f"<b>fix</b>: {esc(finding.fix)}</div>"
+        )
+    if ledger_text:
+        parts.append("<details open><summary>communication per step (the compiled training step)</summary>"
+                     f'<pre style="font-size:11px;overflow-x:auto">{esc(ledger_text)}</pre></details>')
+    return "\n".join(parts)
+
+
+__all__ = ["TrainingDashboard", "check_html"]

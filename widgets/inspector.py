@@ -1,0 +1,407 @@
+"""The sharding inspector: every array of a training step, where each slice lives, and what it weighs.
+
+For the :class:`~widgets.common.Selection`'s model, mesh and mode it shows, from the engine's
+:class:`~workbench.model_layout.ModelLayout`:
+
+* a per-leaf table (path, shape, spec, shard shape, bytes per device, replication, why) of the
+  parameters, the optimizer state or one batch, with the selected array highlighted;
+* the selected array's device-grid figure (:func:`~workbench.view_plotly.layout_figure`, any rank);
+* JAX's own ``visualize_array_sharding`` picture for 1-D and 2-D arrays on meshes that fit this machine,
+  otherwise a note saying why and the workbench's text picture, so something is always shown;
+* bytes per device as predicted by the layout engine and, on request, the compiler's estimate;
+* one device's slice of every array, after a click on a device in the figure (or :meth:`show_device`).
+
+Layouts are computed on an abstract mesh, so a mesh far larger than this machine works for planning;
+the inspector then says plainly how many devices training would need.
+
+Example:
+    >>> selection = Selection(mesh="data=4,model=2", mode="dp-tp")
+    >>> inspector = ShardingInspector(selection)        # display(inspector) in a notebook
+    >>> inspector.select("params", "hidden1/kernel")
+    >>> inspector.model_layout.params.leaf("hidden1/kernel").layout.spec
+    P(None, 'model')
+    >>> selection.mode = "dp"                            # the inspector redraws itself
+    >>> inspector.show_device(3)                         # device 3's slice of every array
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import html
+from collections.abc import Iterator
+from typing import Any
+
+import ipywidgets as widgets
+import jax
+import plotly.graph_objects as go
+
+import workbench as wb
+from workbench.colors import device_color, text_color_for
+from workbench.model_layout import ModelLayout
+from workbench.step_ledger import ledger_for_config
+from workbench.tree_layout import LeafLayout, TreeLayout
+from workbench.view_jax import capture_visualize_sharding
+from workbench.view_plotly import layout_figure, memory_bar_figure
+from workbench.view_text import (
+    describe_array,
+    format_bytes,
+    format_bytes_exact,
+    format_coords,
+    format_index,
+    format_shape,
+    layout_table,
+    tiling_picture,
+)
+
+from .common import Selection, StatusArea, guarded
+
+TREES = (("parameters", "params"), ("optimizer state", "opt_state"), ("batch", "batch"))
+# Every Selection trait that changes a layout (axis_types does not: layouts are abstract).
+WATCHED_TRAITS = ["mesh", "model", "mode", "rules", "model_options", "options"]
+HIGHLIGHT = "#fff1cc"  # a pale tint behind the selected row; the ▶ marker says it without colour too
+COMPILER_MARKER = "#000000"  # black diamonds: distinct from every device colour in the palette
+_CELL = "padding:2px 8px;text-align:left;white-space:nowrap"
+_TABLE_STYLE = "border-collapse:collapse;font-family:monospace;font-size:12px"
+DEVICE_HINT = "<i>Click a device in the figure to list its slice of every array.</i>"
+
+
+def _html_table(headers: list[str], rows: list[list[str]], highlight: int | None = None) -> str:
+    """An HTML table of already-escaped cells; row ``highlight`` gets a tint and a ▶ marker."""
+    head = "".join(f'<th style="{_CELL};border-bottom:1px solid #888">{h}</th>' for h in ["", *headers])
+    body = []
+    for number, row in enumerate(rows):
+        chosen = number == highlight
+        style = f' style="background:{HIGHLIGHT};font-weight:bold"' if chosen else ""
+        cells = "".join(f'<td style="{_CELL}">{cell}</td>' for cell in ["▶" if chosen else "", *row])
+        body.append(f"<tr{style}>{cells}</tr>")
+    return f'<table style="{_TABLE_STYLE}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def tree_table_html(tree: TreeLayout, selected: str | None = None) -> str:
+    """One row per leaf of ``tree`` (escaped), the ``selected`` path highlighted.
+
+    Example:
+        >>> from workbench.model_layout import model_layout
+        >>> "P(None, 'data')" in tree_table_html(model_layout("mlp", "data=8", "fsdp").params)
+        True
+    """
+    headers = ["path", "shape", "dtype", "spec", "shard shape", "bytes/device", "replication", "why"]
+    rows, highlight = [], None
+    for number, leaf in enumerate(tree.leaves):
+        if leaf.path == selected:
+            highlight = number
+        layout = leaf.layout
+        cells = [leaf.path, format_shape(layout.shape), layout.dtype, wb.format_spec(layout.spec, "code"),
+                 format_shape(layout.shard_shape), format_bytes(layout.bytes_per_device), str(layout.replication),
+                 leaf.reason]
+        rows.append([html.escape(cell, quote=False) for cell in cells])  # element text: quotes may stay
+    total = f"<div>total: {html.escape(format_bytes_exact(tree.bytes_per_device))} per device</div>"
+    return _html_table(headers, rows, highlight) + total
+
+
+def device_slices_html(layout: ModelLayout, position: int) -> str:
+    """Device ``position``'s slice of every array of ``layout`` as an HTML table, with its colour."""
+    rows = layout.device_slices(position)
+    piece = _any_leaf(layout).layout.devices[position]
+    color = device_color(piece.device_id)
+    swatch = (f'<span style="background:{color};color:{text_color_for(color)};padding:0 6px">'
+              f"device {piece.device_id}</span>")
+    total = sum(row["bytes"] for row in rows)
+    header = (f"<div>{swatch} ({html.escape(format_coords(piece.coords))}) holds {len(rows)} arrays, "
+              f"{html.escape(format_bytes_exact(total))}</div>")
+    cells = [[html.escape(str(value)) for value in (row["tree"], row["path"], format_shape(row["shape"]),
+                                                     format_index(row["index"]), format_bytes(row["bytes"]))]
+             for row in rows]
+    return header + _html_table(["tree", "path", "shape", "index (its slice)", "bytes"], cells)
+
+
+def _any_leaf(layout: ModelLayout) -> LeafLayout:
+    """A leaf of the layout: every leaf shares the mesh, so any one gives device ids and coordinates."""
+    return next(leaf for tree in layout.trees().values() for leaf in tree.leaves)
+
+
+def _combined_tree(layout: ModelLayout) -> TreeLayout:
+    """Every leaf of the three trees in one tree, paths prefixed by their tree, so the memory bars stack
+    parameters, optimizer state and batch."""
+    leaves = tuple(dataclasses.replace(leaf, path=f"{name}/{leaf.path}")
+                   for name, tree in layout.trees().items() for leaf in tree.leaves)
+    return TreeLayout(layout.mesh, leaves)
+
+
+def memory_figure_for(layout: ModelLayout, compiler_memory: dict | None = None) -> go.Figure:
+    """Bytes per device predicted by the layout engine, stacked by tree; with the compiler's estimate of
+    the step's arguments (same quantity: state + batch) as black diamonds when given.
+
+    Example:
+        >>> from workbench.model_layout import model_layout
+        >>> [trace.name for trace in memory_figure_for(model_layout("mlp", "data=8", "dp")).data]
+        ['params', 'opt_state', 'batch']
+    """
+    predicted = sum(layout.bytes_per_device().values())
+    figure = memory_bar_figure(
+        _combined_tree(layout), depth=1,
+        title=f"bytes per device, predicted by the layout engine: {format_bytes_exact(predicted)}",
+    )
+    if compiler_memory is not None:
+        labels = list(figure.data[0].x)
+        arguments = compiler_memory["argument_bytes"]
+        details = ", ".join(f"{key} {format_bytes(value)}" for key, value in compiler_memory.items())
+        figure.add_trace(go.Scatter(
+            x=labels, y=[arguments] * len(labels), name="compiler estimate (XLA): step arguments",
+            mode="markers", marker=dict(symbol="diamond", size=9, color=COMPILER_MARKER),
+            hovertemplate=f"compiler estimate per device: {html.escape(details)}<extra></extra>",
+        ))
+        figure.update_layout(showlegend=True, title=(
+            f"bytes per device: predicted {format_bytes(predicted)}; "
+            f"compiler estimate of the step's arguments {format_bytes(arguments)}"))
+    figure.update_layout(height=340, margin=dict(t=60, b=40))
+    return figure
+
+
+def leaf_title(tree: str, leaf: LeafLayout) -> str:
+    """The device-grid figure's title: which array, then its layout in one line."""
+    layout = leaf.layout
+    return (f"<b>{html.escape(tree)}/{html.escape(leaf.path)}</b>: {html.escape(describe_array(layout))}<br>"
+            f"<sup>shard {format_shape(layout.shard_shape)}, {format_bytes(layout.bytes_per_device)} per device, "
+            f"replication {layout.replication}</sup>")
+
+
+def jax_picture_html(layout: wb.ArrayLayout) -> str:
+    """JAX's ``visualize_array_sharding`` picture where JAX can draw it; otherwise why not, and our text
+    picture (any mesh size) or, for 3-D+ arrays, our text table, so something is always shown."""
+    rank, local = len(layout.shape), jax.device_count()
+    if rank not in (1, 2):
+        note = (f"JAX's visualize_array_sharding draws only 1-D and 2-D arrays; this one is {rank}-D "
+                "(the figure above draws every rank). The workbench's text view:")
+    elif layout.num_devices > local:
+        note = (f"JAX's visualize_array_sharding needs real devices: this mesh has {layout.num_devices:,}, "
+                f"this machine {local}. The workbench's text picture:")
+    else:
+        try:
+            picture = capture_visualize_sharding(layout)
+            return "<div><b>jax.debug.visualize_array_sharding</b></div>" + picture.html
+        except wb.WorkbenchError as error:  # JAX could not draw it: say why, then draw it ourselves
+            note = f"{error}. The workbench's text picture:"
+    text = tiling_picture(layout) if rank <= 2 else layout_table(layout)
+    return f"<div><i>{html.escape(note)}</i></div><pre style=\"margin:0\">{html.escape(text)}</pre>"
+
+
+def replace_figure(widget: go.FigureWidget, new: go.Figure) -> None:
+    """Make ``widget`` show ``new`` in place: the browser keeps the same view, no new widget.
+
+    Layout keys the new figure lacks (e.g. the axes of a previous array's extra panels) are removed
+    first, on both sides: assigning a layout only merges into the browser's copy.
+    """
+    new_keys = set(new.layout.to_plotly_json())
+    stale = {key: None for key in widget.layout.to_plotly_json() if key not in new_keys}
+    with widget.batch_update():
+        widget.data = ()
+        if stale:
+            widget.plotly_relayout(stale)
+        widget.add_traces(list(new.data))
+        widget.layout = new.layout
+
+
+@dataclasses.dataclass
+class _LeafView:
+    """Everything drawn for one selected array, computed before any widget changes (so an error keeps
+    the last good view)."""
+
+    tree: str
+    path: str
+    table: str
+    figure: go.Figure
+    picture: str
+
+
+class ShardingInspector(widgets.VBox):
+    """Every array of a training step on the selection's mesh: table, device grid, JAX's picture, memory.
+
+    Redraws when the selection's mesh, model, mode, rules, model options or training options change; an
+    error (e.g. a rule whose spec does not fit) is shown in :attr:`status` and the last good view stays.
+
+    Attributes:
+        selection: the :class:`~widgets.common.Selection` observed.
+        model_layout: the current :class:`~workbench.model_layout.ModelLayout` (None before the first
+            valid one). Not called ``layout``: ipywidgets reserves that name for the CSS layout.
+        tree_picker, leaf_picker: which tree, and which of its arrays, is selected.
+        table: the selected tree's per-leaf table (HTML).
+        figure: the selected array's device grid (a ``go.FigureWidget``, updated in place).
+        jax_picture: JAX's own picture, or a note and the workbench's text picture (HTML).
+        memory_figure: bytes per device (a ``go.FigureWidget``); ``compile_button`` adds the compiler's
+            estimate (``ledger`` keeps the :class:`~workbench.comm_ledger.CommLedger`).
+        device_panel: one device's slice of every array (HTML), from a click or :meth:`show_device`.
+        status: errors and notes (:class:`~widgets.common.StatusArea`).
+
+    Example:
+        >>> inspector = ShardingInspector(Selection(mesh="data=64,model=8", model="transformer", mode="dp-tp"))
+        >>> inspector.status.last[1]
+        'planning only: mesh data=64,model=8 has 512 devices and this machine has 8; training needs 512 devices'
+    """
+
+    def __init__(self, selection: Selection | None = None, **kwargs: Any):
+        self.selection = selection if selection is not None else Selection()
+        self.model_layout: ModelLayout | None = None
+        self.ledger = None
+        self.device_position: int | None = None
+        self.status = StatusArea()
+        self.summary = widgets.HTML()
+        self.tree_picker = widgets.ToggleButtons(options=TREES, value="params", description="tree")
+        self.leaf_picker = widgets.Dropdown(description="array", layout=widgets.Layout(width="460px"))
+        self.table = widgets.HTML()
+        self.figure = go.FigureWidget()
+        self.jax_picture = widgets.HTML()
+        self.memory_figure = go.FigureWidget()
+        self.compile_button = widgets.Button(
+            description="Compiler estimate",
+            tooltip="compile one training step here and show XLA's memory estimate next to the prediction",
+        )
+        self.device_panel = widgets.HTML(DEVICE_HINT)
+        self._quiet = False  # set while the pickers are changed from code, so their observers stay still
+
+        # Every callback is guarded: JupyterLab would hide its errors.
+        self.refresh = guarded(self.status)(self._refresh)
+        self._on_tree = guarded(self.status)(self._tree_changed)
+        self._on_leaf = guarded(self.status)(self._leaf_changed)
+        self._on_click = guarded(self.status)(self._figure_clicked)
+        self._on_compile = guarded(self.status)(self.compiler_estimate)
+        self.tree_picker.observe(self._on_tree, names="value")
+        self.leaf_picker.observe(self._on_leaf, names="value")
+        self.compile_button.on_click(self._on_compile)
+        self.selection.observe(self.refresh, names=WATCHED_TRAITS)
+
+        table_box = widgets.Box([self.table], layout=widgets.Layout(max_height="320px", overflow="auto"))
+        super().__init__([
+            self.summary, self.status, widgets.HBox([self.tree_picker, self.leaf_picker]), table_box,
+            self.figure, self.jax_picture, self.memory_figure, self.compile_button, self.device_panel,
+        ], **kwargs)
+        self.refresh()
+
+    # --- public actions ---------------------------------------------------------------------------
+
+    def select(self, tree: str, path: str) -> None:
+        """Select array ``path`` of ``tree`` (``"params"``, ``"opt_state"`` or ``"batch"``) and draw it.
+
+        Raises KeyError (listing some paths) for a path the tree does not have.
+        """
+        if self.model_layout is None:
+            raise wb.WorkbenchError("nothing to select: the selection has no valid layout yet (see the status)")
+        self._apply(self._leaf_view(self.model_layout, tree, path))
+
+    def show_device(self, position: int) -> None:
+        """List the device at mesh ``position`` (row-major; its id on abstract meshes) and its slice of
+        every array in :attr:`device_panel`. The figure's click handler calls this."""
+        self.device_panel.value = device_slices_html(self.model_layout, position)
+        self.device_position = position
+
+    def compiler_estimate(self, _button: Any = None) -> None:
+        """Compile one training step of the selection here and add XLA's memory estimate to the memory
+        figure. The engine refuses (shown in :attr:`status`) meshes larger than this machine and modes
+        with no single compiled step."""
+        self.status.show("compiling one training step for the compiler's estimate…", "info")
+        ledger = ledger_for_config(self.selection.train_config())
+        if ledger.memory is None:
+            self.status.show("the compiler gave no memory estimate on this backend", "warning")
+            return
+        self.ledger = ledger
+        replace_figure(self.memory_figure, memory_figure_for(self.model_layout, ledger.memory))
+        note = "; it compiled the mode's standard specs, not your rules" if self.selection.rules else ""
+        self.status.show(
+            f"compiler estimate per device: arguments {format_bytes(ledger.memory['argument_bytes'])}, "
+            f"temporaries {format_bytes(ledger.memory['temp_bytes'])}{note}", "ok")
+
+    # --- drawing ------------------------------------------------------------------------------------
+
+    def _refresh(self, _change: Any = None) -> None:
+        """Lay out the selection again and redraw everything, keeping the selected array if it still exists."""
+        layout = self.selection.model_layout()  # raises for an invalid layout: nothing has changed yet
+        tree = self.tree_picker.value if layout.trees()[self.tree_picker.value].leaves else "params"
+        paths = [leaf.path for leaf in layout.trees()[tree].leaves]
+        path = self.leaf_picker.value if self.leaf_picker.value in paths else paths[0]
+        view = self._leaf_view(layout, tree, path)
+        memory = memory_figure_for(layout)
+        # Everything is computed: now change the widgets.
+        self.model_layout, self.ledger = layout, None  # an old compiler estimate belongs to the old layout
+        self._apply(view)
+        replace_figure(self.memory_figure, memory)
+        if self.device_position is not None and self.device_position < layout.mesh.size:
+            self.show_device(self.device_position)
+        else:
+            self.device_position = None
+            self.device_panel.value = DEVICE_HINT
+        self.summary.value = self._summary_html(layout)
+        self._show_device_note(layout)
+
+    def _leaf_view(self, layout: ModelLayout, tree: str, path: str) -> _LeafView:
+        leaf = layout.trees()[tree].leaf(path)
+        return _LeafView(
+            tree, path, tree_table_html(layout.trees()[tree], path),
+            layout_figure(leaf.layout, title=leaf_title(tree, leaf)), jax_picture_html(leaf.layout),
+        )
+
+    def _apply(self, view: _LeafView) -> None:
+        with self._pickers_quiet():
+            self.tree_picker.value = view.tree
+            self.leaf_picker.options = [leaf.path for leaf in self.model_layout.trees()[view.tree].leaves]
+            self.leaf_picker.value = view.path
+        self.table.value = view.table
+        replace_figure(self.figure, view.figure)
+        for trace in self.figure.data:  # new traces: a click on any device cell lists that device
+            if trace.type == "heatmap":
+                trace.on_click(self._on_click)
+        self.jax_picture.value = view.picture
+
+    def _summary_html(self, layout: ModelLayout) -> str:
+        sizes = layout.bytes_per_device()
+        parts = " + ".join(f"{name} {format_bytes(n)}" for name, n in sizes.items())
+        text = (f"<b>{html.escape(layout.model)}</b>, mode <b>{html.escape(layout.mode)}</b> on mesh "
+                f"<b>{html.escape(str(layout.mesh))}</b> ({layout.mesh.size:,} devices): {html.escape(parts)} = "
+                f"{html.escape(format_bytes(sum(sizes.values())))} per device")
+        if layout.mesh.size > jax.device_count():  # kept here too: the status line is replaced by later actions
+            text += (f"<br>Planning only: this machine has {jax.device_count()} devices; "
+                     f"training on this mesh needs {layout.mesh.size:,} devices.")
+        return text
+
+    def _show_device_note(self, layout: ModelLayout) -> None:
+        local = jax.device_count()
+        if layout.mesh.size > local:
+            self.status.show(
+                f"planning only: mesh {layout.mesh} has {layout.mesh.size:,} devices and this machine has "
+                f"{local}; training needs {layout.mesh.size:,} devices", "warning")
+        else:
+            self.status.show(f"{layout.model} laid out on {layout.mesh} for {layout.mode}", "ok")
+
+    # --- callbacks ------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _pickers_quiet(self) -> Iterator[None]:
+        self._quiet = True
+        try:
+            yield
+        finally:
+            self._quiet = False
+
+    def _tree_changed(self, change: dict) -> None:
+        if self._quiet or self.model_layout is None:
+            return
+        leaves = self.model_layout.trees()[change["new"]].leaves
+        if not leaves:  # e.g. plain SGD keeps no optimizer state: stay on the tree shown
+            with self._pickers_quiet():
+                self.tree_picker.value = change["old"]
+            self.status.show(f"{change['new']} has no arrays for optimizer {self.model_layout.optimizer}", "info")
+            return
+        self.select(change["new"], leaves[0].path)
+
+    def _leaf_changed(self, change: dict) -> None:
+        if self._quiet or self.model_layout is None or change["new"] is None:
+            return
+        self.select(self.tree_picker.value, change["new"])
+
+    def _figure_clicked(self, trace: Any, points: Any, _state: Any) -> None:
+        """A heatmap click: plotly gives ``[row, column]`` per cell; the cell's customdata is the device id."""
+        for index in points.point_inds:
+            if isinstance(index, (list, tuple)) and len(index) == 2:
+                device_id = int(trace.customdata[index[0]][index[1]])
+                self.show_device(_any_leaf(self.model_layout).layout.device_ids.index(device_id))
+                return
