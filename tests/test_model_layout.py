@@ -49,6 +49,13 @@ def test_device_slices_match_the_array_layouts():
     assert row["index"] == [list(i) for i in layout.params.leaf("hidden1/kernel").layout.devices[3].index]
 
 
+def test_the_combined_tree_holds_every_leaf_by_tree():
+    layout = model_layout("mlp", "data=8", "fsdp")
+    combined = layout.combined()
+    assert combined.group_bytes_per_device(1) == layout.bytes_per_device()
+    assert combined.leaf("params/hidden1/kernel").layout is layout.params.leaf("hidden1/kernel").layout
+
+
 def test_default_data():
     assert [default_data(m) for m in ("linear", "mlp", "cnn", "transformer")] == ["regression", "digits", "digits", "text"]
 

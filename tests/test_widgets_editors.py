@@ -25,6 +25,14 @@ def test_guarded_callbacks_show_errors_instead_of_raising():
     assert "✗" in status.value
 
 
+def test_the_selection_computes_a_layout_once_per_choice():
+    selection = Selection(mesh="data=8", mode="fsdp")
+    first = selection.model_layout()
+    assert selection.model_layout() is first
+    selection.mode = "dp"
+    assert selection.model_layout() is not first and selection.model_layout().mode == "dp"
+
+
 # --- MeshPicker ------------------------------------------------------------------------------------------
 
 

@@ -121,13 +121,22 @@ class Selection(traitlets.HasTraits):
         return self.mesh_shape().size <= len(jax.devices())
 
     def model_layout(self, batch: int | None = None):
-        """The :class:`workbench.model_layout.ModelLayout` of the current choices."""
+        """The :class:`workbench.model_layout.ModelLayout` of the current choices.
+
+        The last one is kept: every widget showing the selection asks for it after each change, and a
+        512-device transformer layout is worth computing once.
+        """
         from workbench.model_layout import model_layout
 
-        return model_layout(
-            self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),
-            optimizer=self.options.get("optimizer", "adam"), batch=batch or self.options.get("batch", 256),
-        )
+        key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)), tuple(sorted(self.model_options.items())),
+               self.options.get("optimizer", "adam"), batch or self.options.get("batch", 256))
+        if getattr(self, "_layout_key", None) != key:
+            self._layout = model_layout(
+                self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),
+                optimizer=key[5], batch=key[6],
+            )
+            self._layout_key = key
+        return self._layout
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""

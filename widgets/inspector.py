@@ -121,14 +121,6 @@ def _any_leaf(layout: ModelLayout) -> LeafLayout:
     return next(leaf for tree in layout.trees().values() for leaf in tree.leaves)
 
 
-def _combined_tree(layout: ModelLayout) -> TreeLayout:
-    """Every leaf of the three trees in one tree, paths prefixed by their tree, so the memory bars stack
-    parameters, optimizer state and batch."""
-    leaves = tuple(dataclasses.replace(leaf, path=f"{name}/{leaf.path}")
-                   for name, tree in layout.trees().items() for leaf in tree.leaves)
-    return TreeLayout(layout.mesh, leaves)
-
-
 def memory_figure_for(layout: ModelLayout, compiler_memory: dict | None = None) -> go.Figure:
     """Bytes per device predicted by the layout engine, stacked by tree; with the compiler's estimate of
     the step's arguments (same quantity: state + batch) as black diamonds when given.
@@ -140,7 +132,7 @@ def memory_figure_for(layout: ModelLayout, compiler_memory: dict | None = None) 
     """
     predicted = sum(layout.bytes_per_device().values())
     figure = memory_bar_figure(
-        _combined_tree(layout), depth=1,
+        layout.combined(), depth=1,
         title=f"bytes per device, predicted by the layout engine: {format_bytes_exact(predicted)}",
     )
     if compiler_memory is not None:

@@ -70,6 +70,13 @@ class ModelLayout:
         """``{"params": ..., "opt_state": ..., "batch": ...}``."""
         return {"params": self.params, "opt_state": self.opt_state, "batch": self.batch}
 
+    def combined(self) -> TreeLayout:
+        """Every leaf of the three trees in one tree, paths prefixed by their tree (``params/...``), e.g.
+        for memory bars stacked by tree with ``group_bytes_per_device()``."""
+        leaves = tuple(dataclasses.replace(leaf, path=f"{name}/{leaf.path}")
+                       for name, tree in self.trees().items() for leaf in tree.leaves)
+        return TreeLayout(self.mesh, leaves)
+
     def bytes_per_device(self) -> dict[str, int]:
         """Bytes every device holds, per tree (shards are even, so every device holds the same)."""
         return {name: tree.bytes_per_device for name, tree in self.trees().items()}
