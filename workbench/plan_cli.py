@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
+import pathlib
 
 EXIT_OK = 0
 
@@ -48,7 +49,20 @@ def add_plan_parser(commands) -> None:
     plan.add_argument("--precision", default="bf16", choices=PRECISIONS, help="compute precision (default bf16)")
     plan.add_argument("--utilisation", type=float, default=DEFAULT_UTILISATION,
                       help=f"assumed fraction of peak FLOP/s reached, MFU (default {DEFAULT_UTILISATION})")
+    plan.add_argument("--rules", default=None, metavar="FILE",
+                      help="your own rule table instead of the mode's layout: a text file of 'regex => spec' lines")
     plan.add_argument("--json", action="store_true", help="print exactly one JSON object")
+
+
+def _read_rules(path: str):
+    from .errors import WorkbenchError
+    from .rules import RuleTable
+
+    try:
+        text = pathlib.Path(path).read_text()
+    except OSError as error:
+        raise WorkbenchError(f"--rules {path!r}: {error.strerror}: give a text file of 'regex => spec' lines") from None
+    return RuleTable.parse(text)
 
 
 def plan_command(args) -> int:
@@ -68,6 +82,7 @@ def plan_command(args) -> int:
         seq_len=args.seq_len,
         precision=args.precision,
         utilisation=args.utilisation,
+        rules=_read_rules(args.rules) if args.rules else None,
     )
     print(json.dumps(plan.to_json()) if args.json else plan.to_text())
     return EXIT_OK

@@ -45,6 +45,7 @@ from .cost_model import (
     hardware as lookup_hardware,
 )
 from .errors import MeshError, WorkbenchError, nearest_multiples
+from .layout_lint import DEFAULT_MIN_BYTES, LayoutWarning, lint_layout, lint_text
 from .mesh import MeshShape, abstract_mesh, parse_mesh
 from .rules import RuleTable
 from .specs import entry_axes, format_spec, spec_entries, spec_to_json
@@ -178,6 +179,7 @@ class TrainingPlan:
     collectives: tuple[PlannedCollective, ...]
     compute_bound: ComputeBoundTest | None
     notes: tuple[str, ...]
+    warnings: tuple[LayoutWarning, ...] = ()
 
     @property
     def params_bytes(self) -> int:
@@ -293,6 +295,7 @@ class TrainingPlan:
             "hardware": self.hardware.to_json(),
             "rules": [{"pattern": r.pattern, "spec": spec_to_json(r.spec)} for r in self.rule_table.rules],
             "replicated_leaves": len(self.params_layout.replicated_leaves),
+            "warnings": [w.to_json() for w in self.warnings],
             "notes": list(self.notes),
         }
 
@@ -344,6 +347,8 @@ class TrainingPlan:
         ]
         if self.compute_bound is not None:
             lines.append(f"             {self.compute_bound.sentence}")
+        if self.warnings:
+            lines += ["", "layout warnings"] + [lint_text(list(self.warnings))]
         if self.notes:
             lines += ["", "notes"] + [f"  - {note}" for note in self.notes]
         if with_code:
@@ -413,10 +418,16 @@ def _same_specs(table: RuleTable, trees: list[tuple[Any, TreeLayout]], mesh: Any
     return all(layout_tree(tree, mesh, table).specs == layout.specs for tree, layout in trees)
 
 
-def _export_table(placement: str, tp_rules: list, trees: list[tuple[Any, TreeLayout]], mesh: Any) -> RuleTable:
+def _export_table(placement: str, tp_rules: list, trees: list[tuple[Any, TreeLayout]], mesh: Any,
+                  custom: RuleTable | None = None) -> RuleTable:
+    """The plan's layout as a rule table that reproduces it (leaves that did not fit: as planned, replicated)."""
+    valid = all(leaf.problem is None for _, layout in trees for leaf in layout.leaves)
+    if placement == "custom" and valid:
+        catch_all = custom.rules and custom.rules[-1].pattern in (".*", "")
+        return custom if catch_all else RuleTable([(r.pattern, r.spec) for r in custom.rules] + [(".*", PartitionSpec())])
     if placement == "replicate":
         return RuleTable([(".*", PartitionSpec())])
-    if placement == "tensor-parallel":
+    if placement == "tensor-parallel" and valid:
         return RuleTable(list(tp_rules) + [(".*", PartitionSpec())])
     params_layout = trees[0][1]
     for generalise in (True, False):  # compact first; exact paths if a pattern reaches too far
@@ -424,9 +435,32 @@ def _export_table(placement: str, tp_rules: list, trees: list[tuple[Any, TreeLay
         if _same_specs(table, trees, mesh):
             return table
     raise WorkbenchError(  # not reached for the registered models: exact paths reproduce any layout
-        "could not express the fsdp layout as a rule table (optimizer state paths clash with parameter "
+        "could not express the plan's layout as a rule table (optimizer state paths clash with parameter "
         "paths): lay out with layout_tree(state, mesh, 'shard') instead"
     )
+
+
+def _own_model(model: Any, model_options: Any) -> Any:
+    """A user's ``nnx.Module`` (instance, or a builder traced with ``nnx.eval_shape``), checked."""
+    from flax import nnx
+
+    if model_options:
+        raise WorkbenchError(
+            f"model_options {model_options!r} apply to registered models only: build your own model with its "
+            "options instead and pass model_options=None"
+        )
+    if not isinstance(model, nnx.Module):
+        if not callable(model):
+            raise WorkbenchError(
+                f"model {model!r} is neither a registered model's name nor an nnx.Module: pass a name such as "
+                "'transformer', your module, or a function that builds it (lambda: MyModel(..., rngs=nnx.Rngs(0)))"
+            )
+        model = nnx.eval_shape(model)
+        if not isinstance(model, nnx.Module):
+            raise WorkbenchError(f"the model builder returned {type(model).__name__}, not an nnx.Module")
+    if not jax.tree.leaves(nnx.state(model, nnx.Param)):
+        raise WorkbenchError(f"model {type(model).__name__} has no nnx.Param leaves: there is nothing to plan")
+    return model
 
 
 # --- the plan --------------------------------------------------------------------------------------
@@ -476,6 +510,12 @@ def _batch(global_batch: int | None, parts: int) -> int:
     return global_batch
 
 
+def _whole_seq_len(seq_len: Any) -> int | None:
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
+        raise WorkbenchError(f"seq_len {seq_len!r} must be a whole number >= 1: use e.g. --seq-len 1024")
+    return seq_len
+
+
 def _seq_len(model: str, seq_len: int | None, options: dict[str, Any]) -> int | None:
     """Tokens per sequence: the transformer's ``max_len`` by default; None for models without sequences."""
     if model != "transformer":
@@ -484,8 +524,7 @@ def _seq_len(model: str, seq_len: int | None, options: dict[str, Any]) -> int | 
         return None
     if seq_len is None:
         return options["max_len"]
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise WorkbenchError(f"seq_len {seq_len!r} must be a whole number >= 1: use e.g. --seq-len 1024")
+    _whole_seq_len(seq_len)
     if seq_len > options["max_len"]:
         raise WorkbenchError(
             f"seq_len {seq_len} exceeds the model's max_len={options['max_len']}: add max_len={seq_len} to "
@@ -496,7 +535,7 @@ def _seq_len(model: str, seq_len: int | None, options: dict[str, Any]) -> int | 
 
 def _step_collectives(
     shape: _ModeShape, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
-    block_activation: int | None, n_layers: int, notes: list[str],
+    block_activation: int | None, n_layers: int, notes: list[str], explain_whole: bool = True,
 ) -> tuple[list[PlannedCollective], int]:
     """The collectives of one step in theory, and the per-device gradient bytes synchronised over 'data'.
 
@@ -535,7 +574,7 @@ def _step_collectives(
         add("all-gather", "parameters (once, kept for the backward pass)", gathered, DATA_AXIS, 1)
         add("reduce-scatter", "gradients of the sharded parameters", gathered, DATA_AXIS, 1)
         add("all-reduce", "gradients of the parameters left whole", whole, DATA_AXIS, 1)
-        if whole:
+        if whole and explain_whole:
             notes.append(f"{len(params_layout.replicated_leaves)} parameter(s) have no dimension divisible by "
                          f"data={data_size} and stay whole on every device (their gradients are all-reduced)")
         return collectives, gathered + whole
@@ -564,7 +603,7 @@ def _activation_bytes(model: Any, examples: int, seq_len: int, split: int, compu
 
 
 def plan_training(
-    model: str,
+    model: Any,
     model_options: dict[str, Any] | str | None,
     mesh: Any,
     mode: str,
@@ -575,6 +614,8 @@ def plan_training(
     seq_len: int | None = None,
     precision: str = "bf16",
     utilisation: float = DEFAULT_UTILISATION,
+    rules: Any = None,
+    lint_min_bytes: int = DEFAULT_MIN_BYTES,
 ) -> TrainingPlan:
     """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
 
@@ -582,8 +623,12 @@ def plan_training(
     leaves laid out on an abstract mesh.
 
     Args:
-        model, model_options: a registered model and overrides of its preset (a dict, or ``key=value,...``
-            text as ``--config`` takes).
+        model, model_options: a registered model's name and overrides of its preset (a dict, or
+            ``key=value,...`` text as ``--config`` takes); or your own ``nnx.Module``: an instance (real
+            or from ``nnx.eval_shape``) or a function of no arguments that builds one, which is only
+            ever traced (a 70B model costs no memory). Give ``model_options`` as None for your own.
+            Its compute is estimated as 6 FLOPs per parameter per example (per token with ``seq_len``)
+            and its activations are not estimated.
         mesh: e.g. ``"data=64,model=8"``.
         mode: a parallel mode (see :data:`workbench.modes.MODES`).
         optimizer: ``sgd``, ``adam`` or ``adamw`` (what its state holds is read from optax itself).
@@ -594,6 +639,11 @@ def plan_training(
         seq_len: tokens per sequence for the transformer; default its ``max_len``.
         precision: ``bf16`` (bfloat16 compute, float32 master weights, as the trainer does) or ``fp32``.
         utilisation: assumed fraction of peak FLOP/s the maths reaches (MFU).
+        rules: your own rule table (a :class:`~workbench.rules.RuleTable` or ``(regex, spec)`` pairs)
+            instead of the mode's placement; the mode still decides where the batch goes. A leaf whose
+            spec does not fit is planned replicated and reported in ``warnings``, with every other.
+        lint_min_bytes: the smallest replicated leaf the layout linter warns about
+            (:func:`~workbench.layout_lint.lint_layout`).
 
     Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
 
@@ -619,50 +669,70 @@ def plan_training(
         raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     mesh_shape = parse_mesh(mesh)
     notes = _check_mesh(mesh_shape, mode, shape)
-    model_class(model)
-    options = parse_model_options(model_options, model) if isinstance(model_options, str) else dict(model_options or {})
-    resolved = model_config(model, **options).options
+    registered = isinstance(model, str)
+    custom_rules = RuleTable(rules) if rules is not None else None
+    if registered:
+        model_class(model)
+        options = parse_model_options(model_options, model) if isinstance(model_options, str) else dict(model_options or {})
+        resolved = model_config(model, **options).options
+        abstract = abstract_model(model, **options)
+    else:
+        abstract, options, resolved = _own_model(model, model_options), {}, {}
+        model = type(abstract).__name__
+        notes.append(f"compute of your {model} is estimated as 6 FLOPs per parameter per "
+                     f"{'token' if seq_len else 'example'}; its activations are not estimated")
     tp_rules = []
-    if shape.placement == "tensor-parallel":
+    if shape.placement == "tensor-parallel" and custom_rules is None:
         from .models import tensor_parallel_rules
 
-        tp_rules = tensor_parallel_rules(model, MODEL_AXIS)
+        tp_rules = tensor_parallel_rules(model, MODEL_AXIS) if registered else []
         if not tp_rules:
             raise WorkbenchError(
                 f"mode {mode!r} splits layers over the 'model' axis, but model {model!r} has no splittable layer "
-                "pair: choose mlp, cnn or transformer, or a data-parallel mode"
+                "pair: choose mlp, cnn or transformer, pass rules=[(regex, spec), ...] for your own model, "
+                "or plan a data-parallel mode"
             )
 
-    abstract = abstract_model(model, **options)
     params = nnx.state(abstract, nnx.Param)
     opt_state = jax.eval_shape(make_optimizer(optimizer, 1e-3).init, params)
     target = abstract_mesh(mesh_shape)
-    placement = {"replicate": "replicate", "shard": "shard", "tensor-parallel": RuleTable(tp_rules)}[shape.placement]
-    params_layout = layout_tree(params, target, placement, data_axis=DATA_AXIS)
-    opt_layout = layout_tree(opt_state, target, placement, data_axis=DATA_AXIS)
-    table = _export_table(shape.placement, tp_rules, [(params, params_layout), (opt_state, opt_layout)], target)
+    if custom_rules is not None:
+        placement, kind = custom_rules, "custom"
+    else:
+        placement = {"replicate": "replicate", "shard": "shard", "tensor-parallel": RuleTable(tp_rules)}[shape.placement]
+        kind = shape.placement
+    params_layout = layout_tree(params, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
+    opt_layout = layout_tree(opt_state, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
+    warnings = lint_layout(params_layout, min_bytes=lint_min_bytes)
+    table = _export_table(kind, tp_rules, [(params, params_layout), (opt_state, opt_layout)], target, custom_rules)
 
     data_size = mesh_shape.axis_size(shape.batch_axis) if shape.batch_axis else 1
     model_size = mesh_shape.axis_size(MODEL_AXIS) if shape.placement == "tensor-parallel" else 1
     batch = _batch(global_batch, data_size)
     examples = batch // data_size
     n_params = param_count(abstract)
-    is_lm = model == "transformer"
-    seq_len = _seq_len(model, seq_len, resolved)
-    tokens = examples * seq_len if is_lm else examples
+    is_lm = registered and model == "transformer"
+    # Your own model: tokens per sequence only if you say so (then compute counts tokens, not examples).
+    seq_len = _seq_len(model, seq_len, resolved) if registered else _whole_seq_len(seq_len)
+    tokens = examples * seq_len if seq_len else examples
     if is_lm:
         head = 2 * abstract.d_model * abstract.vocab  # the output head is replicated by the tp rules
         forward = (abstract.flops_per_token(seq_len) - head) / model_size + head
         flops = 3.0 * forward * tokens  # backward = 2 forwards (PaLM's 6N)
     else:
-        flops = 6.0 * n_params * examples / model_size
+        flops = 6.0 * n_params * tokens / model_size
         if model_size > 1:
             notes.append(f"compute assumes every parameter of {model!r} splits {model_size} ways: an approximation")
     compute_bytes = COMPUTE_BYTES[precision]
     # (B_local, T, d_model) activations summed over 'model' after each row-parallel layer of a block
     block_activation = examples * seq_len * abstract.d_model * compute_bytes if is_lm else None
+    sync_shape = shape
+    if custom_rules is not None and shape.batch_axis == DATA_AXIS and not shape.one_device:
+        # Any table: leaves sharded over 'data' are gathered and reduce-scattered, the rest all-reduced.
+        sync_shape = dataclasses.replace(shape, placement="shard")
     collectives, sync_bytes = _step_collectives(
-        shape, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if is_lm else 0, notes
+        sync_shape, mesh_shape, params_layout, hw, block_activation if custom_rules is None else None,
+        abstract.n_layers if is_lm else 0, notes, explain_whole=custom_rules is None,
     )
     if not is_lm and shape.placement == "tensor-parallel" and model_size > 1:
         notes.append(f"the activation all-reduces after {model!r}'s row-parallel layers are not estimated "
@@ -676,7 +746,7 @@ def plan_training(
         synced_params = sync_bytes / GRADIENT_BYTES
         bound = compute_bound_test(
             tokens, hw, bytes_per_param=GRADIENT_BYTES, flops_per_param_per_token=flops / tokens / synced_params,
-            group_size=data_size, utilisation=utilisation, unit="tokens" if is_lm else "examples",
+            group_size=data_size, utilisation=utilisation, unit="tokens" if seq_len else "examples",
         )
     elif not shape.one_device:
         notes.append("no gradient synchronisation over 'data': the compute-bound test does not apply (tp's "
@@ -686,7 +756,8 @@ def plan_training(
         activations = _activation_bytes(abstract, examples, seq_len, model_size, compute_bytes)
     else:
         activations = None
-        notes.append(f"activations of {model!r} are not estimated (small for this model at these batch sizes)")
+        if registered:
+            notes.append(f"activations of {model!r} are not estimated (small for this model at these batch sizes)")
     full_params = params_layout.total_bytes
     if shape.placement == "shard":
         transient = full_params + (full_params // 2 if precision == "bf16" else 0)
@@ -706,7 +777,7 @@ def plan_training(
         seq_len=seq_len, data_parallel_size=data_size, examples_per_device=examples,
         tokens_per_device=tokens, params_layout=params_layout, opt_state_layout=opt_layout, rule_table=table,
         activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
-        collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes),
+        collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
     )
 
 

@@ -29,6 +29,7 @@ from .rules import RuleTable
 from .specs import format_spec, parse_spec
 
 STRATEGIES = ("replicate", "shard")
+ON_INVALID = ("raise", "replicate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,8 @@ class LeafLayout:
     layout: ArrayLayout
     reason: str
     rule: int | None = None
+    # Set when the requested spec could not be applied (``on_invalid="replicate"``): why, naming the spec.
+    problem: str | None = None
 
     def row(self) -> dict:
         """A table row of plain values."""
@@ -134,7 +137,7 @@ def shard_largest_dim(shape: tuple[int, ...], axis: str, axis_size: int) -> tupl
 
     Example:
         >>> shard_largest_dim((3, 16), "data", 8)
-        (PartitionSpec(None, 'data'), "dimension 1 (16) sharded over 'data'")
+        (P(None, 'data'), "dimension 1 (16) sharded over 'data'")
     """
     if not shape:
         return PartitionSpec(), "replicated: scalar"
@@ -154,7 +157,7 @@ def _spec_pytree(specs: Any) -> list | None:
     return jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, PartitionSpec) or x is None)
 
 
-def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "data") -> TreeLayout:
+def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "data", on_invalid: str = "raise") -> TreeLayout:
     """The layout of every array leaf of a pytree (non-array leaves are skipped). Allocates nothing.
 
     Args:
@@ -162,6 +165,9 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
         mesh: any mesh :func:`~workbench.layout.layout_array` accepts (abstract ones of any size).
         specs: where each leaf's spec comes from (see the module docstring).
         data_axis: the axis the ``"shard"`` strategy uses.
+        on_invalid: ``"raise"`` (default) stops at the first leaf whose spec does not fit; ``"replicate"``
+            lays such leaves out replicated and records why in ``LeafLayout.problem``, so a linter
+            (:func:`~workbench.layout_lint.lint_layout`) can report every problem of a table at once.
 
     Raises :class:`~workbench.errors.SpecError` naming the leaf (and the rule) whose spec does not fit.
 
@@ -170,8 +176,10 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
         >>> state = {"w": jax.ShapeDtypeStruct((16, 3), jnp.float32), "step": jax.ShapeDtypeStruct((), jnp.int32)}
         >>> table = layout_tree(state, "data=8", "shard")
         >>> table.leaf("w").layout.spec, table.leaf("step").reason
-        (PartitionSpec('data', None), 'replicated: scalar')
+        (P('data', None), 'replicated: scalar')
     """
+    if on_invalid not in ON_INVALID:
+        raise WorkbenchError(f"on_invalid={on_invalid!r} is not one of {', '.join(ON_INVALID)}")
     mesh_shape = parse_mesh(mesh)
     all_pairs = leaves_with_paths(tree)
     if isinstance(specs, (list, tuple)) and specs and all(
@@ -229,11 +237,16 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
             spec, reason = parse_spec(specs(path, leaf)), "chosen by the spec function"
         else:
             spec, reason = parse_spec(flat_specs[position]), "from the spec tree"
+        problem = None
         try:
             layout = layout_array(leaf, mesh, spec)
         except SpecError as error:
             where = f", rule {rule} ({rules.rules[rule].pattern!r})" if rule is not None else ""
-            raise SpecError(f"leaf {path!r} (shape {shape}{where}): {error}") from None
-        leaves.append(LeafLayout(path, layout, reason, rule))
+            if on_invalid == "raise":
+                raise SpecError(f"leaf {path!r} (shape {shape}{where}): {error}") from None
+            problem = f"{error}{where}"
+            layout = layout_array(leaf, mesh, PartitionSpec())
+            reason = f"replicated: its spec {format_spec(spec)} does not fit"
+        leaves.append(LeafLayout(path, layout, reason, rule, problem))
     unused = tuple(i for i in range(len(rules)) if i not in used_rules) if rules is not None else ()
     return TreeLayout(mesh_shape, tuple(leaves), rules, unused)
