@@ -1,6 +1,7 @@
 """Every notebook runs top to bottom headless, with no error output, and is stored without outputs."""
 
 import pathlib
+import time
 
 import nbformat
 import pytest
@@ -21,13 +22,27 @@ def test_stored_without_outputs(path):
     assert not stored, f"{path.name} cells {stored} are stored with outputs: clear them before committing"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_starts_with_a_parameters_cell(path):
+    """The first code cell holds the knobs (small defaults), tagged for papermill-style tools."""
+    notebook = nbformat.read(path, as_version=4)
+    first = next(c for c in notebook.cells if c.cell_type == "code")
+    assert "parameters" in first.metadata.get("tags", []), f"{path.name}: tag the first code cell 'parameters'"
+    assert first.source.lstrip().startswith("# Parameters"), f"{path.name}: the first code cell is not the parameters"
+    assert "import" not in first.source, f"{path.name}: the parameters cell should hold values only"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_runs_top_to_bottom(path, monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(notebook, timeout=TIME_BUDGET_S, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    started = time.monotonic()
     client.execute()  # raises CellExecutionError on the first failing cell
+    elapsed = time.monotonic() - started
+    # A budget, not a speed target: a notebook a workshop cannot run in 3 minutes on a laptop is broken.
+    assert elapsed <= TIME_BUDGET_S, f"{path.name} took {elapsed:.0f} s, over its {TIME_BUDGET_S} s budget"
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
             assert output.output_type != "error", f"{path.name}: {output.get('ename')}: {output.get('evalue')}"

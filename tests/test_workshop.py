@@ -1,0 +1,129 @@
+"""The workshop's exercise checks fail on wrong answers, pass on right ones, and the notebook's answers pass.
+
+The answers tested last are the ones printed in the workshop notebook's collapsible "Answer" blocks,
+read from the notebook itself, so a student who copies them passes.
+"""
+
+import pathlib
+import re
+
+import jax
+import nbformat
+import pytest
+from jax import lax
+
+import workbench as wb
+from workbench import workshop
+from workbench.workshop import (
+    check_all_reduce_bytes,
+    check_bytes_per_device,
+    check_grad_scale,
+    check_gradient_sync,
+    regression_loss,
+)
+
+WORKSHOP = pathlib.Path(__file__).parent.parent / "notebooks" / "02_data_parallel_workshop.ipynb"
+CHECKS = {
+    "bytes-per-device": ("ANSWER_BYTES", check_bytes_per_device),
+    "all-reduce-bytes": ("ANSWER_ALL_REDUCE", check_all_reduce_bytes),
+    "grad-scale": ("ANSWER_GRAD_SCALE", check_grad_scale),
+    "fix-the-step": ("local_gradients", check_gradient_sync),
+}
+
+
+@pytest.mark.parametrize("check", [c for _, c in CHECKS.values()], ids=list(CHECKS))
+def test_unanswered_is_neither_pass_nor_crash(check):
+    for placeholder in (..., None):
+        result = check(placeholder)
+        assert result.status == "unanswered" and not result.passed and "replace the ..." in result.message
+
+
+def test_bytes_per_device():
+    assert check_bytes_per_device(dict.fromkeys(workshop.BYTES_KEYS, ...)).status == "unanswered"
+    assert check_bytes_per_device({"kernel_dp": 32768, "kernel_fsdp": 4096, "bias_fsdp": 40}).passed
+    wrong = check_bytes_per_device({"kernel_dp": 32768, "kernel_fsdp": 4096, "bias_fsdp": 5})
+    assert wrong.status == "failed" and "bias_fsdp" in wrong.message and "kernel_fsdp" not in wrong.message
+    assert "exactly the keys" in check_bytes_per_device({"kernel_dp": 1}).message
+    assert not check_bytes_per_device({"kernel_dp": "32768", "kernel_fsdp": 4096, "bias_fsdp": 40}).passed
+    # the truth comes from the layout engine, and matches hand arithmetic
+    assert workshop.bytes_per_device_truth(8) == {"kernel_dp": 64 * 128 * 4, "kernel_fsdp": 64 * 128 * 4 // 8,
+                                                  "bias_fsdp": 10 * 4}
+
+
+def test_all_reduce_bytes_against_the_compiled_ledger():
+    gradients = 4 * (64 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10)
+    assert workshop.all_reduce_truth(8)[0] == gradients
+    right = check_all_reduce_bytes(gradients)
+    assert right.passed and f"{gradients:,} B" in right.message
+    too_big = check_all_reduce_bytes(gradients * 8)
+    assert too_big.status == "failed" and "one gradient per device added up" in too_big.message
+    assert "dtype" in check_all_reduce_bytes(gradients // 2).message
+    assert not check_all_reduce_bytes("lots").passed
+
+
+def test_grad_scale_is_measured():
+    assert check_grad_scale(8).passed
+    assert check_grad_scale(64).status == "failed" and "not N squared" in check_grad_scale(64).message
+    assert check_grad_scale(1).status == "failed"
+
+
+def naive(params, shard):  # the recipe as commonly written: N times too large under check_vma
+    return lax.pmean(jax.grad(regression_loss)(params, shard), "data")
+
+
+def fixed(params, shard):
+    params = lax.pcast(params, "data", to="varying")
+    return lax.pmean(jax.grad(regression_loss)(params, shard), "data")
+
+
+def summed(params, shard):
+    params = lax.pcast(params, "data", to="varying")
+    return lax.psum(jax.grad(regression_loss)(params, shard), "data")
+
+
+def unreduced(params, shard):
+    params = lax.pcast(params, "data", to="varying")
+    return jax.grad(regression_loss)(params, shard)
+
+
+def with_the_engine(params, shard):
+    params = lax.pcast(params, "data", to="varying")
+    return wb.reduce_gradients(jax.grad(regression_loss)(params, shard), "mean", "data")
+
+
+def test_fix_the_step_runs_real_shard_map():
+    assert check_gradient_sync(fixed).passed and check_gradient_sync(with_the_engine).passed
+    for wrong in (naive, summed):
+        result = check_gradient_sync(wrong)
+        assert result.status == "failed" and result.message.startswith("8x too large") and "pcast" in result.message
+    result = check_gradient_sync(unreduced)
+    assert result.status == "failed" and "raised" in result.message and "lax.pmean" in result.message
+    assert "same structure" in check_gradient_sync(lambda p, s: lax.pmean(lax.pcast(p, "data", to="varying")["w"], "data")).message
+    assert not check_gradient_sync(42).passed
+
+
+def answer_blocks(notebook) -> dict[str, str]:
+    """Exercise name -> the code of its collapsible answer in the notebook's markdown."""
+    blocks = {}
+    for cell in notebook.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for name, code in re.findall(r"<!-- answer: ([\w-]+) -->.*?```python\n(.*?)```", cell.source, re.DOTALL):
+            blocks[name] = code
+    return blocks
+
+
+def test_the_notebooks_answers_pass_and_its_starting_code_does_not():
+    notebook = nbformat.read(WORKSHOP, as_version=4)
+    blocks = answer_blocks(notebook)
+    assert set(blocks) == set(CHECKS), f"answer blocks found: {sorted(blocks)}"
+    for name, (variable, check) in CHECKS.items():
+        namespace = {"jax": jax, "lax": lax, "wb": wb, "workshop": workshop, "regression_loss": regression_loss}
+        exec(blocks[name], namespace)
+        assert check(namespace[variable]).passed, name
+    exercise_cells = [c.source for c in notebook.cells if c.cell_type == "code" and "# EXERCISE" in c.source]
+    assert len(exercise_cells) == len(CHECKS)
+    starting = next(source for source in exercise_cells if "def local_gradients" in source)
+    namespace = {"jax": jax, "lax": lax, "wb": wb, "workshop": workshop, "regression_loss": regression_loss}
+    exec(starting.split("workshop.check_gradient_sync")[0], namespace)
+    assert check_gradient_sync(namespace["local_gradients"]).message.startswith("8x too large")
