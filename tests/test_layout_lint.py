@@ -167,3 +167,17 @@ def test_plan_cli_reads_a_rule_file(tmp_path, capsys):
     status = main(["plan", "--mesh", "data=8", "--mode", "dp", "--rules", str(tmp_path / "missing.txt")])
     out, err = capsys.readouterr()
     assert status == 2 and out == "" and err.count("\n") == 1 and "missing.txt" in err
+
+
+def test_anchored_pattern_that_misses_the_optimizer_moments_is_caught():
+    build = lambda: TinyLM(32000, 256, 1, nnx.Rngs(0))  # noqa: E731
+    anchored = [("^embed/embedding$", "model, None"), (".*", "")]
+    plan = plan_training(build, None, "data=8,model=8", "dp-tp", rules=anchored, hardware="cpu")
+    kinds = {w.kind for w in plan.warnings}
+    assert "state-not-split" in kinds and "unused-rule" not in kinds
+    [moment] = [w for w in plan.warnings if w.kind == "state-not-split" and w.path.endswith("mu/embed/embedding")]
+    assert "(^|/)embed/embedding$" in moment.fix and "P('model', None)" in moment.message
+    fixed = plan_training(build, None, "data=8,model=8", "dp-tp", hardware="cpu",
+                          rules=[("(^|/)embed/embedding$", "model, None"), (".*", "")])
+    assert "state-not-split" not in {w.kind for w in fixed.warnings}
+    assert fixed.opt_state_bytes < plan.opt_state_bytes

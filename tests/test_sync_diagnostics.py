@@ -83,3 +83,14 @@ def test_the_trainer_streams_sync_events(tmp_path):
     assert len(events[0].data["per_replica_grad_norms"]) == 8 and events[0].data["replica_divergence"] == 0.0
     steps, divergence = wb.load_run(trainer.run_name, tmp_path).series("sync_replica_divergence")
     assert steps == [10, 20] and divergence == [0.0, 0.0]
+
+
+def test_replicas_holding_only_padding_are_not_small_batches():
+    mode, state, batch, model = _setup("dp")
+    padded = {key: value.copy() for key, value in batch.items()}
+    padded["mask"][48:] = 0.0  # the epoch's last batch: replicas 6 and 7 hold only padding
+    report = sync_report(mode, state, padded)
+    assert report.per_replica_batch == 8 and report.global_batch == 48
+    assert report.per_replica_grad_norms[6] == 0.0 and report.per_replica_grad_norms[7] == 0.0
+    real = np.square(report.per_replica_grad_norms[:6]).mean()
+    assert report.noise_scale == pytest.approx(noise_scale(float(real), 8, report.synced_grad_norm ** 2, 48), rel=1e-5)

@@ -47,12 +47,20 @@ def test_a_background_run_streams_events_and_writes_the_run(tmp_path):
 
 
 def test_metrics_are_read_only_at_logging_intervals(tmp_path, monkeypatch):
-    trainer = small_trainer(tmp_path, steps=60, log_every=20)
+    trainer = small_trainer(tmp_path, steps=60, log_every=20, sync_every=0)
     reads = []
     real_device_get = jax.device_get
     monkeypatch.setattr(jax, "device_get", lambda tree: reads.append(1) or real_device_get(tree))
     trainer.run()
     assert len(reads) == 5  # step 1 (compile time), 20, 40, 60 and the final eval: not one per step
+
+
+def test_sync_diagnostics_keep_their_own_schedule(tmp_path):
+    trainer = small_trainer(tmp_path, steps=30, log_every=20, sync_every=15)
+    events = []
+    trainer.subscribe(events.append)
+    trainer.run()
+    assert [e.step for e in events if e.kind == "sync"] == [15, 30]  # not only where a logging step falls
 
 
 def test_second_start_while_running_is_refused(tmp_path):

@@ -8,6 +8,8 @@ allocated) and returns :class:`LayoutWarning` records, worst first:
                          refuse to place it (lay out with ``on_invalid="replicate"`` to see them all)
 ``large-replicated``     a large leaf every device holds whole; the fix names a spec that shards
                          it, or the padding that would make one of its dimensions divisible
+``state-not-split``      an optimizer moment held whole while its parameter is split (a pattern
+                         anchored at the start of the path misses the moments' paths)
 ``unused-rule``          a rule-table entry that matched no leaf (a typo in a pattern, usually)
 =======================  =====================================================================
 
@@ -97,13 +99,50 @@ def _large_replicated(leaf: LeafLayout, devices: int) -> LayoutWarning:
     )
 
 
-def lint_layout(layout: TreeLayout, *, min_bytes: int = DEFAULT_MIN_BYTES) -> list[LayoutWarning]:
+def _indivisible(leaf: LeafLayout) -> LayoutWarning:
+    return LayoutWarning(
+        "indivisible", "error", leaf.path,
+        f"{leaf.path} {leaf.layout.shape} cannot be placed as asked (counted as replicated here)",
+        leaf.problem, leaf.layout.bytes_per_device,
+    )
+
+
+def _moment_warnings(params: TreeLayout, state: TreeLayout, min_bytes: int) -> list[LayoutWarning]:
+    """Optimizer-state leaves held whole although the parameter they belong to is split.
+
+    A moment's path ends with its parameter's path (``.../mu/embed/embedding``), so a pattern anchored at
+    the start (``^embed``) places the parameter and silently misses its moments.
+    """
+    split = {leaf.path: leaf for leaf in params.leaves if not leaf.layout.is_fully_replicated}
+    found = []
+    for leaf in state.leaves:
+        if not leaf.layout.is_fully_replicated or leaf.layout.bytes_per_device < min_bytes:
+            continue
+        owner = next((split[p] for p in split if leaf.path.endswith("/" + p)), None)
+        if owner is not None and owner.layout.shape == leaf.layout.shape:
+            found.append(LayoutWarning(
+                "state-not-split", "warning", leaf.path,
+                f"optimizer state {leaf.path} ({format_bytes(leaf.layout.bytes_per_device)}) is held whole by all "
+                f"{state.mesh.size:,} devices, but its parameter {owner.path} is split "
+                f"{format_spec(owner.layout.spec, 'code')}",
+                "let the rule match the end of the path (e.g. '(^|/)embed/embedding$' instead of '^embed'), so "
+                "the moments follow their parameter", leaf.layout.bytes_per_device,
+            ))
+    return found
+
+
+def lint_layout(layout: TreeLayout, *, min_bytes: int = DEFAULT_MIN_BYTES,
+                optimizer_state: TreeLayout | None = None) -> list[LayoutWarning]:
     """Everything in ``layout`` worth fixing before a production run, errors first, costliest first.
 
     Args:
         layout: a tree's layout (:func:`~workbench.tree_layout.layout_tree`; use
             ``on_invalid="replicate"`` so every indivisible leaf is reported, not just the first).
         min_bytes: the smallest replicated leaf (bytes per device) worth a ``large-replicated`` warning.
+        optimizer_state: the optimizer state's layout under the same rules, when ``layout`` is the
+            parameters': its moments are checked against their parameters (``state-not-split``), its
+            indivisible leaves are reported too, and a rule that matched only optimizer state (e.g. a
+            catch-all ``.*`` for step counters) is not "unused".
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -117,15 +156,19 @@ def lint_layout(layout: TreeLayout, *, min_bytes: int = DEFAULT_MIN_BYTES) -> li
     warnings = []
     for leaf in layout.leaves:
         if leaf.problem is not None:
-            warnings.append(LayoutWarning(
-                "indivisible", "error", leaf.path,
-                f"{leaf.path} {leaf.layout.shape} cannot be placed as asked (counted as replicated here)",
-                leaf.problem, leaf.layout.bytes_per_device,
-            ))
+            warnings.append(_indivisible(leaf))
         elif devices > 1 and leaf.layout.is_fully_replicated and leaf.layout.bytes_per_device >= min_bytes:
             warnings.append(_large_replicated(leaf, devices))
+    if optimizer_state is not None:
+        warnings += _moment_warnings(layout, optimizer_state, min_bytes)
+        reported = [leaf.path for leaf in layout.leaves if leaf.problem is not None]
+        warnings += [_indivisible(leaf) for leaf in optimizer_state.leaves  # a moment of a reported parameter: once
+                     if leaf.problem is not None and not any(leaf.path.endswith("/" + p) for p in reported)]
+    unused = set(layout.unused_rules)
+    if optimizer_state is not None and optimizer_state.rules is not None:
+        unused &= set(optimizer_state.unused_rules)
     if layout.rules is not None:
-        for index in layout.unused_rules:
+        for index in sorted(unused):
             rule = layout.rules.rules[index]
             warnings.append(LayoutWarning(
                 "unused-rule", "warning", None, f"rule {index} ({rule}) matched no leaf",

@@ -244,7 +244,7 @@ class TrainingPlan:
         Example:
             >>> print(plan_training("linear", {}, "data=8", "dp").rules_code())
             # Partition specs for linear on data=8, mode dp
-            # (from 'workbench plan'). The first matching regex wins; paths look like
+            # (from the workbench planner). The first matching regex wins; paths look like
             # 'linear/kernel', and optimizer moments end the same way.
             from jax.sharding import PartitionSpec as P
             <BLANKLINE>
@@ -256,7 +256,7 @@ class TrainingPlan:
         example = self.params_layout.leaves[-1].path if self.params_layout.leaves else "kernel"
         lines = [
             f"# Partition specs for {self.model}{f' ({options})' if options else ''} on {self.mesh}, mode {self.mode}",
-            "# (from 'workbench plan'). The first matching regex wins; paths look like",
+            "# (from the workbench planner). The first matching regex wins; paths look like",
             f"# {example!r}, and optimizer moments end the same way.",
             "from jax.sharding import PartitionSpec as P",
             "",
@@ -573,7 +573,8 @@ def _step_collectives(
         gathered, whole = shards * data_size, params_layout.bytes_per_device - shards  # full leaves; the rest
         add("all-gather", "parameters (once, kept for the backward pass)", gathered, DATA_AXIS, 1)
         add("reduce-scatter", "gradients of the sharded parameters", gathered, DATA_AXIS, 1)
-        add("all-reduce", "gradients of the parameters left whole", whole, DATA_AXIS, 1)
+        add("all-reduce", "gradients of the parameters left whole" if explain_whole
+            else "gradients of the parameters not split over 'data'", whole, DATA_AXIS, 1)
         if whole and explain_whole:
             notes.append(f"{len(params_layout.replicated_leaves)} parameter(s) have no dimension divisible by "
                          f"data={data_size} and stay whole on every device (their gradients are all-reduced)")
@@ -703,7 +704,7 @@ def plan_training(
         kind = shape.placement
     params_layout = layout_tree(params, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
     opt_layout = layout_tree(opt_state, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
-    warnings = lint_layout(params_layout, min_bytes=lint_min_bytes)
+    warnings = lint_layout(params_layout, min_bytes=lint_min_bytes, optimizer_state=opt_layout)
     table = _export_table(kind, tp_rules, [(params, params_layout), (opt_state, opt_layout)], target, custom_rules)
 
     data_size = mesh_shape.axis_size(shape.batch_axis) if shape.batch_axis else 1

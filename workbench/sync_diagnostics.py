@@ -166,7 +166,9 @@ def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) ->
     synced_norm = jnp.linalg.norm(synced)
     cosines = flat @ synced / jnp.maximum(local_norms * synced_norm, 1e-30)
     local_norms, synced_norm, cosines, weights = jax.device_get((local_norms, synced_norm, cosines, weights))
-    small_batch = float(np.mean(weights))
+    # A replica whose shard is all padding (the end of an epoch) has no gradient: it is not a small batch.
+    real = np.asarray(weights) > 0
+    small_batch = float(np.mean(weights[real])) if real.any() else 0.0
     big_batch = float(np.sum(weights))
     divergence = state_divergence(mode, state)
     return SyncReport(
@@ -177,5 +179,6 @@ def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) ->
         replica_divergence=divergence,
         per_replica_batch=small_batch,
         global_batch=big_batch,
-        noise_scale=noise_scale(float(np.mean(np.square(local_norms))), small_batch, float(synced_norm) ** 2, big_batch),
+        noise_scale=noise_scale(float(np.mean(np.square(local_norms[real]))) if real.any() else 0.0, small_batch,
+                                float(synced_norm) ** 2, big_batch),
     )

@@ -371,8 +371,9 @@ class _Loop:
                 interval_start = time.perf_counter()
             elif self.step % config.log_every == 0 or self.step == config.steps:
                 self.flush(interval_start)
-                if config.sync_every and self.step % config.sync_every == 0:
-                    self.report_sync(batch)
+                interval_start = time.perf_counter()
+            if self.step > 1 and config.sync_every and self.step % config.sync_every == 0:
+                self.report_sync(batch)  # on its own schedule, not only where a logging step falls
                 interval_start = time.perf_counter()
             if config.eval_every and self.step % config.eval_every == 0 and self.step < config.steps:
                 self.evaluate()
