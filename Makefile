@@ -6,8 +6,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
-# Jupyter refuses to run as root without this flag (containers, CI machines).
-ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: install lab test bench clean
 
@@ -25,7 +23,7 @@ $(STAMP): pyproject.toml
 
 # JupyterLab on the notebooks, on loopback only, with Jupyter's token authentication on.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) $(ALLOW_ROOT)
+	$(VENV)/bin/workbench lab --port $(LAB_PORT)
 
 test: $(STAMP)
 	$(PY) -m pytest

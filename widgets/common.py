@@ -42,6 +42,7 @@ class StatusArea(widgets.HTML):
 
     def __init__(self, **kwargs: Any):
         super().__init__(value="", layout=widgets.Layout(min_height="1.6em"), **kwargs)
+        self.add_class("wb-status")  # CSS hooks (wb-*) name the parts a user and the browser tests look for
         self.messages: list[tuple[str, str]] = []
 
     def show(self, text: str, level: str = "info") -> None:

@@ -125,6 +125,9 @@ class TrainingDashboard(widgets.VBox):
         self.reset_button = widgets.Button(description="Reset", icon="undo", tooltip="stop and clear the plots")
         self.check_button = widgets.Button(description="Check", icon="check",
                                            tooltip="compare the mode's update with the one-device reference")
+        for part, css in [(self.start_button, "wb-start"), (self.stop_button, "wb-stop"),
+                          (self._loss.figure, "wb-loss-figure")]:
+            part.add_class(css)
         self.start_button.on_click(lambda _: self.start())
         self.pause_button.on_click(lambda _: self.toggle_pause())
         self.stop_button.on_click(lambda _: self.stop())

@@ -243,6 +243,7 @@ class ShardingInspector(widgets.VBox):
         self.leaf_picker = widgets.Dropdown(description="array", layout=widgets.Layout(width="460px"))
         self.table = widgets.HTML()
         self.figure = go.FigureWidget()
+        self.figure.add_class("wb-inspector-figure")
         self.jax_picture = widgets.HTML()
         self.memory_figure = go.FigureWidget()
         self.compile_button = widgets.Button(

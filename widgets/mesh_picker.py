@@ -102,6 +102,7 @@ class MeshPicker(widgets.VBox):
         self.preset = widgets.Dropdown(options=["custom", *PRESETS], value="custom", description="Preset")
         self.mesh_text = widgets.Text(value=self.selection.mesh, description="Mesh", continuous_update=False,
                                       placeholder="e.g. data=4,model=2")
+        self.mesh_text.add_class("wb-mesh-text")
         self.axis_types = widgets.ToggleButtons(options=["auto", "explicit"], value=self.selection.axis_types,
                                                 description="Axis types",
                                                 tooltips=["the compiler chooses collectives (training)",

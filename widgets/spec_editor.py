@@ -41,6 +41,7 @@ class SpecEditor(widgets.VBox):
                                       description="dtype", layout=widgets.Layout(width="200px"))
         self.spec_text = widgets.Text(value=spec, description="Spec", continuous_update=False,
                                       placeholder="e.g. data, None, model  (('data','model') for two axes)")
+        self.spec_text.add_class("wb-spec-text")
         self.dims_box = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
         self.result = widgets.HTML()
         self.rules_text = widgets.Textarea(rows=6, layout=widgets.Layout(width="100%"),

@@ -2,7 +2,8 @@
 
 ``workbench devices`` shows what JAX sees; ``workbench inspect`` prints an array's layout on any mesh;
 ``workbench train`` trains a model in a parallel mode; ``workbench runs`` lists and compares past runs;
-``workbench check`` checks a mode against the one-device reference; ``workbench plan`` plans a layout.
+``workbench check`` checks a mode against the one-device reference; ``workbench plan`` plans a layout;
+``workbench lab`` starts JupyterLab on the notebooks and ``workbench app`` serves the widgets alone.
 Bad input prints one line on stderr and exits with status 2, never a traceback; a training run that
 fails exits with status 1 and the reason.
 
@@ -60,6 +61,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from .check_cli import add_check_parser
 
     add_check_parser(commands)
+    from .server_cli import add_server_parsers
+
+    add_server_parsers(commands)
     runs = commands.add_parser("runs", help="list past training runs and compare their final figures")
     runs.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     runs.add_argument("--json", action="store_true", help="print one JSON object")
@@ -182,8 +186,20 @@ def _cmd_runs(args) -> int:
     return EXIT_OK
 
 
+def _cmd_lab(args) -> int:
+    from .server_cli import lab_command
+
+    return lab_command(args)
+
+
+def _cmd_app(args) -> int:
+    from .server_cli import app_command
+
+    return app_command(args)
+
+
 COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs, "plan": _cmd_plan,
-            "check": _cmd_check}
+            "check": _cmd_check, "lab": _cmd_lab, "app": _cmd_app}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,59 @@
+"""`workbench lab` / `workbench app`: loopback only, a token always unless explicitly refused, clear refusals.
+
+Starting the servers for real is the browser tests' job (tests/test_browser.py); these check what is launched.
+"""
+
+import socket
+
+import pytest
+
+from workbench.cli import main
+from workbench.errors import WorkbenchError
+from workbench.servers import HOST, app_launch, checked_port, free_port, lab_launch, project_notebooks
+
+
+def test_lab_launch_is_loopback_with_a_token_kept_out_of_argv(monkeypatch, tmp_path):
+    monkeypatch.delenv("JUPYTER_TOKEN", raising=False)
+    launch = lab_launch(port=0, open_browser=False, notebook_dir=tmp_path, extra=("--LabApp.expose_app_in_browser=True",))
+    argv = " ".join(launch.argv)
+    assert f"--ServerApp.ip={HOST}" in argv and HOST == "127.0.0.1" and "--no-browser" in argv
+    assert f"--ServerApp.root_dir={tmp_path}" in argv and argv.endswith("--LabApp.expose_app_in_browser=True")
+    assert len(launch.token) >= 24 and launch.token not in argv and launch.env["JUPYTER_TOKEN"] == launch.token
+    assert launch.url == f"http://127.0.0.1:{launch.port}/lab?token={launch.token}"
+    assert lab_launch(port=0).token != launch.token  # a fresh token each time
+    monkeypatch.setenv("JUPYTER_TOKEN", "chosen")
+    assert lab_launch(port=0).token == "chosen"
+    assert project_notebooks().name == "notebooks"
+
+
+def test_app_launch_requires_a_token_unless_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("JUPYTER_TOKEN", "chosen")
+    launch = app_launch(port=0, open_browser=False, run_root=tmp_path / "runs")
+    assert "--token=chosen" in launch.argv and f"--Voila.ip={HOST}" in launch.argv
+    assert launch.argv[3].endswith("widgets/app.ipynb") and launch.env["WORKBENCH_RUN_ROOT"] == str(tmp_path / "runs")
+    open_launch = app_launch(port=0, no_token=True)
+    assert open_launch.token is None and not any(a.startswith("--token") for a in open_launch.argv)
+
+
+def test_ports_are_checked():
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(WorkbenchError, match=f"port {port} is in use on 127.0.0.1: choose another with --port"):
+            checked_port(port)
+    assert 0 < free_port() < 65536 and checked_port(0) > 0
+    with pytest.raises(WorkbenchError, match="port 70000 is not a TCP port"):
+        checked_port(70000)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["lab", "--port", "70000"], "port 70000 is not a TCP port"),
+    (["lab", "--port", "eighty"], "invalid int value"),
+    (["lab", "--notebook-dir", "/no/such/folder"], "notebook folder '/no/such/folder' does not exist"),
+    (["app", "--port", "-1"], "port -1 is not a TCP port"),
+])
+def test_bad_server_options_exit_2_with_one_line(capsys, argv, message):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: ") and err.count("\n") == 1 and message in err

@@ -1,0 +1,140 @@
+"""Starting the local web servers: JupyterLab on the notebooks, and the workbench as a standalone app.
+
+Both listen on 127.0.0.1 only, with a token: ``$JUPYTER_TOKEN`` when it is set (so a script or test
+knows it), else a fresh random one. :func:`lab_launch` and :func:`app_launch` only *describe* a
+server (argv, environment, the URL to open); :func:`run_server` replaces the current process with it,
+so Ctrl-C and signals reach Jupyter directly.
+
+The app is Voila serving ``widgets/app.ipynb``: students open one URL and see the workbench's widgets,
+never a code cell. A token is required there too unless the user asks for ``no_token`` explicitly.
+
+Example:
+    >>> launch = lab_launch(port=8888, open_browser=False)  # doctest: +SKIP
+    >>> launch.url  # doctest: +SKIP
+    'http://127.0.0.1:8888/lab?token=...'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import pathlib
+import secrets
+import socket
+import sys
+
+from .errors import WorkbenchError
+
+HOST = "127.0.0.1"  # loopback only: the kernels run arbitrary code for whoever reaches the port
+APP_NOTEBOOK = "app.ipynb"  # in the widgets package
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """A server to start: the command, its environment additions, and the URL a browser should open."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    url: str
+    port: int
+    token: str | None
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on at 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def checked_port(port: int) -> int:
+    """``port`` if it is free on 127.0.0.1 (0 picks a free one); WorkbenchError naming it otherwise."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise WorkbenchError(f"port {port!r} is not a TCP port: use a number from 1024 to 65535, or 0 for any free one")
+    if port == 0:
+        return free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            raise WorkbenchError(f"port {port} is in use on {HOST}: choose another with --port, or --port 0 "
+                                 "for any free one") from None
+    return port
+
+
+def _token(required: bool) -> str | None:
+    if not required:
+        return None
+    return os.environ.get("JUPYTER_TOKEN") or secrets.token_urlsafe(24)
+
+
+def project_notebooks() -> pathlib.Path:
+    """The project's ``notebooks/`` next to the package (a source checkout), else the working directory."""
+    candidate = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
+    return candidate if candidate.is_dir() else pathlib.Path.cwd()
+
+
+def _directory(path: str | os.PathLike | None) -> pathlib.Path:
+    folder = pathlib.Path(path).expanduser().resolve() if path is not None else project_notebooks()
+    if not folder.is_dir():
+        raise WorkbenchError(f"notebook folder {str(folder)!r} does not exist: give an existing folder")
+    return folder
+
+
+def _as_root() -> list[str]:
+    # Jupyter refuses to run as root (containers, CI machines) without this flag.
+    return ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+
+
+def lab_launch(port: int = 8888, open_browser: bool = True, notebook_dir: str | os.PathLike | None = None,
+               extra: tuple[str, ...] = ()) -> Launch:
+    """JupyterLab on ``notebook_dir`` (default: the project's notebooks), 127.0.0.1:``port``, token on.
+
+    ``extra`` are further ``--Class.trait=value`` options for Jupyter (e.g. what a test needs).
+    """
+    port = checked_port(port)
+    token = _token(required=True)
+    folder = _directory(notebook_dir)
+    argv = (sys.executable, "-m", "jupyterlab", f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0", f"--ServerApp.root_dir={folder}",
+            *([] if open_browser else ["--no-browser"]), *_as_root(), *extra)
+    # The token travels in the environment, not in argv, where any local user could read it with ps.
+    return Launch(argv, {"JUPYTER_TOKEN": token}, f"http://{HOST}:{port}/lab?token={token}", port, token)
+
+
+def app_notebook() -> pathlib.Path:
+    """The notebook the app serves: the widgets package's ``app.ipynb``."""
+    spec = importlib.util.find_spec("widgets")
+    if spec is None or spec.origin is None:
+        raise WorkbenchError("the widgets package is not installed: run 'make lab' (or pip install -e .) first")
+    return pathlib.Path(spec.origin).parent / APP_NOTEBOOK
+
+
+def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = False,
+               run_root: str | os.PathLike = "runs", extra: tuple[str, ...] = ()) -> Launch:
+    """The workbench as a standalone web app (Voila): widgets only, no code; 127.0.0.1 and a token
+    unless ``no_token`` is asked for. Runs go to ``run_root`` (relative to the working directory)."""
+    if importlib.util.find_spec("voila") is None:
+        raise WorkbenchError("voila is not installed: run 'make lab' (or pip install -e .) to install it")
+    port = checked_port(port)
+    token = _token(required=not no_token)
+    notebook = app_notebook()
+    argv = (sys.executable, "-m", "voila", str(notebook), f"--Voila.ip={HOST}", f"--port={port}",
+            "--Voila.port_retries=0", "--strip_sources=True",
+            *([] if open_browser else ["--no-browser"]), *([f"--token={token}"] if token else []), *extra)
+    env = {"WORKBENCH_RUN_ROOT": str(pathlib.Path(run_root).expanduser().resolve())}
+    url = f"http://{HOST}:{port}/" + (f"?token={token}" if token else "")
+    return Launch(argv, env, url, port, token)
+
+
+def run_server(launch: Launch, what: str) -> None:
+    """Print where to open ``what``, then become the server process (this call does not return)."""
+    print(f"{what} on {launch.url}", flush=True)
+    if launch.token is None:
+        print(f"warning: no token: anyone who can reach {HOST}:{launch.port} on this machine can use it", flush=True)
+    os.execve(launch.argv[0], list(launch.argv), {**os.environ, **launch.env})
+
+
+__all__ = ["HOST", "Launch", "app_launch", "app_notebook", "checked_port", "free_port", "lab_launch",
+           "project_notebooks", "run_server"]
