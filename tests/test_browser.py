@@ -288,18 +288,23 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
                                arg=len(first), timeout=30_000)
         _shot(dashboard, "06-training-live")
 
-        pressed = time.monotonic()
-        dashboard.locator(".wb-stop").click()
-        status = dashboard.locator(".wb-status").first
-        seen = []  # (seconds after the click, status text) each time it changes
-        while time.monotonic() - pressed < 15 and not (seen and "stopped " in seen[-1][1]):
-            text = status.inner_text().strip()[:90]
-            if not seen or seen[-1][1] != text:
-                seen.append((round(time.monotonic() - pressed, 2), text))
-            time.sleep(0.05)
+        # Timed in the page, from the click to the status saying "stopped": what the user waits for, without
+        # the test driver's own overhead (on a busy 2-core machine that alone can take a second or more).
+        stopped_after_ms = page.evaluate("""() => new Promise(resolve => {
+            const host = [...document.querySelectorAll('.jp-OutputArea-output')].find(o => o.querySelector('.wb-start'));
+            const status = host.querySelector('.wb-status');
+            const clicked = performance.now();
+            const observer = new MutationObserver(() => {
+                if (status.textContent.includes('stopped ')) { observer.disconnect(); resolve(performance.now() - clicked); }
+            });
+            observer.observe(status, {subtree: true, childList: true, characterData: true});
+            setTimeout(() => { observer.disconnect(); resolve(null); }, 15000);
+            host.querySelector('.wb-stop').click();
+        })""")
         _shot(dashboard, "07-training-stopped")
-        assert "stopped " in seen[-1][1], f"the run did not stop: {seen}"
-        assert seen[-1][0] <= 2.0, f"Stop took {seen[-1][0]:.2f} s to take effect: {seen}"
+        assert stopped_after_ms is not None, "the run did not stop within 15 s of pressing Stop"
+        (ARTIFACTS / "stop-latency-ms.txt").write_text(f"{stopped_after_ms:.0f}\n")  # the figure, for the notes
+        assert stopped_after_ms <= 2000, f"Stop took {stopped_after_ms / 1000:.2f} s to take effect"
         assert _execute_in_kernel(page, "assert dashboard.trainer.status == 'stopped'") == "ok"  # the kernel answers
     finally:
         page.close()
