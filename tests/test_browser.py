@@ -152,7 +152,9 @@ def _refused_without_token(url: str) -> bool:
 
 
 def _open_notebook(page, base: str, name: str) -> None:
-    page.goto(f"{base}/lab/tree/{name}?token={TOKEN}")
+    # ?reset: a fresh workspace. Otherwise JupyterLab reopens the notebooks of the last page too, and
+    # 'run all cells' acts on whichever of them has focus, not necessarily this one.
+    page.goto(f"{base}/lab/tree/{name}?reset&token={TOKEN}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
                            " && window.jupyterapp.shell.currentWidget.sessionContext"
@@ -171,17 +173,25 @@ RUN_STATE = """() => {
             if (output.output_type === 'error') errors.push(output.ename + ': ' + output.evalue);
         }
     }
-    return {done: cells.every(c => c.model.executionCount !== null) &&
-                  panel.sessionContext.session.kernel.status === 'idle',
-            executed: cells.filter(c => c.model.executionCount !== null).length, total: cells.length, errors};
+    const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
+    const pending = cells.map((c, i) => [i, c.model.executionCount]).filter(([i, n]) => n === null).map(([i]) => i);
+    return {done: pending.length === 0 && kernel && kernel.status === 'idle',
+            executed: cells.length - pending.length, total: cells.length, pending: pending.slice(0, 10),
+            kernel: kernel ? kernel.status : 'none', errors};
 }"""
 
 
-def _run_all(page, timeout_s: float) -> dict:
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+def _run_all(page, timeout_s: float, name: str) -> dict:
+    page.evaluate("""async () => {
+        const app = window.jupyterapp;
+        app.shell.activateById(app.shell.currentWidget.id);  // the command runs the active notebook
+        await app.commands.execute('notebook:run-all-cells');
+    }""")
     deadline = time.monotonic() + timeout_s
     while True:
         state = page.evaluate(RUN_STATE)
+        if state["errors"] or time.monotonic() > deadline:
+            _shot(page, f"failed-{name}")  # what the page showed, for whoever reads the failure
         assert not state["errors"], f"a cell failed: {state['errors']}"
         if state["done"]:
             return state
@@ -231,7 +241,7 @@ def test_workbench_renders_and_reacts_in_jupyterlab(browser, lab_server):
     try:
         _open_notebook(page, lab_server, "01_explore_shardings.ipynb")
         _shot(page, "01-opened")
-        state = _run_all(page, NOTEBOOK_RUN_S)
+        state = _run_all(page, NOTEBOOK_RUN_S, "01")
         assert state["executed"] == state["total"]
 
         # The Workbench renders as widgets, not as their text repr.
@@ -274,7 +284,7 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     try:
         _open_notebook(page, lab_server, "04_live_training.ipynb")
-        _run_all(page, NOTEBOOK_RUN_S)
+        _run_all(page, NOTEBOOK_RUN_S, "04")
         # Long enough to still be running when Stop is pressed (the notebook's own runs are short).
         assert _execute_in_kernel(page, 'selection.options = {**selection.options, "steps": 200_000}') == "ok"
 
