@@ -219,7 +219,7 @@ def _figure_data(page, css: str, index: int = 0) -> str | None:
     }""", [css, index])
 
 
-def _tab(page, root, title: str) -> None:
+def _tab(root, title: str) -> None:
     root.locator(".lm-TabBar-tab", has_text=title).first.click()
 
 
@@ -252,16 +252,16 @@ def test_workbench_renders_and_reacts_in_jupyterlab(browser, lab_server):
         _shot(root, "02-workbench-mesh")
 
         # Changing the mesh changes the inspector's figure.
-        _tab(page, root, "4 · Inspect")
+        _tab(root, "4 · Inspect")
         page.wait_for_function("() => { const h = document.querySelector('.js-plotly-plot.wb-inspector-figure, .wb-inspector-figure .js-plotly-plot');"
                                " return h && h.data && h.data.length > 0; }", timeout=60_000)
         before = _figure_data(page, "wb-inspector-figure")
         _shot(root, "03-inspector-before")
-        _tab(page, root, "1 · Mesh")
+        _tab(root, "1 · Mesh")
         mesh = root.locator(".wb-mesh-text input")
         mesh.fill("data=2,model=4")
         mesh.press("Enter")
-        _tab(page, root, "4 · Inspect")
+        _tab(root, "4 · Inspect")
         page.wait_for_function("""(before) => {
             const h = document.querySelector('.js-plotly-plot.wb-inspector-figure, .wb-inspector-figure .js-plotly-plot');
             return h && h.data && JSON.stringify(h.data.map(t => [t.type, t.x, t.y, t.z, t.text])) !== before;
@@ -269,7 +269,7 @@ def test_workbench_renders_and_reacts_in_jupyterlab(browser, lab_server):
         _shot(root, "04-inspector-after-mesh-change")
 
         # An invalid spec shows the engine's message inline, in the widget.
-        _tab(page, root, "3 · Specs")
+        _tab(root, "3 · Specs")
         spec = root.locator(".wb-spec-text input")
         spec.fill("data, data")
         spec.press("Enter")

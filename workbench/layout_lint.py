@@ -29,6 +29,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jax.sharding import PartitionSpec
+
 from .specs import format_spec
 from .tree_layout import LeafLayout, TreeLayout, shard_largest_dim
 from .view_text import format_bytes
@@ -65,8 +67,8 @@ def _best_split(leaf: LeafLayout) -> tuple[str, int] | None:
     for axis, size in leaf.layout.mesh.axes.items():
         if size < 2:
             continue
-        spec, reason = shard_largest_dim(leaf.layout.shape, axis, size)
-        if "sharded" not in reason:
+        spec, _ = shard_largest_dim(leaf.layout.shape, axis, size)
+        if spec == PartitionSpec():  # no dimension divides by this axis
             continue
         per_device = leaf.layout.bytes_per_device // size
         if best is None or per_device < best[1]:

@@ -13,8 +13,7 @@ def add_server_parsers(commands) -> None:
         description="Start JupyterLab on the project's notebooks, listening on 127.0.0.1 only, with Jupyter's "
         "token authentication on ($JUPYTER_TOKEN if set, else a random token, printed in the URL).",
     )
-    lab.add_argument("--port", type=int, default=8888, help="port on 127.0.0.1 (default 8888; 0: any free port)")
-    lab.add_argument("--no-browser", action="store_true", help="do not open a browser; just print the URL")
+    _add_port_options(lab, 8888)
     lab.add_argument("--notebook-dir", default=None, help="folder to serve (default: the project's notebooks/)")
     lab.add_argument("jupyter_options", nargs=argparse.REMAINDER,
                      help="after '--': further options for Jupyter, e.g. -- --LabApp.expose_app_in_browser=True")
@@ -25,11 +24,16 @@ def add_server_parsers(commands) -> None:
         description="Serve the Workbench widget alone as a web page (Voila), on 127.0.0.1 with a token "
         "($JUPYTER_TOKEN if set, else a random one, printed in the URL). Runs are written under --run-dir.",
     )
-    app.add_argument("--port", type=int, default=8866, help="port on 127.0.0.1 (default 8866; 0: any free port)")
-    app.add_argument("--no-browser", action="store_true", help="do not open a browser; just print the URL")
+    _add_port_options(app, 8866)
     app.add_argument("--no-token", action="store_true",
                      help="serve without a token (anyone who can reach the port on this machine can use it)")
     app.add_argument("--run-dir", default="runs", help="where training runs are written (default: runs)")
+
+
+def _add_port_options(parser, default_port: int) -> None:
+    parser.add_argument("--port", type=int, default=default_port,
+                        help=f"port on 127.0.0.1 (default {default_port}; 0: any free port)")
+    parser.add_argument("--no-browser", action="store_true", help="do not open a browser; just print the URL")
 
 
 def _extra(options: list[str]) -> tuple[str, ...]:
