@@ -18,6 +18,7 @@ from workbench.data import (
     parse_data_options,
     sharded_batches,
     standard_library_corpus,
+    stratified_split,
 )
 from workbench.errors import MeshError, WorkbenchError
 from workbench.mesh import build_mesh
@@ -178,6 +179,41 @@ def test_digits_image_view_holds_the_same_examples_as_the_flat_view(digits):
     np.testing.assert_array_equal(images.x_train.reshape(-1, 64), digits.x_train)
     np.testing.assert_array_equal(images.y_eval, digits.y_eval)
     assert next(images.batches(32, seed=0))["x"].shape == (32, 8, 8, 1)
+
+
+def test_digits_are_scikit_learns_digits_without_importing_scikit_learn(digits):
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    reference = load_digits()
+    every_x = np.concatenate([digits.x_train, digits.x_eval])
+    every_y = np.concatenate([digits.y_train, digits.y_eval])
+    order, reference_order = np.lexsort(every_x.T), np.lexsort(reference.data.T)
+    np.testing.assert_array_equal(every_x[order] * 16, reference.data[reference_order])
+    np.testing.assert_array_equal(every_y[order], reference.target[reference_order])
+    # Importing scikit-learn costs a fresh process 1.5 s before its first step: it must not happen.
+    code = "import sys, workbench; workbench.load_dataset('digits'); print('sklearn' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    labels=st.lists(st.integers(0, 5), min_size=2, max_size=300),
+    fraction=st.floats(0.05, 0.95),
+    seed=st.integers(0, 2**16),
+)
+def test_stratified_split_partitions_and_keeps_each_labels_share(labels, fraction, seed):
+    labels = np.array(labels)
+    train, held_out = stratified_split(labels, fraction, seed)
+    assert sorted(np.concatenate([train, held_out]).tolist()) == list(range(len(labels)))  # a partition
+    assert len(held_out) == math.ceil(fraction * len(labels))
+    for label in np.unique(labels):  # each label's share is its proportional share, rounded either way
+        ideal = np.sum(labels == label) * len(held_out) / len(labels)
+        assert math.floor(ideal) <= np.sum(labels[held_out] == label) <= math.ceil(ideal)
+    again = stratified_split(labels, fraction, seed)
+    assert np.array_equal(again[0], train) and np.array_equal(again[1], held_out)  # seeded
 
 
 def test_text_is_the_standard_library_source_as_bytes(text):
