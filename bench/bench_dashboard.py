@@ -35,7 +35,7 @@ import tempfile
 import time
 
 import workbench as wb  # noqa: F401  (first: 8 simulated devices before JAX starts, when run on its own)
-from timing import machine
+from timing import machine, record
 
 from widgets.common import Selection
 from widgets.dashboard import TrainingDashboard
@@ -114,5 +114,4 @@ def run() -> list[dict]:
         f"{OPTIONS['steps']} steps of mlp {MODE} on {MESH}, batch {OPTIONS['batch']}, metrics every "
         f"{OPTIONS['log_every']} steps ({redraws} loss points plotted); no browser attached; {machine()}"
     )
-    return [{"name": "dashboard_attached_vs_headless", "value": ratio, "unit": "x", "target": f"<= {TARGET}",
-             "ok": ratio <= TARGET, "note": note}]
+    return [record("dashboard attached vs headless training speed", ratio, "x", ("<=", TARGET), note=note)]

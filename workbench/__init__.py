@@ -1,7 +1,10 @@
 """Sharding Workbench: see and check how JAX arrays are laid out on device meshes.
 
 Importing this package before JAX starts gives JAX 8 simulated CPU devices (``WORKBENCH_CPU_DEVICES``
-overrides), so every mesh in the tutorials works on a laptop. The engine never imports a UI toolkit.
+overrides), so every mesh in the tutorials works on a laptop. It also switches on JAX's persistent
+compilation cache in a per-user folder (``WORKBENCH_COMPILATION_CACHE`` moves it or, set to ``off``,
+switches it off; see :mod:`workbench.compile_cache`), so a new kernel reaches its first step sooner.
+The engine never imports a UI toolkit.
 
 Example:
     >>> import workbench as wb
@@ -9,11 +12,15 @@ Example:
     (2, 8)
 """
 
+from .compile_cache import configure_compilation_cache as _configure_compilation_cache
 from .devices import configure_cpu_devices as _configure_cpu_devices
 
 _configure_cpu_devices()  # must run before anything below starts the JAX backend
+_configure_compilation_cache()  # before the first compile, so a second process finds this one's programs
 
 from .colors import device_color as device_color
+from .compile_cache import clear_compilation_cache as clear_compilation_cache
+from .compile_cache import compilation_cache_info as compilation_cache_info
 from .data_parallel import create_data_parallel_sharding as create_data_parallel_sharding
 from .data_parallel import mean_of_gradient_trees as mean_of_gradient_trees
 from .data_parallel import reduce_gradients as reduce_gradients

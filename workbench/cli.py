@@ -3,7 +3,8 @@
 ``workbench devices`` shows what JAX sees; ``workbench inspect`` prints an array's layout on any mesh;
 ``workbench train`` trains a model in a parallel mode; ``workbench runs`` lists and compares past runs;
 ``workbench check`` checks a mode against the one-device reference; ``workbench plan`` plans a layout;
-``workbench lab`` starts JupyterLab on the notebooks and ``workbench app`` serves the widgets alone.
+``workbench lab`` starts JupyterLab on the notebooks and ``workbench app`` serves the widgets alone;
+``workbench cache`` shows (or ``--clear``s) JAX's compilation cache.
 Bad input prints one line on stderr and exits with status 2, never a traceback; a training run that
 fails exits with status 1 and the reason.
 
@@ -64,6 +65,14 @@ def _build_parser() -> argparse.ArgumentParser:
     from .server_cli import add_server_parsers
 
     add_server_parsers(commands)
+    cache = commands.add_parser(
+        "cache",
+        help="JAX's compilation cache: where it is and what it holds; --clear empties it",
+        description="import workbench switches JAX's persistent compilation cache on, so a second process "
+        "reaches its first training step sooner. WORKBENCH_COMPILATION_CACHE=/folder moves it, =off switches it off.",
+    )
+    cache.add_argument("--clear", action="store_true", help="delete every cached program (the folder stays)")
+    cache.add_argument("--json", action="store_true", help="print one JSON object")
     runs = commands.add_parser("runs", help="list past training runs and compare their final figures")
     runs.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     runs.add_argument("--json", action="store_true", help="print one JSON object")
@@ -186,6 +195,24 @@ def _cmd_runs(args) -> int:
     return EXIT_OK
 
 
+def _cmd_cache(args) -> int:
+    from .compile_cache import clear_compilation_cache, compilation_cache_info
+    from .view_text import format_bytes
+
+    freed = clear_compilation_cache() if args.clear else None
+    info = compilation_cache_info()
+    if args.json:
+        print(json.dumps({**info, **({"freed_bytes": freed} if args.clear else {})}))
+        return EXIT_OK
+    state = "on" if info["enabled"] else "off"
+    print(f"compilation cache {state}: {info['path'] or '(no folder)'} ({info['reason']})")
+    if info["path"]:
+        print(f"  {info['entries']} compiled programs, {format_bytes(info['bytes'])}")
+    if args.clear:
+        print(f"  cleared: {format_bytes(freed)} freed")
+    return EXIT_OK
+
+
 def _cmd_lab(args) -> int:
     from .server_cli import lab_command
 
@@ -199,7 +226,7 @@ def _cmd_app(args) -> int:
 
 
 COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs, "plan": _cmd_plan,
-            "check": _cmd_check, "lab": _cmd_lab, "app": _cmd_app}
+            "check": _cmd_check, "lab": _cmd_lab, "app": _cmd_app, "cache": _cmd_cache}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

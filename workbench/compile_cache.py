@@ -1,0 +1,138 @@
+"""JAX's persistent compilation cache, switched on by ``import workbench``.
+
+A fresh kernel or process otherwise compiles every training step again. With the cache on, compiled
+executables are written to a per-user folder and read back by the next process that builds the same
+program (same JAX version, devices and code), so it reaches its first step several times sooner
+(``bench/bench_first_step.py`` measures it).
+
+* **Where.** ``$XDG_CACHE_HOME/sharding-workbench/jax`` (``~/.cache/sharding-workbench/jax``), made
+  readable by its owner only: JAX loads and runs what it finds there, so it must not be writable by
+  other users (see JAX's warning in ``jax.experimental.compilation_cache``).
+* **Overrides.** ``WORKBENCH_COMPILATION_CACHE=/some/folder`` uses that folder;
+  ``WORKBENCH_COMPILATION_CACHE=off`` switches the cache off. A cache folder the user gave JAX
+  already (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config``) is left alone.
+* **What is kept.** Every compiled program, however quick to compile (JAX's default keeps only those
+  over 1 s, which on CPU is none of a small model's), up to :data:`MAX_BYTES` in all, least recently
+  used dropped first. ``workbench cache`` shows the folder and its size; ``workbench cache --clear``
+  empties it.
+
+Example:
+    >>> import workbench as wb  # doctest: +SKIP
+    >>> wb.compilation_cache_info()["enabled"]  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import shutil
+
+ENV_VAR = "WORKBENCH_COMPILATION_CACHE"
+OFF_VALUES = ("off", "0", "false", "no", "none")
+MAX_BYTES = 2 * 2**30  # least recently used entries go first beyond this
+MIN_COMPILE_SECONDS = 0.0  # keep everything: CPU compiles of small steps take well under JAX's 1 s default
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSetup:
+    """What :func:`configure_compilation_cache` did: the folder in use (or None) and why."""
+
+    path: str | None
+    enabled: bool
+    reason: str
+
+
+_setup: CacheSetup | None = None
+
+
+def default_cache_dir() -> pathlib.Path:
+    """The per-user default folder: ``$XDG_CACHE_HOME/sharding-workbench/jax`` (``~/.cache/...``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "sharding-workbench" / "jax"
+
+
+def _choose() -> tuple[str | None, str]:
+    """(folder to use or None, reason) from the environment and JAX's own settings."""
+    import jax
+
+    raw = os.environ.get(ENV_VAR)
+    if raw is not None and raw.strip().lower() in OFF_VALUES + ("",):
+        return None, f"switched off by {ENV_VAR}={raw!r}"
+    if raw is not None:
+        return os.path.expanduser(raw.strip()), f"folder from {ENV_VAR}"
+    if jax.config.jax_compilation_cache_dir:
+        return None, "JAX already has a cache folder (JAX_COMPILATION_CACHE_DIR or jax.config): left alone"
+    return str(default_cache_dir()), "the per-user default folder"
+
+
+def configure_compilation_cache() -> CacheSetup:
+    """Switch JAX's persistent compilation cache on (see the module docstring). Called by ``import workbench``.
+
+    Safe to call again: it changes nothing after the first call. A folder that cannot be created
+    (read-only home, say) leaves the cache off with the reason, never an import error.
+
+    Example:
+        >>> configure_compilation_cache().reason  # doctest: +SKIP
+        'the per-user default folder'
+    """
+    global _setup
+    if _setup is not None:
+        return _setup
+    import jax
+
+    path, reason = _choose()
+    if path is None:
+        user_path = jax.config.jax_compilation_cache_dir
+        _setup = CacheSetup(user_path, bool(user_path) and ENV_VAR not in os.environ, reason)
+        return _setup
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as error:
+        _setup = CacheSetup(None, False, f"cannot create {path} ({error.strerror}): set {ENV_VAR} to a writable folder")
+        return _setup
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    _setup = CacheSetup(path, True, reason)
+    return _setup
+
+
+def compilation_cache_info() -> dict:
+    """The cache's folder, whether it is on and why, and what it holds (entries and bytes on disk).
+
+    Example:
+        >>> info = compilation_cache_info()  # doctest: +SKIP
+        >>> sorted(info)  # doctest: +SKIP
+        ['bytes', 'enabled', 'entries', 'path', 'reason']
+    """
+    setup = configure_compilation_cache()
+    entries, size = 0, 0
+    if setup.path and os.path.isdir(setup.path):
+        for item in pathlib.Path(setup.path).iterdir():
+            if item.is_file() and item.name.endswith("-cache"):
+                entries += 1
+            if item.is_file():
+                size += item.stat().st_size
+    return {"path": setup.path, "enabled": setup.enabled, "reason": setup.reason, "entries": entries, "bytes": size}
+
+
+def clear_compilation_cache() -> int:
+    """Delete everything in the cache folder (the folder stays); returns the bytes freed.
+
+    The next compile of each program is a full one again. Safe while no other process is compiling.
+
+    Example:
+        >>> clear_compilation_cache()  # doctest: +SKIP
+        552960
+    """
+    info = compilation_cache_info()
+    if not info["path"] or not os.path.isdir(info["path"]):
+        return 0
+    for item in pathlib.Path(info["path"]).iterdir():
+        if item.is_dir():
+            shutil.rmtree(item)
+        else:
+            item.unlink()
+    return info["bytes"]
