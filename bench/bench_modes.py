@@ -34,7 +34,7 @@ times say little about accelerators, and in a step this small every extra kernel
 8 devices. The mode's ordinary step is timed (``diagnostics=False``): it reports only the loss, as the
 baseline does. The trainer runs the diagnostics variant (gradient norms per leaf) at logging steps only,
 one step in ``log_every``. Anything else a mode computes beyond the baseline shows up in the ratio: the
-learning rate held in the optimizer state (``inject_hyperparams``, so a new rate needs no recompile),
+learning rate held in the optimizer state (one scalar per device, so a new rate needs no recompile),
 FSDP's explicit gather, the weighted-sum arithmetic of the shard_map/pmap modes.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
@@ -201,7 +201,7 @@ def measure(name: str, mesh: str, workload: str) -> dict:
     batches_iter = dataset.batches(global_batch, seed=0)
     host_batches = [next(batches_iter) for _ in range(BATCHES)]
 
-    # The mode, as the trainer builds it (make_optimizer: optax.inject_hyperparams(adam)).
+    # The mode, as the trainer builds it (make_optimizer: adam with its learning rate in the state).
     graphdef, state = init_state(model, make_optimizer("adam", LEARNING_RATE))
     plan = StepPlan(graphdef, loss_fn, make_optimizer("adam", LEARNING_RATE), mesh, global_batch, 1, "fp32",
                     tuple(tensor_parallel_rules(model_name)))
@@ -209,9 +209,9 @@ def measure(name: str, mesh: str, workload: str) -> dict:
     mode_batches = _mode_batches(mode, name, host_batches)
     mode_state = mode.place_state(state)
 
-    # The baseline: plain optax.adam, not inject_hyperparams. That is the smallest step a user writes;
-    # the difference (a learning rate read from the state, 6 more scalar leaves) is part of what the
-    # mode costs and so belongs in the ratio.
+    # The baseline: plain optax.adam, the learning rate a constant. That is the smallest step a user writes;
+    # the difference (the learning rate read from the state: one more scalar buffer per device) is part
+    # of what the mode costs and so belongs in the ratio.
     tx = optax.adam(LEARNING_RATE)
     graphdef_b, params, rest = nnx.split(model, nnx.Param, ...)
     params, opt_state, base_batches = _baseline_placement(
