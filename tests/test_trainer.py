@@ -169,6 +169,32 @@ def test_a_new_learning_rate_or_seed_reuses_the_compiled_step(tmp_path):
     assert trainer.compiled_modes == 2
 
 
+@pytest.mark.parametrize("name", wb.OPTIMIZERS)
+def test_optimizers_hold_only_the_learning_rate_and_match_optax_exactly(name):
+    import optax
+
+    params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.ones(4)}
+    reference_tx = {"sgd": optax.sgd, "adam": optax.adam, "adamw": optax.adamw}[name](3e-3)
+    ours, theirs = params, params
+    tx = wb.make_optimizer(name, 3e-3)
+    state, reference_state = tx.init(params), reference_tx.init(params)
+    step = jax.jit(lambda p, s, g: tx.update(g, s, p))
+    for i in range(4):
+        grads = jax.tree.map(lambda x: jnp.sin(x * (i + 1.5)), ours)
+        updates, state = step(ours, state, grads)
+        reference_updates, reference_state = reference_tx.update(grads, reference_state, theirs)
+        ours, theirs = optax.apply_updates(ours, updates), optax.apply_updates(theirs, reference_updates)
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+            np.testing.assert_array_equal(a, b)  # the same floats, not merely close
+    scalars = [leaf for leaf in jax.tree.leaves(state) if not np.shape(leaf)]
+    assert float(state.learning_rate) == pytest.approx(3e-3)
+    assert len(scalars) == {"sgd": 1, "adam": 2, "adamw": 2}[name]  # the rate, and adam's own count
+    faster = state._replace(learning_rate=jnp.float32(6e-3))  # a new rate is a new value, not a new program
+    doubled, _ = step(ours, faster, grads)
+    np.testing.assert_allclose(doubled["w"], 2 * step(ours, state, grads)[0]["w"], rtol=1e-6)
+    assert step._cache_size() == 1
+
+
 def test_a_bad_setting_raises_before_a_run_folder_is_written(tmp_path):
     trainer = small_trainer(tmp_path, mode="tp")
     with pytest.raises(wb.MeshError, match="needs a mesh axis 'model'"):
