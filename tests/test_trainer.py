@@ -55,6 +55,43 @@ def test_metrics_are_read_only_at_logging_intervals(tmp_path, monkeypatch):
     assert len(reads) == 5  # step 1 (compile time), 20, 40, 60 and the final eval: not one per step
 
 
+@pytest.mark.slow
+def test_long_logging_intervals_and_long_evaluations_do_not_deadlock_the_cpu_collectives(tmp_path):
+    """Before the queue was bounded, 100 unsynchronised dp steps on 8 simulated devices hung for 40 s and
+    then aborted the process in XLA's rendezvous. Run in a child, so a regression fails here, not pytest."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, workbench as wb\n"
+        "data = wb.load_dataset('digits')\n"
+        "model = wb.model_config_for_data('mlp', data).build(seed=0)\n"
+        "config = wb.TrainConfig(mode='dp', mesh='data=8', batch=64, steps=300, log_every=300, eval_every=0,\n"
+        "                        sync_every=0)\n"
+        "trainer = wb.Trainer(config, run_root=sys.argv[1], model=model, batches=lambda seed: data.batches(64, seed=seed),\n"
+        "                     eval_batches=[next(data.eval_batches(64))] * 250)\n"
+        "summary = trainer.run()\n"
+        "print(json.dumps({'status': trainer.status, 'steps': summary['steps'], 'eval': summary['eval']}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["status"] == "finished" and report["steps"] == 300  # 300 steps between reads
+    assert report["eval"]["accuracy"] > 0.5  # 250 evaluation batches, each independent of the others
+
+
+def test_the_in_flight_queue_waits_for_the_oldest_beyond_its_limit():
+    from workbench.in_flight import InFlight
+
+    queue = InFlight(limit=3)
+    outputs = [jnp.arange(4.0) * i for i in range(5)]
+    for output in outputs:
+        queue.add(output)
+    assert len(queue) == 3 and all(o.is_ready() for o in outputs[:2])
+    queue.clear()
+    assert len(queue) == 0
+
+
 def test_sync_diagnostics_keep_their_own_schedule(tmp_path):
     trainer = small_trainer(tmp_path, steps=30, log_every=20, sync_every=15)
     events = []

@@ -3,7 +3,9 @@
 * **Responsive.** :meth:`Trainer.start` returns at once; steps run in a thread, so a notebook cell
   finishes and widgets keep updating. :meth:`Trainer.run` does the same in the caller's thread.
 * **No host sync per step.** JAX dispatch is asynchronous: a step returns device arrays before they are
-  computed. Metrics are read (one ``device_get``) every ``log_every`` steps and at the end only.
+  computed. Metrics are read (one ``device_get``) every ``log_every`` steps and at the end only. At most
+  :data:`~workbench.in_flight.MAX_IN_FLIGHT` steps are queued ahead of the devices: more deadlocks XLA's
+  CPU collectives and aborts the process (see :mod:`workbench.in_flight`).
 * **Control.** :meth:`pause`, :meth:`resume` and :meth:`stop` act at the next step boundary. One run at
   a time: starting while a run is active raises :class:`TrainerBusyError`.
 * **Failures end the run, not the kernel.** An exception in a step, or a non-finite loss, ends the run
@@ -42,6 +44,7 @@ from flax import nnx
 
 from .data import load_dataset
 from .errors import WorkbenchError
+from .in_flight import InFlight
 from .modes import StepPlan, build_mode
 from .modes.core import LossFn, TrainState, add_sums, first_non_finite, init_state
 from .models import model_class, model_config_for_data, param_count
@@ -325,6 +328,7 @@ class _Loop:
         self.state = None
         self.step = 0
         self.pending: list[tuple[int, dict]] = []
+        self.in_flight = InFlight()  # steps dispatched but maybe not run: bounded, see workbench.in_flight
         self.last: dict[str, Any] = {}
         self.evals: dict[str, float] = {}
         self.compile_s = None
@@ -362,6 +366,7 @@ class _Loop:
             self.state, metrics = self.mode.step(self.state, placed, diagnostics=logging)
             self.step = step
             self.pending.append((self.step, metrics))
+            self.in_flight.add(metrics["loss"])
             if self.step == 1:
                 self.mode.precompile(self.state, placed)  # the ordinary step, compiled while step 1 runs
                 jax.block_until_ready(metrics["loss"])  # the one early sync: compile time, shown once
@@ -405,6 +410,7 @@ class _Loop:
         steps = [step for step, _ in self.pending]
         values = jax.device_get([metrics for _, metrics in self.pending])
         self.pending = []
+        self.in_flight.clear()  # every step up to here has run
         self.check_finite(steps, values)
         record = {"step": steps[-1], "loss": float(np.mean([v["loss"] for v in values]))}
         if "grad_norm" in values[-1]:
@@ -451,9 +457,10 @@ class _Loop:
     def evaluate(self) -> None:
         if self.eval_batches is None:
             return
-        total = None
+        total, queue = None, InFlight()
         for batch in self.eval_batches():
             sums = self.mode.eval_sums(self.state, self.mode.place_batch(batch))
+            queue.add(sums)  # each batch's evaluation is independent of the others: bound the queue
             total = sums if total is None else add_sums(total, sums)
         if total is None:
             return
