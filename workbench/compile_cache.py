@@ -59,6 +59,8 @@ def _choose() -> tuple[str | None, str]:
 
     raw = os.environ.get(ENV_VAR)
     if raw is not None and raw.strip().lower() in OFF_VALUES + ("",):
+        if jax.config.jax_compilation_cache_dir:  # the workbench adds none, but JAX keeps the user's own
+            return None, f"{ENV_VAR}={raw!r}, but JAX has a cache folder of its own (JAX_COMPILATION_CACHE_DIR)"
         return None, f"switched off by {ENV_VAR}={raw!r}"
     if raw is not None:
         return os.path.expanduser(raw.strip()), f"folder from {ENV_VAR}"
@@ -83,9 +85,9 @@ def configure_compilation_cache() -> CacheSetup:
     import jax
 
     path, reason = _choose()
-    if path is None:
-        user_path = jax.config.jax_compilation_cache_dir
-        _setup = CacheSetup(user_path, bool(user_path) and ENV_VAR not in os.environ, reason)
+    if path is None:  # whatever JAX was given by the user, if anything, is what is in use
+        user_path = jax.config.jax_compilation_cache_dir or None
+        _setup = CacheSetup(user_path, user_path is not None, reason)
         return _setup
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)

@@ -10,8 +10,8 @@ evaluation calls did the same. A user who sets ``log_every=500`` must not lose t
 
 :class:`InFlight` keeps the last :data:`MAX_IN_FLIGHT` programs' outputs and, when one more is added,
 waits for the oldest to finish. That wait is backpressure, not a synchronisation with the newest step:
-nothing is copied to the host and the queue stays :data:`MAX_IN_FLIGHT` deep, so the devices are never
-idle for it (the dashboard benchmark runs with it).
+nothing is copied to the host, the step waited for was dispatched 16 steps earlier (normally finished
+long before), and 16 steps stay queued, so the devices never wait for the host because of it.
 
 Example:
     >>> queue = InFlight()
