@@ -21,7 +21,7 @@ whole batch; ``dp-pmap`` against the jit step on ``data=8`` (state replicated, b
 * Both steps are compiled and run untimed first (3 steps). Then the baseline's output shardings are
   checked to equal its input shardings (else it would be timing another layout), and both sides'
   parameters to agree (the same update).
-* For ``REPEATS`` rounds, ``STEPS`` chained steps of the mode and ``STEPS`` of the baseline are timed
+* For ``ROUNDS[workload]`` rounds, ``STEPS`` chained steps of the mode and ``STEPS`` of the baseline are timed
   back to back (which side goes first alternates between rounds), each run ended with
   ``jax.block_until_ready`` on its outputs. The ratio is the median of the rounds' ratios (each round
   compares two runs next to each other in time, so the machine's slower drifts cancel); each side's
@@ -64,8 +64,10 @@ from workbench.modes.base import ShardedJitMode
 from workbench.modes.core import init_state
 from workbench.train_config import make_optimizer
 
-REPEATS = 31  # timed rounds per side; the figure is the median of the rounds' ratios
-STEPS = 10  # chained steps per round
+# Many short rounds: the two sides are interleaved finely, so a noisy neighbour hits both alike. With 31
+# rounds of 10 steps, a dp-tp figure wandered from 1.00 to 1.07 between runs; with 151 of 5, 1.00-1.02.
+ROUNDS = {"mlp": 151, "transformer": 61}  # timed rounds per side; the figure is the median of their ratios
+STEPS = 5  # chained steps per round
 BATCHES = 4  # distinct pre-placed batches, cycled
 TARGET = 1.05  # mode step / hand-written step
 LEARNING_RATE = 1e-3
@@ -138,7 +140,7 @@ def _check_same_params(mode_params: Any, base_params: Any, what: str) -> None:
 
 
 def _time_rounds(advance_a: Callable, carry_a: Any, advance_b: Callable, carry_b: Any, batches_a: list,
-                 batches_b: list) -> tuple[float, float, list[float]]:
+                 batches_b: list, rounds: int) -> tuple[float, float, list[float]]:
     """Median seconds per step of two chained steps, timed in alternating rounds, and each round's ratio."""
 
     def run(advance, carry, batches):
@@ -149,7 +151,7 @@ def _time_rounds(advance_a: Callable, carry_a: Any, advance_b: Callable, carry_b
         return carry, (time.perf_counter() - start) / STEPS
 
     times_a, times_b = [], []
-    for round_ in range(REPEATS):
+    for round_ in range(rounds):
         if round_ % 2 == 0:
             carry_a, ta = run(advance_a, carry_a, batches_a)
             carry_b, tb = run(advance_b, carry_b, batches_b)
@@ -236,13 +238,13 @@ def measure(name: str, mesh: str, workload: str) -> dict:
 
     with jax.transfer_guard("disallow"):  # nothing is copied between host and devices while timing
         mode_s, base_s, rounds = _time_rounds(
-            advance_mode, mode_carry, advance_base, base_carry, mode_batches, base_batches
+            advance_mode, mode_carry, advance_base, base_carry, mode_batches, base_batches, ROUNDS[workload]
         )
     ratio = statistics.median(rounds)  # paired: each round compares neighbours in time, so drift cancels
     teaching = name == "simulated"
     note = (
         f"mode {mode_s * 1e3:.3f} ms/step, hand-written jit {base_s * 1e3:.3f} ms/step; {model_name} on "
-        f"{data_name}, batch {global_batch}, mesh {mesh}; median of {REPEATS} rounds of {STEPS} steps (ratio per "
+        f"{data_name}, batch {global_batch}, mesh {mesh}; median of {ROUNDS[workload]} rounds of {STEPS} steps (ratio per "
         f"round {min(rounds):.2f}-{max(rounds):.2f}); {machine()}"
     )
     if teaching:
