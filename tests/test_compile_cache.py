@@ -102,3 +102,14 @@ def test_cli_shows_and_clears_the_cache(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "0 compiled programs" in out and "cleared: 1008 B freed" in out
     assert list(folder.iterdir()) == [] and folder.is_dir()
+
+
+def test_clearing_deletes_only_jaxs_files_in_a_folder_the_user_shares(tmp_path, monkeypatch):
+    import workbench.compile_cache as compile_cache
+
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / ".lockfile").write_text("")
+    (tmp_path / "jit_step-abcd-cache").write_bytes(b"x" * 100)
+    monkeypatch.setattr(compile_cache, "_setup", compile_cache.CacheSetup(str(tmp_path), True, "a shared folder"))
+    assert compile_cache.clear_compilation_cache() == 100
+    assert sorted(item.name for item in tmp_path.iterdir()) == [".lockfile", "notes.txt"]

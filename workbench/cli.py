@@ -71,7 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="import workbench switches JAX's persistent compilation cache on, so a second process "
         "reaches its first training step sooner. WORKBENCH_COMPILATION_CACHE=/folder moves it, =off switches it off.",
     )
-    cache.add_argument("--clear", action="store_true", help="delete every cached program (the folder stays)")
+    cache.add_argument("--clear", action="store_true", help="delete every cached program (the folder and other files stay)")
     cache.add_argument("--json", action="store_true", help="print one JSON object")
     runs = commands.add_parser("runs", help="list past training runs and compare their final figures")
     runs.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")

@@ -27,12 +27,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import shutil
 
 ENV_VAR = "WORKBENCH_COMPILATION_CACHE"
 OFF_VALUES = ("off", "0", "false", "no", "none")
 MAX_BYTES = 2 * 2**30  # least recently used entries go first beyond this
 MIN_COMPILE_SECONDS = 0.0  # keep everything: CPU compiles of small steps take well under JAX's 1 s default
+ENTRY_SUFFIXES = ("-cache", "-atime")  # JAX's files: a compiled program and its last-use time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,18 +110,22 @@ def compilation_cache_info() -> dict:
         ['bytes', 'enabled', 'entries', 'path', 'reason']
     """
     setup = configure_compilation_cache()
-    entries, size = 0, 0
-    if setup.path and os.path.isdir(setup.path):
-        for item in pathlib.Path(setup.path).iterdir():
-            if item.is_file() and item.name.endswith("-cache"):
-                entries += 1
-            if item.is_file():
-                size += item.stat().st_size
+    files = _entry_files(setup.path)
+    entries = sum(1 for item in files if item.name.endswith("-cache"))
+    size = sum(item.stat().st_size for item in files)
     return {"path": setup.path, "enabled": setup.enabled, "reason": setup.reason, "entries": entries, "bytes": size}
 
 
+def _entry_files(path: str | None) -> list[pathlib.Path]:
+    """JAX's cache files in ``path`` (nothing else: the folder may be one the user chose and shares)."""
+    if not path or not os.path.isdir(path):
+        return []
+    return [item for item in pathlib.Path(path).iterdir() if item.is_file() and item.name.endswith(ENTRY_SUFFIXES)]
+
+
 def clear_compilation_cache() -> int:
-    """Delete everything in the cache folder (the folder stays); returns the bytes freed.
+    """Delete JAX's compiled programs from the cache folder (the folder, its lock and any other file stay);
+    returns the bytes freed.
 
     The next compile of each program is a full one again. Safe while no other process is compiling.
 
@@ -129,12 +133,8 @@ def clear_compilation_cache() -> int:
         >>> clear_compilation_cache()  # doctest: +SKIP
         552960
     """
-    info = compilation_cache_info()
-    if not info["path"] or not os.path.isdir(info["path"]):
-        return 0
-    for item in pathlib.Path(info["path"]).iterdir():
-        if item.is_dir():
-            shutil.rmtree(item)
-        else:
-            item.unlink()
-    return info["bytes"]
+    freed = 0
+    for item in _entry_files(configure_compilation_cache().path):
+        freed += item.stat().st_size
+        item.unlink(missing_ok=True)
+    return freed

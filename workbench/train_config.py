@@ -59,7 +59,7 @@ def with_learning_rate_in_state(inner: optax.GradientTransformation, lr: float) 
     def update(updates: Any, state: LearningRateState, params: Any = None) -> tuple[Any, LearningRateState]:
         updates, inner_state = inner.update(updates, state.inner_state, params)
         rate = state.learning_rate
-        updates = jax.tree.map(lambda u: (rate.astype(u.dtype) * u) if u is not None else None, updates)
+        updates = jax.tree.map(lambda u: rate.astype(u.dtype) * u, updates)  # None leaves are empty subtrees: skipped
         return updates, LearningRateState(rate, inner_state)
 
     return optax.GradientTransformation(init, update)
