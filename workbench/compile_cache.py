@@ -14,7 +14,7 @@ program (same JAX version, devices and code), so it reaches its first step sever
 * **What is kept.** Every compiled program, however quick to compile (JAX's default keeps only those
   over 1 s, which on CPU is none of a small model's), up to :data:`MAX_BYTES` in all, least recently
   used dropped first. ``workbench cache`` shows the folder and its size; ``workbench cache --clear``
-  empties it.
+  deletes the compiled programs (JAX's files only: the folder may hold others).
 
 Example:
     >>> import workbench as wb  # doctest: +SKIP
