@@ -29,7 +29,7 @@ RENDER = {
             "layout = wb.layout_array((16, 16), 'data=4,model=2', 'data, model')\n"
             "print(wb.capture_visualize_sharding(layout).text)\n",
     "plotly": "import workbench as wb\n"
-              "from workbench.view_plotly import layout_figure\n"
+              "from workbench.views.figures import layout_figure\n"
               "layout = wb.layout_array((16, 16), 'data=4,model=2', 'data, model')\n"
               "print(len(layout_figure(layout).to_json()))\n",
 }

@@ -2,11 +2,11 @@
 
 What is measured: for ``mlp`` on digits (batch 256) and the preset ``transformer`` on text (batch 32),
 on ``data=8``, the bytes per device per step of every collective in the compiled training step
-(:func:`workbench.step_ledger.ledger_for_config`), over what the mode needs in theory
-(:func:`workbench.comm_ledger.theoretical_collectives`): data parallelism all-reduces every gradient
+(:func:`workbench.analysis.step_ledger.ledger_for_config`), over what the mode needs in theory
+(:func:`workbench.analysis.ledger.theoretical_collectives`): data parallelism all-reduces every gradient
 once (P, the bytes of the float parameters); FSDP all-gathers the parameters and reduce-scatters the
 gradients (P each, 2P in all). Bytes are the whole arrays the collectives work on (see
-:mod:`workbench.comm_ledger`), so the ratio is 1.00 when the compiler sends exactly what the mode must.
+:mod:`workbench.analysis.ledger`), so the ratio is 1.00 when the compiler sends exactly what the mode must.
 
 How to read it: no timing, so no noise: the figures are exact. The few bytes above 1.00 are the loss
 and example count summed with the gradients (dp), and the biases FSDP leaves replicated and all-reduces
@@ -19,8 +19,8 @@ from flax import nnx
 from timing import record
 
 import workbench as wb
-from workbench.comm_ledger import compare_with_theory, float_param_bytes
-from workbench.step_ledger import ledger_for_config
+from workbench.analysis.ledger import compare_with_theory, float_param_bytes
+from workbench.analysis.step_ledger import ledger_for_config
 
 CASES = [("mlp", "digits", 256), ("transformer", "text", 32)]
 MODES = ("dp", "dp-shard-map", "dp-pmap", "fsdp")

@@ -57,12 +57,12 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from timing import machine, record
 
-from workbench.data import load_dataset
-from workbench.models import model_config_for_data, tensor_parallel_rules
-from workbench.modes import StepPlan, TrainState, build_mode
-from workbench.modes.base import ShardedJitMode
-from workbench.modes.core import init_state
-from workbench.train_config import make_optimizer
+from workbench.training.data import load_dataset
+from workbench.training.models import model_config_for_data, tensor_parallel_rules
+from workbench.training.modes import StepPlan, TrainState, build_mode
+from workbench.training.modes.base import ShardedJitMode
+from workbench.training.modes.core import init_state
+from workbench.training.config import make_optimizer
 
 # Many short rounds: the two sides are interleaved finely, so a noisy neighbour hits both alike. With 31
 # rounds of 10 steps, a dp-tp figure wandered from 1.00 to 1.07 between runs; with 151 of 5, 1.00-1.02.

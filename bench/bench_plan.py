@@ -16,7 +16,7 @@ import sys
 
 from timing import machine, median_seconds, record
 
-from workbench.planning import plan_training
+from workbench.analysis.planning import plan_training
 
 MODEL = "transformer"
 OPTIONS = {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000}
@@ -39,7 +39,7 @@ import workbench
 after_import = peak_kib()
 seconds = None
 if sys.argv[1] == "plan":
-    from workbench.planning import plan_training
+    from workbench.analysis.planning import plan_training
     start = time.perf_counter()
     plan_training({model!r}, {options!r}, {mesh!r}, {mode!r})
     seconds = time.perf_counter() - start

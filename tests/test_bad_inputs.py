@@ -7,7 +7,7 @@ reach the CLI (one line, exit 2) and the widgets (shown inline).
 import pytest
 
 import workbench as wb
-from workbench.shapes import parse_dtype, parse_shape
+from workbench.layout.shapes import parse_dtype, parse_shape
 
 MESH = "data=4,model=2"
 

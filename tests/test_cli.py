@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from workbench.cli import main
+from workbench.cli.main import main
 
 WORKBENCH = pathlib.Path(sys.executable).with_name("workbench")
 

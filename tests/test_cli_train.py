@@ -7,8 +7,8 @@ import json
 import pytest
 
 import workbench as wb
-from workbench.cli import main
-from workbench.runs import load_run
+from workbench.cli.main import main
+from workbench.training.runs import load_run
 
 MODE_MESHES = [
     ("single", "data=8"), ("simulated", "data=8"), ("dp", "data=8"), ("dp-shard-map", "data=8"),

@@ -18,14 +18,14 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import workbench as wb
-from workbench.comm_ledger import (
+from workbench.analysis.ledger import (
     KINDS, MEMORY_LABEL, PREDICTION_LABEL, Collective, CommLedger, collectives_from_hlo, compare_with_theory,
     float_param_bytes, ledger_for_mode, ledger_table, theoretical_collectives,
 )
-from workbench.models import model_config_for_data, tensor_parallel_rules
-from workbench.modes import StepPlan, build_mode
-from workbench.modes.core import init_state
-from workbench.train_config import make_optimizer
+from workbench.training.models import model_config_for_data, tensor_parallel_rules
+from workbench.training.modes import StepPlan, build_mode
+from workbench.training.modes.core import init_state
+from workbench.training.config import make_optimizer
 
 BATCH = 256
 
@@ -42,7 +42,7 @@ def _setup():
 def ledger(mode_name: str, mesh: str = "data=8"):
     """(ledger, mode, placed state) of one compiled step of the digits mlp with Adam."""
     graphdef, state, tx, batch = _setup()
-    plan = StepPlan(graphdef, wb.models.model_class("mlp").loss, tx, mesh, BATCH, 1, "fp32",
+    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, mesh, BATCH, 1, "fp32",
                     tuple(tensor_parallel_rules("mlp")))
     mode = build_mode(mode_name, plan)
     placed = mode.place_state(state)
@@ -113,7 +113,7 @@ def test_accumulation_synchronises_once_per_step(mode_name):
     # The microbatch loop is a while loop in the HLO. Left to itself the compiler put jit dp's
     # all-reduce inside it (4 per step with accum=4): the gradient must be reduced once, after it.
     graphdef, state, tx, batch = _setup()
-    mode = build_mode(mode_name, StepPlan(graphdef, wb.models.model_class("mlp").loss, tx, "data=8", BATCH, 4))
+    mode = build_mode(mode_name, StepPlan(graphdef, wb.model_class("mlp").loss, tx, "data=8", BATCH, 4))
     result = ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))
     gradient_reductions = [c for c in result.collectives if c.kind in ("all-reduce", "reduce-scatter") and c.bytes > 1000]
     assert gradient_reductions and all(c.count == 1 for c in gradient_reductions), result.collectives

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from workbench.cli import main
+from workbench.cli.main import main
 
 # A child that trains one step of the digits mlp in dp on 8 devices and reports what the cache did.
 _CHILD = """

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
-from workbench.data import (
+from workbench.training.data import (
     DATASETS,
     Dataset,
     dataset_options,
@@ -21,7 +21,7 @@ from workbench.data import (
     stratified_split,
 )
 from workbench.errors import MeshError, WorkbenchError
-from workbench.mesh import build_mesh
+from workbench.layout.mesh import build_mesh
 
 DEVICES = 8
 # Small sizes keep the per-data-set tests fast; the dedicated tests below use the defaults.

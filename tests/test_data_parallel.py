@@ -17,7 +17,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from workbench.data_parallel import (
+from workbench.training.data_parallel import (
     create_data_parallel_sharding,
     mean_of_gradient_trees,
     reduce_gradients,
@@ -27,9 +27,9 @@ from workbench.data_parallel import (
     varying_axes,
 )
 from workbench.errors import GradientSyncError, MeshError, SpecError, WorkbenchError
-from workbench.mesh import abstract_mesh, build_mesh
-from workbench.paths import leaves_with_paths
-from workbench.rules import RuleTable
+from workbench.layout.mesh import abstract_mesh, build_mesh
+from workbench.layout.paths import leaves_with_paths
+from workbench.layout.rules import RuleTable
 
 DEVICES = 8
 BATCH = 32

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec
 
-from workbench.cli import main
+from workbench.cli.main import main
 from workbench.errors import SpecError, WorkbenchError
-from workbench.layout_lint import lint_layout, lint_text
-from workbench.planning import plan_training
-from workbench.specs import parse_spec
-from workbench.tree_layout import layout_tree
+from workbench.layout.lint import lint_layout, lint_text
+from workbench.analysis.planning import plan_training
+from workbench.layout.specs import parse_spec
+from workbench.layout.tree_layout import layout_tree
 
 MiB = 1 << 20
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import workbench as wb
-from workbench.model_layout import default_data, model_layout, standard_rules
-from workbench.step_ledger import ledger_for_config
+from workbench.analysis.model_layout import default_data, model_layout, standard_rules
+from workbench.analysis.step_ledger import ledger_for_config
 
 
 def test_modes_standard_specs():

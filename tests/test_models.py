@@ -17,8 +17,8 @@ from jax.sharding import PartitionSpec as P
 
 import workbench as wb
 from workbench.errors import ShapeError, WorkbenchError
-from workbench.mesh import build_mesh
-from workbench.models import (
+from workbench.layout.mesh import build_mesh
+from workbench.training.models import (
     MODELS,
     DecoderBlock,
     abstract_model,
@@ -32,7 +32,7 @@ from workbench.models import (
     parse_model_options,
     tensor_parallel_rules,
 )
-from workbench.paths import path_to_str
+from workbench.layout.paths import path_to_str
 
 BATCH = 6
 PADDING = 3

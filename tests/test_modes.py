@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.data import load_dataset
-from workbench.models import model_config_for_data, tensor_parallel_rules
-from workbench.modes import DATA_PARALLEL_MODES, MODES, StepPlan, build_mode
-from workbench.modes.core import init_state
-from workbench.train_config import make_optimizer
+from workbench.training.data import load_dataset
+from workbench.training.models import model_config_for_data, tensor_parallel_rules
+from workbench.training.modes import DATA_PARALLEL_MODES, MODES, StepPlan, build_mode
+from workbench.training.modes.core import init_state
+from workbench.training.config import make_optimizer
 
 BATCH, STEPS, PADDED_ROWS = 64, 3, 13
 CASES = {  # model -> (data, data options, model options): small, so 32 combinations compile quickly
@@ -59,7 +59,7 @@ def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precisi
     config = model_config_for_data(model, load_dataset(data, **data_options), **model_options)
     tx = make_optimizer(optimizer, 0.1 if optimizer == "sgd" else 1e-2)
     graphdef, state = init_state(config.build(seed=0), tx)
-    plan = StepPlan(graphdef, wb.models.model_class(model).loss, tx, MESHES.get(mode, "data=8"), BATCH, accum,
+    plan = StepPlan(graphdef, wb.model_class(model).loss, tx, MESHES.get(mode, "data=8"), BATCH, accum,
                     precision, tuple(tensor_parallel_rules(model)))
     runner = build_mode(mode, plan)
     state = runner.place_state(state)
@@ -144,13 +144,13 @@ def test_data_parallel_modes_split_the_batch_over_the_data_axis():
 def _plan_parts():
     tx = make_optimizer("sgd", 0.1)
     graphdef, _ = init_state(wb.build_model("mlp", hidden=16), tx)
-    return graphdef, wb.models.model_class("mlp").loss, tx
+    return graphdef, wb.model_class("mlp").loss, tx
 
 
 def test_fsdp_shards_parameters_and_optimizer_state():
     tx = make_optimizer("adam", 1e-3)
     graphdef, state = init_state(wb.build_model("mlp", hidden=64), tx)
-    mode = build_mode("fsdp", StepPlan(graphdef, wb.models.model_class("mlp").loss, tx, "data=8", 64))
+    mode = build_mode("fsdp", StepPlan(graphdef, wb.model_class("mlp").loss, tx, "data=8", 64))
     placed = mode.place_state(state)
     kernel = placed.params["hidden2"]["kernel"][...]
     mu = placed.opt_state.inner_state[0].mu["hidden2"]["kernel"][...]
@@ -163,7 +163,7 @@ def test_fsdp_shards_parameters_and_optimizer_state():
 def test_tensor_parallel_splits_the_hidden_layers_over_model():
     tx = make_optimizer("sgd", 0.1)
     graphdef, state = init_state(wb.build_model("mlp", hidden=64), tx)
-    plan = StepPlan(graphdef, wb.models.model_class("mlp").loss, tx, "model=2", 64, tp_rules=tuple(tensor_parallel_rules("mlp")))
+    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, "model=2", 64, tp_rules=tuple(tensor_parallel_rules("mlp")))
     placed = build_mode("tp", plan).place_state(state)
     assert placed.params["hidden1"]["kernel"][...].addressable_shards[0].data.shape == (64, 32)  # columns
     assert placed.params["hidden2"]["kernel"][...].addressable_shards[0].data.shape == (32, 64)  # rows
@@ -194,7 +194,7 @@ def test_bad_combinations_are_refused_before_compiling(mode, changes, message):
 def test_tensor_parallelism_needs_a_splittable_layer():
     tx = make_optimizer("sgd", 0.1)
     graphdef, _ = init_state(wb.build_model("linear"), tx)
-    plan = StepPlan(graphdef, wb.models.model_class("linear").loss, tx, "model=2", 64, tp_rules=())
+    plan = StepPlan(graphdef, wb.model_class("linear").loss, tx, "model=2", 64, tp_rules=())
     with pytest.raises(wb.WorkbenchError, match="no splittable layer"):
         build_mode("tp", plan)
 

@@ -9,8 +9,8 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec
 
-from workbench.cli import main
-from workbench.cost_model import (
+from workbench.cli.main import main
+from workbench.analysis.cost_model import (
     HARDWARE,
     Hardware,
     collective_time,
@@ -19,11 +19,11 @@ from workbench.cost_model import (
     hardware,
 )
 from workbench.errors import MeshError, WorkbenchError
-from workbench.models import abstract_model, param_count
-from workbench.modes import MODES
-from workbench.planning import PLANNED_MODES, parse_byte_size, plan_training
-from workbench.train_config import make_optimizer
-from workbench.tree_layout import layout_tree
+from workbench.training.models import abstract_model, param_count
+from workbench.training.modes import MODES
+from workbench.analysis.planning import PLANNED_MODES, parse_byte_size, plan_training
+from workbench.training.config import make_optimizer
+from workbench.layout.tree_layout import layout_tree
 
 GiB = 2**30
 TOY = Hardware("toy", peak_flops=1e12, memory_bytes=GiB, bandwidth=1e9, latency_s=1e-6, description="test figures")

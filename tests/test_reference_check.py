@@ -10,12 +10,12 @@ import pytest
 from jax import lax
 
 import workbench as wb
-from workbench.cli import main
+from workbench.cli.main import main
 from workbench.errors import WorkbenchError
-from workbench.modes import DATA_PARALLEL_MODES, FAULTS, StepPlan, build_mode, modes_supporting
-from workbench.modes.core import init_state
-from workbench.modes.dp_shard_map import ShardMapDataParallel
-from workbench.reference_check import reference_check, run_check
+from workbench.training.modes import DATA_PARALLEL_MODES, FAULTS, StepPlan, build_mode, modes_supporting
+from workbench.training.modes.core import init_state
+from workbench.training.modes.dp_shard_map import ShardMapDataParallel
+from workbench.analysis.reference_check import reference_check, run_check
 
 SMALL = {"hidden": 32}
 FAULT_PAIRS = [(mode, fault) for fault in FAULTS for mode in modes_supporting(fault) if mode in DATA_PARALLEL_MODES]
@@ -89,7 +89,7 @@ class _UsersShardMapStep(ShardMapDataParallel):
     No fault switch is set: the check must infer the cause from what it measures."""
 
     def _local_sums(self, params, other, shard):
-        from workbench.modes.base import step_sums
+        from workbench.training.modes.base import step_sums
 
         sums = step_sums(self.plan, params, other, shard)
         return {"grads": lax.pmean(sums["grads"], "data"), "metrics": lax.pmean(sums["metrics"], "data"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from workbench.errors import RunError, WorkbenchError
-from workbench.runs import Run, RunWriter, compare_runs, compare_table, list_runs, load_run
+from workbench.training.runs import Run, RunWriter, compare_runs, compare_table, list_runs, load_run
 
 CONFIG = {"model": "mlp", "data": "digits", "mode": "dp", "mesh": "data=8", "lr": 0.001, "batch": 64, "steps": 3}
 

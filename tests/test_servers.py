@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from workbench.cli import main
+from workbench.cli.main import main
 from workbench.errors import WorkbenchError
 from workbench.servers import HOST, app_launch, checked_port, free_port, lab_launch, project_notebooks
 

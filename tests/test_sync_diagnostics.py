@@ -8,10 +8,10 @@ import pytest
 from flax import nnx
 
 import workbench as wb
-from workbench.modes import StepPlan, build_mode
-from workbench.modes.core import init_state
-from workbench.sync_diagnostics import noise_scale, replica_divergence, sync_report
-from workbench.trainer import Trainer
+from workbench.training.modes import StepPlan, build_mode
+from workbench.training.modes.core import init_state
+from workbench.training.sync_diagnostics import noise_scale, replica_divergence, sync_report
+from workbench.training.trainer import Trainer
 
 
 def _setup(mode_name: str, mesh: str = "data=8", batch_size: int = 64):

@@ -14,9 +14,9 @@ import pytest
 from flax import nnx
 
 import workbench as wb
-from workbench.runs import list_runs, load_run
-from workbench.train_config import TrainConfig
-from workbench.trainer import Trainer, TrainerBusyError
+from workbench.training.runs import list_runs, load_run
+from workbench.training.config import TrainConfig
+from workbench.training.trainer import Trainer, TrainerBusyError
 
 SMALL = dict(model="mlp", data="digits", mode="dp", mesh="data=8", batch=64, model_options={"hidden": 16})
 
@@ -81,7 +81,7 @@ def test_long_logging_intervals_and_long_evaluations_do_not_deadlock_the_cpu_col
 
 
 def test_the_in_flight_queue_waits_for_the_oldest_beyond_its_limit():
-    from workbench.in_flight import InFlight
+    from workbench.training.in_flight import InFlight
 
     queue = InFlight(limit=3)
     outputs = [jnp.arange(4.0) * i for i in range(5)]

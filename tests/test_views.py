@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 
 from workbench import WorkbenchError, build_mesh, layout_array, layout_tree, parse_spec
-from workbench.colors import PALETTE, device_color, text_color_for
-from workbench.view_jax import JaxPicture, capture_visualize_sharding
-from workbench.view_plotly import layout_figure, memory_bar_figure
-from workbench.view_text import (
+from workbench.views.colors import PALETTE, device_color, text_color_for
+from workbench.views.jax_picture import JaxPicture, capture_visualize_sharding
+from workbench.views.figures import layout_figure, memory_bar_figure
+from workbench.views.text import (
     format_bytes,
     format_bytes_exact,
     format_device_ids,

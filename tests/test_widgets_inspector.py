@@ -12,7 +12,7 @@ import pytest
 
 from widgets.common import Selection
 from widgets.inspector import ShardingInspector
-from workbench.view_text import format_index
+from workbench.views.text import format_index
 
 
 class _Rows(HTMLParser):

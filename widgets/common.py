@@ -122,12 +122,12 @@ class Selection(traitlets.HasTraits):
         return self.mesh_shape().size <= len(jax.devices())
 
     def model_layout(self, batch: int | None = None):
-        """The :class:`workbench.model_layout.ModelLayout` of the current choices.
+        """The :class:`workbench.analysis.model_layout.ModelLayout` of the current choices.
 
         The last one is kept: every widget showing the selection asks for it after each change, and a
         512-device transformer layout is worth computing once.
         """
-        from workbench.model_layout import model_layout
+        from workbench.analysis.model_layout import model_layout
 
         key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)), tuple(sorted(self.model_options.items())),
                self.options.get("optimizer", "adam"), batch or self.options.get("batch", 256))
@@ -141,7 +141,7 @@ class Selection(traitlets.HasTraits):
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""
-        from workbench.model_layout import default_data
+        from workbench.analysis.model_layout import default_data
 
         fields = {"model": self.model, "data": default_data(self.model), "mode": self.mode, "mesh": self.mesh,
                   "model_options": dict(self.model_options), **self.options, **overrides}

@@ -30,10 +30,10 @@ from typing import Any
 import ipywidgets as widgets
 
 import workbench as wb
-from workbench.colors import OKABE_ITO
-from workbench.comm_ledger import ledger_table
-from workbench.reference_check import CheckReport, run_check
-from workbench.step_ledger import ledger_for_config
+from workbench.views.colors import OKABE_ITO
+from workbench.analysis.ledger import ledger_table
+from workbench.analysis.reference_check import CheckReport, run_check
+from workbench.analysis.step_ledger import ledger_for_config
 
 from .common import LEVEL_STYLES, Selection, StatusArea, guarded
 from .live_plot import MAX_POINTS, LivePlot, Throttle

@@ -1,11 +1,11 @@
 """The sharding inspector: every array of a training step, where each slice lives, and what it weighs.
 
 For the :class:`~widgets.common.Selection`'s model, mesh and mode it shows, from the engine's
-:class:`~workbench.model_layout.ModelLayout`:
+:class:`~workbench.analysis.model_layout.ModelLayout`:
 
 * a per-leaf table (path, shape, spec, shard shape, bytes per device, replication, why) of the
   parameters, the optimizer state or one batch, with the selected array highlighted;
-* the selected array's device-grid figure (:func:`~workbench.view_plotly.layout_figure`, any rank);
+* the selected array's device-grid figure (:func:`~workbench.views.figures.layout_figure`, any rank);
 * JAX's own ``visualize_array_sharding`` picture for 1-D and 2-D arrays on meshes that fit this machine,
   otherwise a note saying why and the workbench's text picture, so something is always shown;
 * bytes per device as predicted by the layout engine and, on request, the compiler's estimate;
@@ -37,13 +37,13 @@ import jax
 import plotly.graph_objects as go
 
 import workbench as wb
-from workbench.colors import device_color, text_color_for
-from workbench.model_layout import ModelLayout
-from workbench.step_ledger import ledger_for_config
-from workbench.tree_layout import LeafLayout, TreeLayout
-from workbench.view_jax import capture_visualize_sharding
-from workbench.view_plotly import layout_figure, memory_bar_figure
-from workbench.view_text import (
+from workbench.views.colors import device_color, text_color_for
+from workbench.analysis.model_layout import ModelLayout
+from workbench.analysis.step_ledger import ledger_for_config
+from workbench.layout.tree_layout import LeafLayout, TreeLayout
+from workbench.views.jax_picture import capture_visualize_sharding
+from workbench.views.figures import layout_figure, memory_bar_figure
+from workbench.views.text import (
     describe_array,
     format_bytes,
     format_bytes_exact,
@@ -82,7 +82,7 @@ def tree_table_html(tree: TreeLayout, selected: str | None = None) -> str:
     """One row per leaf of ``tree`` (escaped), the ``selected`` path highlighted.
 
     Example:
-        >>> from workbench.model_layout import model_layout
+        >>> from workbench.analysis.model_layout import model_layout
         >>> "P(None, 'data')" in tree_table_html(model_layout("mlp", "data=8", "fsdp").params)
         True
     """
@@ -126,7 +126,7 @@ def memory_figure_for(layout: ModelLayout, compiler_memory: dict | None = None) 
     the step's arguments (same quantity: state + batch) as black diamonds when given.
 
     Example:
-        >>> from workbench.model_layout import model_layout
+        >>> from workbench.analysis.model_layout import model_layout
         >>> [trace.name for trace in memory_figure_for(model_layout("mlp", "data=8", "dp")).data]
         ['params', 'opt_state', 'batch']
     """
@@ -215,14 +215,14 @@ class ShardingInspector(widgets.VBox):
 
     Attributes:
         selection: the :class:`~widgets.common.Selection` observed.
-        model_layout: the current :class:`~workbench.model_layout.ModelLayout` (None before the first
+        model_layout: the current :class:`~workbench.analysis.model_layout.ModelLayout` (None before the first
             valid one). Not called ``layout``: ipywidgets reserves that name for the CSS layout.
         tree_picker, leaf_picker: which tree, and which of its arrays, is selected.
         table: the selected tree's per-leaf table (HTML).
         figure: the selected array's device grid (a ``go.FigureWidget``, updated in place).
         jax_picture: JAX's own picture, or a note and the workbench's text picture (HTML).
         memory_figure: bytes per device (a ``go.FigureWidget``); ``compile_button`` adds the compiler's
-            estimate (``ledger`` keeps the :class:`~workbench.comm_ledger.CommLedger`).
+            estimate (``ledger`` keeps the :class:`~workbench.analysis.ledger.CommLedger`).
         device_panel: one device's slice of every array (HTML), from a click or :meth:`show_device`.
         status: errors and notes (:class:`~widgets.common.StatusArea`).
 

@@ -21,7 +21,7 @@ import ipywidgets as widgets
 import jax
 
 import workbench as wb
-from workbench.colors import text_color_for
+from workbench.views.colors import text_color_for
 
 from .common import Selection, StatusArea, guarded
 

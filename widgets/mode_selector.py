@@ -1,7 +1,7 @@
 """ModeSelector: the model, the parallel mode and the training options, each mode explained.
 
 Choosing a mode shows what it shards and which collectives a step needs (from the engine's theory in
-:mod:`workbench.comm_ledger`), and applies the mode's standard specs to the model (custom rules are
+:mod:`workbench.analysis.ledger`), and applies the mode's standard specs to the model (custom rules are
 dropped), so the inspector shows e.g. FSDP's layout at once. Options (optimizer, learning rate, batch,
 steps, accumulation, precision, teaching faults) are checked by the engine as they change: an invalid
 value is shown inline and the last valid options stay in the selection.
@@ -21,9 +21,9 @@ from typing import Any
 import ipywidgets as widgets
 
 import workbench as wb
-from workbench.comm_ledger import theoretical_collectives
-from workbench.model_layout import standard_rules
-from workbench.modes import FAULTS, mode_class
+from workbench.analysis.ledger import theoretical_collectives
+from workbench.analysis.model_layout import standard_rules
+from workbench.training.modes import FAULTS, mode_class
 
 from .common import Selection, StatusArea, guarded
 

@@ -22,7 +22,7 @@ import html
 import ipywidgets as widgets
 
 import workbench as wb
-from workbench.model_layout import standard_rules
+from workbench.analysis.model_layout import standard_rules
 
 from .common import Selection, StatusArea, guarded
 

@@ -1,5 +1,5 @@
 """``python -m workbench`` runs the CLI."""
 
-from .cli import entry_point
+from .cli.main import entry_point
 
 entry_point()

@@ -85,7 +85,7 @@ def bytes_per_device_truth(devices: int = WORKSHOP_DEVICES) -> dict[str, int]:
         >>> bytes_per_device_truth(8)
         {'kernel_dp': 32768, 'kernel_fsdp': 4096, 'bias_fsdp': 40}
     """
-    from .model_layout import model_layout
+    from .analysis.model_layout import model_layout
 
     mesh = f"data={devices}"
     dp, fsdp = model_layout("mlp", mesh, "dp").params, model_layout("mlp", mesh, "fsdp").params
@@ -128,9 +128,9 @@ def check_bytes_per_device(answer: Any) -> ExerciseResult:
 
 def all_reduce_truth(devices: int = WORKSHOP_DEVICES) -> tuple[int, int]:
     """(gradient bytes of the digits MLP, all-reduce bytes of its compiled dp step on ``data=devices``)."""
-    from .model_layout import model_layout
-    from .step_ledger import ledger_for_config
-    from .train_config import TrainConfig
+    from .analysis.model_layout import model_layout
+    from .analysis.step_ledger import ledger_for_config
+    from .training.config import TrainConfig
 
     gradients = model_layout("mlp", f"data={devices}", "dp").params.bytes_per_device
     ledger = ledger_for_config(TrainConfig(model="mlp", mesh=f"data={devices}", mode="dp", batch=8 * devices))
@@ -177,7 +177,7 @@ def check_grad_scale(answer: Any) -> ExerciseResult:
         return result
     if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
         return ExerciseResult(name, "failed", f"give a number, not {answer!r}")
-    from .reference_check import run_check
+    from .analysis.reference_check import run_check
 
     devices = _devices()
     report = run_check("dp-shard-map", model="mlp", mesh=f"data={devices}", faults=["psum"], ledger=False)
@@ -229,7 +229,7 @@ def check_gradient_sync(local_gradients: Callable[[dict, dict], Any]) -> Exercis
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from .mesh import build_mesh
+    from .layout.mesh import build_mesh
 
     devices = _devices()
     mesh = build_mesh(f"data={devices}")

@@ -1,0 +1,246 @@
+"""A back-of-the-envelope cost model: how long a collective or a step's maths takes on given hardware.
+
+Collectives follow the ring algorithms (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for
+clusters of workstations", J. Parallel Distrib. Comput. 69(2), 2009; Thakur, Rabenseifner & Gropp,
+"Optimization of collective communication operations in MPICH", IJHPCA 19(1), 2005). With ``V`` the bytes
+of the *full* array on each device, ``W`` the devices in the group, ``BW`` the bandwidth of one
+device's link to the next in the ring and ``alpha`` the latency of one ring step:
+
+* all-gather:     ``(W-1)/W * V / BW + (W-1) * alpha``   (W-1 steps, each passes on one V/W block)
+* reduce-scatter: ``(W-1)/W * V / BW + (W-1) * alpha``   (the same steps, adding instead of copying)
+* all-reduce:     ``2 (W-1)/W * V / BW + 2 (W-1) * alpha`` (a reduce-scatter, then an all-gather)
+
+The "all-reduce costs about 2V / BW" rule of thumb is the large-W limit of the third line, where
+``(W-1)/W -> 1`` and latency is negligible for large arrays. The ring is bandwidth-optimal: no algorithm
+sends fewer bytes per device. It ignores topology (torus rings over several axes at once, NVSwitch
+in-network reduction), contention, and overlap with compute, so treat the results as first-order.
+
+Compute time is ``FLOPs / (peak FLOP/s * utilisation)``; utilisation (model FLOPs utilisation, MFU) is a
+parameter, by default :data:`DEFAULT_UTILISATION`.
+
+Example:
+    >>> hw = hardware("tpu-v5p")
+    >>> round(collective_time("all-reduce", 4e9, 64, hw), 4)  # 1e9 float32 gradients over 64 chips
+    0.0789
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..errors import WorkbenchError
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter")
+# Model FLOPs utilisation assumed when none is given. Well-tuned large LM training reaches roughly
+# 40-60% (PaLM reported 46% on TPU v4; MegaScale 55% on GPUs); 50% is a round middle figure.
+DEFAULT_UTILISATION = 0.5
+GiB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """One accelerator chip, as the cost model sees it.
+
+    Attributes:
+        name: the preset's name, e.g. ``"tpu-v5p"``.
+        peak_flops: dense bfloat16 matmul FLOP/s per chip (no sparsity).
+        memory_bytes: accelerator memory (HBM) per chip.
+        bandwidth: bytes/s one chip sends to its ring neighbour: the one-direction figure of one link,
+            which is what a single unidirectional ring over one mesh axis can use. A bidirectional ring
+            or one spread over several links goes faster, so ring times here are conservative.
+        latency_s: seconds per ring step (link hop plus software overhead): a rough figure.
+        description: where each figure comes from.
+    """
+
+    name: str
+    peak_flops: float
+    memory_bytes: int
+    bandwidth: float
+    latency_s: float
+    description: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as JSON-ready values."""
+        return dataclasses.asdict(self)
+
+    def summary(self) -> str:
+        """One line: ``tpu-v5p: 459 TFLOP/s bf16, 95.0 GiB, 100 GB/s per link one way, 1 us/step``."""
+        return (
+            f"{self.name}: {self.peak_flops / 1e12:g} TFLOP/s bf16, {self.memory_bytes / GiB:.1f} GiB, "
+            f"{self.bandwidth / 1e9:g} GB/s per link one way, {self.latency_s * 1e6:g} us/step"
+        )
+
+
+HARDWARE: dict[str, Hardware] = {
+    hw.name: hw
+    for hw in (
+        Hardware(
+            "tpu-v5e", 197e12, 16 * GiB, 50e9, 1e-6,
+            "Google Cloud TPU v5e docs (cloud.google.com/tpu/docs/v5e): 197 TFLOP/s bf16 per chip, 16 GB HBM2, "
+            "400 GB/s bidirectional ICI per chip over 4 ports, i.e. 50 GB/s per link one way (as in the JAX "
+            "'How to Scale Your Model' book, ICI 5e10 B/s one-way per link). Latency ~1 us per hop: rough.",
+        ),
+        Hardware(
+            "tpu-v5p", 459e12, 95 * GiB, 100e9, 1e-6,
+            "Google Cloud TPU v5p docs (cloud.google.com/tpu/docs/v5p): 459 TFLOP/s bf16 per chip, 95 GiB HBM2e, "
+            "1,200 GB/s bidirectional ICI per chip over 6 ports (3-D torus), i.e. 100 GB/s per link one way "
+            "(the 'How to Scale Your Model' book: 1e11 B/s one-way per link). Latency ~1 us per hop: rough.",
+        ),
+        Hardware(
+            "h100-nvlink", 989e12, 80 * GiB, 450e9, 3e-6,
+            "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense bf16 (1,979 with sparsity), 80 GB HBM3; NVLink 4 at "
+            "900 GB/s bidirectional per GPU (18 links) through NVSwitch, i.e. 450 GB/s per direction. Latency "
+            "~3 us per ring step (NCCL small-message figures): rough. Within one 8-GPU NVLink domain only.",
+        ),
+        Hardware(
+            "h100-pcie", 756e12, 80 * GiB, 64e9, 5e-6,
+            "NVIDIA H100 PCIe datasheet: 756 TFLOP/s dense bf16 (1,513 with sparsity), 80 GB HBM2e; PCIe Gen5 x16 "
+            "at 128 GB/s bidirectional, i.e. ~64 GB/s per direction (no NVLink bridge). Latency ~5 us per ring "
+            "step: rough.",
+        ),
+        Hardware(
+            "cpu", 1e11, 16 * GiB, 10e9, 1e-5,
+            "The local CPU, very rough: ~100 GFLOP/s (a 2,048^2 float32 matmul measured 145 GFLOP/s on the "
+            "2-core development machine), 16 GiB of RAM, ~10 GB/s memory copies between simulated devices, "
+            "~10 us per step. Simulated devices share the host, so each gets a fraction of these figures.",
+        ),
+    )
+}
+HARDWARE_NAMES: tuple[str, ...] = tuple(HARDWARE)
+
+
+def hardware(name: str | Hardware) -> Hardware:
+    """The preset called ``name`` (a :class:`Hardware` is returned as is).
+
+    Raises :class:`~workbench.errors.WorkbenchError` listing the presets when there is none.
+
+    Example:
+        >>> hardware("h100-nvlink").bandwidth
+        450000000000.0
+    """
+    if isinstance(name, Hardware):
+        return name
+    if name not in HARDWARE:
+        raise WorkbenchError(f"unknown hardware {name!r}: choose one of {', '.join(HARDWARE_NAMES)}")
+    return HARDWARE[name]
+
+
+def _check_number(what: str, value: Any, example: str, *, integer: bool = False, minimum: float = 0) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value >= minimum or value != value:
+        kind = "a whole number" if integer else "a number"
+        raise WorkbenchError(f"{what}={value!r} must be {kind} >= {minimum}: use e.g. {what}={example}")
+
+
+def collective_time(kind: str, nbytes: float, group_size: int, hw: str | Hardware) -> float:
+    """Seconds for one ring collective of ``nbytes`` (the full array per device) over ``group_size`` devices.
+
+    ``kind`` is ``"all-reduce"``, ``"all-gather"`` or ``"reduce-scatter"`` (formulas in the module
+    docstring). A group of one device costs nothing.
+
+    Example:
+        >>> hw = Hardware("toy", 1e12, 2**30, 1e9, 1e-6, "")
+        >>> collective_time("all-gather", 8e9, 8, hw)  # 7/8 * 8 s + 7 us
+        7.000007
+    """
+    if kind not in COLLECTIVES:
+        raise WorkbenchError(f"unknown collective {kind!r}: choose one of {', '.join(COLLECTIVES)}")
+    _check_number("bytes", nbytes, "4e9")
+    _check_number("group_size", group_size, "8", integer=True, minimum=1)
+    hw = hardware(hw)
+    if group_size == 1:
+        return 0.0
+    steps = group_size - 1
+    one_pass = nbytes * steps / group_size / hw.bandwidth + steps * hw.latency_s
+    return 2 * one_pass if kind == "all-reduce" else one_pass
+
+
+def compute_time(flops: float, hw: str | Hardware, utilisation: float = DEFAULT_UTILISATION) -> float:
+    """Seconds for ``flops`` of maths on one chip running at ``utilisation`` of its peak (MFU).
+
+    Example:
+        >>> compute_time(459e12, "tpu-v5p", utilisation=0.5)
+        2.0
+    """
+    _check_number("flops", flops, "1e15")
+    if isinstance(utilisation, bool) or not isinstance(utilisation, (int, float)) or not 0 < utilisation <= 1:
+        raise WorkbenchError(f"utilisation={utilisation!r} must be in (0, 1]: use e.g. utilisation=0.5 (50% MFU)")
+    return flops / (hardware(hw).peak_flops * utilisation)
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeBoundTest:
+    """Whether a data-parallel step's maths hides its gradient synchronisation (see :func:`compute_bound_test`).
+
+    Attributes:
+        tokens_per_device: the actual per-device batch, in tokens (examples for non-sequence models).
+        threshold_tokens: the per-device batch at which compute time equals communication time.
+        compute_bound: ``tokens_per_device >= threshold_tokens``.
+        hardware: the preset's name.
+        sentence: the verdict in words.
+        formula: how the threshold was computed, with the numbers.
+    """
+
+    tokens_per_device: float
+    threshold_tokens: float
+    compute_bound: bool
+    hardware: str
+    sentence: str
+    formula: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def compute_bound_test(
+    tokens_per_device: float,
+    hw: str | Hardware,
+    *,
+    bytes_per_param: float = 4,
+    flops_per_param_per_token: float = 6.0,
+    group_size: int | None = None,
+    utilisation: float = DEFAULT_UTILISATION,
+    unit: str = "tokens",
+) -> ComputeBoundTest:
+    """Is data-parallel training compute-bound? Compares the per-device batch with FLOP/s / bandwidth.
+
+    Per step and device, with ``N`` parameters, ``b`` tokens per device, ``f`` training FLOPs per parameter
+    and token (6: forward 2, backward 4), ``beta`` bytes per gradient element, peak ``F``, utilisation
+    ``u``, link bandwidth ``BW`` and ``W`` devices in the data-parallel group:
+
+    * compute takes ``f N b / (u F)``;
+    * the gradient all-reduce (or FSDP's all-gather plus reduce-scatter: the same bytes) takes
+      ``2 beta N (W-1)/W / BW`` (ring, latency ignored).
+
+    ``N`` cancels, so communication hides under compute (with perfect overlap) when
+
+        ``b >= (u F / BW) * (2 beta / f) * (W-1)/W``.
+
+    In words: each device needs more tokens than its FLOP/s-to-bandwidth ratio, scaled by the bytes sent
+    per FLOP done for each parameter. ``group_size=None`` takes the large-W limit ``(W-1)/W = 1``.
+
+    Example:
+        >>> compute_bound_test(4096, "tpu-v5p", bytes_per_param=2, utilisation=1.0).sentence
+        'compute-bound: 4,096 tokens per device >= the 3,060 needed on tpu-v5p'
+    """
+    hw = hardware(hw)
+    _check_number("tokens_per_device", tokens_per_device, "4096")
+    _check_number("bytes_per_param", bytes_per_param, "4")
+    if not flops_per_param_per_token > 0:
+        raise WorkbenchError(f"flops_per_param_per_token={flops_per_param_per_token!r} must be > 0: use e.g. 6")
+    compute_time(1.0, hw, utilisation)  # checks utilisation
+    if group_size is not None:
+        _check_number("group_size", group_size, "8", integer=True, minimum=1)
+    ring = 1.0 if group_size is None else (group_size - 1) / group_size
+    threshold = utilisation * hw.peak_flops / hw.bandwidth * (2 * bytes_per_param / flops_per_param_per_token) * ring
+    bound = tokens_per_device >= threshold
+    verdict = "compute-bound" if bound else "communication-bound"
+    relation = ">=" if bound else "<"
+    sentence = f"{verdict}: {tokens_per_device:,.0f} {unit} per device {relation} the {threshold:,.0f} needed on {hw.name}"
+    ring_text = "" if group_size is None else f" * ({group_size}-1)/{group_size}"
+    formula = (
+        f"threshold = u*F/BW * 2*beta/f{' * (W-1)/W' if group_size else ''} = {utilisation:g} * {hw.peak_flops:.3g} / "
+        f"{hw.bandwidth:.3g} * 2*{bytes_per_param:g}/{flops_per_param_per_token:.3g}{ring_text} = {threshold:,.0f} {unit}"
+    )
+    return ComputeBoundTest(float(tokens_per_device), float(threshold), bool(bound), hw.name, sentence, formula)

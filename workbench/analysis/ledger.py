@@ -1,0 +1,756 @@
+"""The communication ledger: every collective a compiled step runs, read from its optimised HLO.
+
+A parallel mode's cost is mostly what its devices send each other. The compiler decides that (it
+inserts, combines and schedules the collectives), so the ledger reads the answer from the compiled
+program itself, ``compiled.as_text()``, instead of predicting it:
+
+* :func:`collectives_from_hlo` lists every all-reduce, all-gather, reduce-scatter, all-to-all and
+  collective-permute, grouped into :class:`Collective` rows with a count per step;
+* :func:`ledger_for_mode` compiles a mode's step and adds the compiler's memory estimate and the
+  layout engine's prediction of the state's bytes per device (a :class:`CommLedger`);
+* :func:`theoretical_collectives` and :func:`compare_with_theory` say what the mode needs in theory;
+* :func:`ledger_table` prints it all as an aligned text table.
+
+What ``bytes`` means. Each row's ``bytes`` is per device, per occurrence, and is the size of the *whole*
+array the collective works on, as one device sees it (every element of a tuple-shaped collective summed):
+
+==================  ==============================  ===============================================
+kind                bytes                           why
+==================  ==============================  ===============================================
+all-reduce          operand bytes (= result)        the array every device contributes and receives
+all-gather          result bytes (gathered array)   what each device ends up holding; operand x N
+reduce-scatter      operand bytes (before scatter)  the array summed; each device keeps 1/N of it
+all-to-all          operand bytes (= result)        each device sends (N-1)/N of it, keeps 1/N
+collective-permute  operand bytes (= result)        each device sends it once to one peer
+==================  ==============================  ===============================================
+
+These are the sizes the algorithms scale with, not bytes on the wire: a ring all-reduce of ``B`` bytes
+over ``N`` devices sends ``2 (N-1)/N * B`` per device, a ring all-gather or reduce-scatter ``(N-1)/N * B``.
+With these definitions data parallelism's gradient all-reduce and FSDP's parameter all-gather and
+gradient reduce-scatter each measure the parameter bytes, which :func:`compare_with_theory` checks.
+
+Counting. Async pairs (``all-reduce-start``/``-done``, ``all-gather-start``/``-done``,
+``collective-permute-start``/``-done``, and the ``-start`` forms of the others) count once, at the start.
+A collective inside a ``while`` loop with a known trip count (``lax.scan``, gradient accumulation)
+counts once per iteration; a loop whose trip count the compiler does not know counts once, and each
+branch of a conditional counts as if it ran.
+
+Device numbering, checked on JAX 0.10.2 (CPU, 8 simulated devices): replica groups and
+``source_target_pairs`` hold *positions in the program's device assignment*, which for a jit over one
+mesh is ``mesh.devices.flat`` order, not ``device.id``. A mesh built over devices ``[3, 1, 0, 2, 7, 5,
+6, 4]`` compiles to the same HLO text as one over ``[0..7]``, and ``tp`` on ``model=2`` uses ids 0 and 1.
+(JAX refuses a jit whose inputs and outputs use the same devices in two orders, so one mesh order holds
+for the whole program.) The groups are printed in three forms, all handled here:
+
+* lists, ``replica_groups={{0,1},{2,3}}``, e.g. ``shard_map`` collectives and the gradient all-reduce of
+  ``dp-shard-map`` / ``dp-pmap``;
+* iota, ``replica_groups=[2,4]<=[8]`` or ``[4,2]<=[2,4]T(1,0)``: ``arange(8)`` reshaped to the dims after
+  ``<=``, transposed by ``T(...)``, and read as ``[groups, devices per group]``;
+* mesh axes, which this JAX prints for most compiler-inserted collectives:
+  ``replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}``, optionally with
+  ``, device_ids=([2,2,2]T(0,2,1))`` and sub-axes ``{'axis_1':(2)2}`` (pre-size 2, size 2). The axis
+  names are the compiler's own (``axis_0``...) and its mesh need not be the JAX mesh (``fsdp`` on
+  ``data=8`` prints ``mesh['axis_0'=1,'axis_1'=8] {'axis_1'}``), so the names are never trusted: the
+  groups are expanded to device positions, as XLA does, and then mapped onto the JAX mesh.
+
+A group's ``axes`` are the JAX mesh axes along which its devices' coordinates vary (an axis covered only
+in part, by a sub-axis, is still named). ``channel_id`` / ``use_global_device_ids`` decide whether ids
+are replica, partition or global ids; JAX's SPMD programs have one replica, where all three agree.
+
+Example:
+    >>> ledger = ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))  # doctest: +SKIP
+    >>> print(ledger_table(ledger))  # doctest: +SKIP
+    kind        count      bytes      total  dtype    axes  shapes
+    ----------  -----  ---------  ---------  -------  ----  ------------------------------------------------
+    all-reduce      1  102.0 KiB  102.0 KiB  float32  data  [128], [128, 64], [128], [128, 128], [10], [10,…
+    all-reduce      1        4 B        4 B  float32  data  []
+    total per device per step: 102.0 KiB in 2 collectives
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..errors import WorkbenchError
+from ..layout.mesh import parse_mesh
+from ..views.text import _align_columns, format_bytes, format_shape
+
+KINDS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+MEMORY_LABEL = "compiler estimate (XLA memory analysis), bytes per device"
+PREDICTION_LABEL = "layout engine prediction: parameters + optimizer state, bytes per device"
+NOT_MODELLED = "not modelled here: depends on the batch size and the layer widths"
+
+# opcode as printed -> (kind, is an async start)
+_OPCODES = {**{k: (k, False) for k in KINDS}, **{f"{k}-start": (k, True) for k in KINDS}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One kind of collective in a compiled step, with how often it runs.
+
+    Attributes:
+        kind: ``"all-reduce"``, ``"all-gather"``, ``"reduce-scatter"``, ``"all-to-all"`` or
+            ``"collective-permute"``.
+        bytes: per device, per occurrence: the whole array's size (see the module docstring).
+        axes: the mesh axes each group of devices spans, e.g. ``("data",)``; ``()`` for a group of one.
+        count: occurrences per step (loop iterations included).
+        dtype: the element type, e.g. ``"float32"``; ``"bfloat16+float32"`` for a mixed tuple.
+        shapes: the shape of every array in it (a tuple-shaped collective has several).
+        group_size: devices per group (for a collective-permute, the devices that send).
+
+    Example:
+        >>> Collective("all-reduce", 4096, ("data",), 1, "float32", ((32, 32),), 8).to_json()["bytes"]
+        4096
+    """
+
+    kind: str
+    bytes: int
+    axes: tuple[str, ...]
+    count: int
+    dtype: str
+    shapes: tuple[tuple[int, ...], ...]
+    group_size: int = 1
+
+    @property
+    def total_bytes(self) -> int:
+        """``bytes * count``: this row's share of a step."""
+        return self.bytes * self.count
+
+    def to_json(self) -> dict:
+        """Plain JSON values."""
+        return {
+            "kind": self.kind, "bytes": self.bytes, "axes": list(self.axes), "count": self.count,
+            "dtype": self.dtype, "shapes": [list(s) for s in self.shapes], "group_size": self.group_size,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class CommLedger:
+    """The collectives of one compiled step, with the memory figures that go with them.
+
+    Attributes:
+        collectives: :class:`Collective` rows, by kind then bytes (largest first).
+        memory: the compiler's estimate per device (:data:`MEMORY_LABEL`): ``argument_bytes``,
+            ``output_bytes``, ``alias_bytes``, ``temp_bytes``, ``generated_code_bytes``; None if unknown.
+        predicted_bytes_per_device: the layout engine's figure for the state (:data:`PREDICTION_LABEL`);
+            None if unknown.
+        mode: the mode's name, when the ledger came from :func:`ledger_for_mode`.
+
+    Example:
+        >>> CommLedger([Collective("all-gather", 512, ("data",), 3, "float32", ((128,),), 8)]).total_bytes
+        1536
+    """
+
+    collectives: list[Collective]
+    memory: dict | None = None
+    predicted_bytes_per_device: int | None = None
+    mode: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes per device per step over every collective (``sum(bytes * count)``)."""
+        return sum(c.total_bytes for c in self.collectives)
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        """kind -> bytes per device per step, for the kinds present, in :data:`KINDS` order.
+
+        Example:
+            >>> CommLedger([Collective("all-reduce", 8, ("data",), 2, "float32", ((2,),))]).bytes_by_kind()
+            {'all-reduce': 16}
+        """
+        out = {kind: 0 for kind in KINDS}
+        for c in self.collectives:
+            out[c.kind] = out.get(c.kind, 0) + c.total_bytes
+        present = {c.kind for c in self.collectives}
+        return {kind: total for kind, total in out.items() if kind in present}
+
+    def to_json(self) -> dict:
+        """Everything as JSON-ready values, each estimate with its label."""
+        return {
+            "mode": self.mode,
+            "collectives": [c.to_json() for c in self.collectives],
+            "total_bytes": self.total_bytes,
+            "bytes_by_kind": self.bytes_by_kind(),
+            "memory": None if self.memory is None else {"label": MEMORY_LABEL, **self.memory},
+            "predicted": None if self.predicted_bytes_per_device is None
+            else {"label": PREDICTION_LABEL, "bytes_per_device": self.predicted_bytes_per_device},
+        }
+
+
+# --- reading HLO text ----------------------------------------------------------------------------------
+
+_HEADER = re.compile(r"^\s*(ENTRY\s+)?%?(?P<name>[^\s(=]+)\s*\(.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=(]+)\s*=\s*(?P<rest>.+)$")
+_ARRAY = re.compile(r"\b(?P<dtype>[a-z][a-z0-9]*)\[(?P<dims>[0-9,<=\s]*)\]")
+_TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
+_CALLEES = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
+_CALLEE_LISTS = re.compile(r"\b(?:branch_computations|called_computations)=\{([^}]*)\}")
+_NP_NAMES = {"pred": "bool", "bf16": "bfloat16"}
+_PREFIXES = {"f": "float", "s": "int", "u": "uint", "c": "complex"}
+
+
+def _closing(text: str, start: int) -> int:
+    """Index just past the bracket that closes the one opening at ``text[start]``."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    stack = []
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch in pairs:
+            stack.append(pairs[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i + 1
+    return len(text)
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside any bracket (tuple elements, operands)."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        parts.append("".join(current).strip())
+    return [re.sub(r"/\*.*?\*/", "", p).strip() for p in parts]
+
+
+def _tuple_elements(shape_text: str) -> list[str]:
+    """The top-level elements of a tuple shape; a plain array shape is its own single element."""
+    shape_text = shape_text.strip()
+    if shape_text.startswith("("):
+        return _split_top(shape_text[1 : _closing(shape_text, 0) - 1])
+    return [shape_text]
+
+
+def _arrays(shape_text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Every array ``(dtype, dims)`` in a (possibly nested tuple) shape, in order; layouts ignored."""
+    without_layouts = re.sub(r"\{[^{}]*\}", "", shape_text)
+    out = []
+    for match in _ARRAY.finditer(without_layouts):
+        dims = tuple(int(d.replace("<=", "")) for d in match["dims"].split(",") if d.strip())
+        out.append((match["dtype"], dims))
+    return out
+
+
+def element_bits(hlo_dtype: str) -> int:
+    """Bits per element of an HLO element type (``f32`` 32, ``bf16`` 16, ``pred`` 8, ``s4`` 4, ``f8e4m3fn`` 8).
+
+    Example:
+        >>> element_bits("bf16"), element_bits("pred"), element_bits("c64")
+        (16, 8, 64)
+    """
+    if hlo_dtype == "pred":
+        return 8
+    if hlo_dtype in ("token", "opaque"):
+        return 0
+    match = re.match(r"^(?:bf|[fsuc])(\d+)", hlo_dtype)
+    if not match:
+        raise WorkbenchError(
+            f"HLO element type {hlo_dtype!r} is not one the ledger knows (f32, bf16, s8, pred, ...): "
+            "extend comm_ledger.element_bits with its size"
+        )
+    return int(match[1])
+
+
+def numpy_dtype_name(hlo_dtype: str) -> str:
+    """The NumPy/JAX name of an HLO element type: ``f32`` -> ``float32``, ``bf16`` -> ``bfloat16``.
+
+    Example:
+        >>> numpy_dtype_name("f32"), numpy_dtype_name("pred"), numpy_dtype_name("f8e4m3fn")
+        ('float32', 'bool', 'float8_e4m3fn')
+    """
+    if hlo_dtype in _NP_NAMES:
+        return _NP_NAMES[hlo_dtype]
+    match = re.match(r"^([fsuc])(\d+)(.*)$", hlo_dtype)
+    if not match:
+        return hlo_dtype
+    name = _PREFIXES[match[1]] + match[2]
+    return f"{name}_{match[3]}" if match[3] else name
+
+
+def _nbytes(arrays: Iterable[tuple[str, tuple[int, ...]]]) -> int:
+    return sum(math.ceil(math.prod(dims) * element_bits(dtype) / 8) for dtype, dims in arrays)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Op:
+    """One HLO instruction: the parts the ledger reads."""
+
+    computation: str
+    name: str
+    shape: str
+    opcode: str
+    operands: str
+    attrs: str
+
+
+def _parse_module(hlo_text: str) -> tuple[list[_Op], str | None, dict[str, int]]:
+    """Instructions in order, the entry computation's name, and the module header's counts."""
+    ops, entry, computation = [], None, "<top>"
+    header: dict[str, int] = {}
+    for line in hlo_text.splitlines():
+        if line.startswith("HloModule"):
+            for key in ("replica_count", "num_partitions"):
+                found = re.search(rf"\b{key}=(\d+)", line)
+                if found:
+                    header[key] = int(found[1])
+            continue
+        head = _HEADER.match(line)
+        if head and "=" not in line.split("(")[0]:
+            computation = head["name"]
+            if head.group(1):
+                entry = computation
+            continue
+        match = _INSTRUCTION.match(line)
+        if not match:
+            continue
+        rest = match["rest"].lstrip()
+        end = _closing(rest, 0) if rest.startswith("(") else len(rest.split()[0])
+        shape, tail = rest[:end], rest[end:].lstrip()
+        opcode = re.match(r"([a-z][\w\-]*)\(", tail)
+        if not opcode:
+            continue
+        open_at = opcode.end() - 1
+        close_at = _closing(tail, open_at)
+        ops.append(_Op(computation, match["name"], shape, opcode[1], tail[open_at + 1 : close_at - 1], tail[close_at:]))
+    return ops, entry, header
+
+
+def _multipliers(ops: Sequence[_Op], entry: str | None) -> dict[str, int]:
+    """How many times each computation runs per execution of the entry (while trip counts multiplied)."""
+    callers: dict[str, list[tuple[str, int]]] = {}
+    for op in ops:
+        trips = _TRIP_COUNT.search(op.attrs)
+        for role, callee in _CALLEES.findall(op.attrs):
+            factor = int(trips[1]) if (op.opcode == "while" and role == "body" and trips) else 1
+            callers.setdefault(callee, []).append((op.computation, factor))
+        for names in _CALLEE_LISTS.findall(op.attrs):
+            for callee in re.findall(r"%?([\w.\-]+)", names):
+                callers.setdefault(callee, []).append((op.computation, 1))
+    memo: dict[str, int] = {}
+
+    def times(name: str, seen: frozenset = frozenset()) -> int:
+        if name == entry or name not in callers or name in seen:  # uncalled: a snippet, or the entry
+            return 1
+        if name not in memo:
+            memo[name] = sum(times(caller, seen | {name}) * factor for caller, factor in callers[name])
+        return memo[name]
+
+    return {op.computation: times(op.computation) for op in ops}
+
+
+def _attr(attrs: str, key: str) -> str | None:
+    """The raw value of ``key=...`` in an attribute list, brackets balanced; None if absent."""
+    match = re.search(rf"\b{key}=", attrs)
+    if not match:
+        return None
+    start = match.end()
+    if start < len(attrs) and attrs[start] in "{[(":
+        end = _closing(attrs, start)
+        if attrs[start] == "[":  # iota form: [2,4]<=[8]T(1,0)
+            tail = re.match(r"<=\[[\d,]*\](?:T\([\d,]*\))?", attrs[end:])
+            end += tail.end() if tail else 0
+        return attrs[start:end]
+    if attrs.startswith("mesh[", start) or attrs.startswith("maximal_mesh[", start):
+        tail = re.match(r"(?:maximal_)?mesh\[[^\]]*\](?:,\s*device_ids=\((?:[^()]|\([^()]*\))*\))?\s*(?:\{[^}]*\})?",
+                        attrs[start:])
+        return tail.group(0) if tail else None
+    return re.match(r"[^,\s]*", attrs[start:]).group(0)
+
+
+def _iota(dims: Sequence[int], perm: Sequence[int] | None) -> np.ndarray:
+    array = np.arange(math.prod(dims)).reshape(dims)
+    return array.transpose(perm) if perm else array
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in re.findall(r"\d+", text)]
+
+
+def _mesh_form_groups(text: str) -> list[list[int]]:
+    """Expand ``mesh['a'=4,'b'=2], device_ids=(...) {'a'}`` to explicit groups, as XLA does."""
+    if text.startswith("maximal_mesh"):
+        return [_ints(text)[:1]]
+    match = re.match(r"mesh\[(?P<axes>[^\]]*)\](?:,\s*device_ids=\((?P<ids>.*)\))?\s*\{(?P<group>[^}]*)\}", text)
+    if not match:
+        raise WorkbenchError(f"cannot read the mesh-axes replica groups {text!r}: report this HLO form")
+    axes = [(m[1], int(m[2])) for m in re.finditer(r"'?([^'=,\s]+)'?\s*=\s*(\d+)", match["axes"])]
+    names, sizes = [a for a, _ in axes], [s for _, s in axes]
+    ids = (match["ids"] or "").strip()
+    if not ids:
+        devices = np.arange(math.prod(sizes))
+    elif ids.lstrip("<=").startswith("["):  # iota: [2,2,2]T(0,2,1)
+        dims_text, _, perm_text = ids.lstrip("<=").partition("T")
+        devices = _iota(_ints(dims_text), _ints(perm_text) or None).reshape(-1)
+    else:
+        devices = np.array(_ints(ids))
+    devices = devices.reshape(sizes)
+    # Each group axis, full or sub-axis ('b':(pre)size), becomes one dimension to aggregate over.
+    refs: dict[int, list[tuple[int, int]]] = {}
+    for ref in _split_top(match["group"]):
+        sub = re.match(r"'?([^':]+)'?(?::\((\d+)\)(\d+))?$", ref.strip())
+        index = names.index(sub[1])
+        pre, size = (int(sub[2]), int(sub[3])) if sub[2] else (1, sizes[index])
+        refs.setdefault(index, []).append((pre, size))
+    reshape, grouped = [], []
+    for index, full in enumerate(sizes):
+        pieces, used = [], 1
+        for pre, size in sorted(refs.get(index, [])):
+            if pre != used:
+                pieces.append((pre // used, False))
+                used = pre
+            pieces.append((size, True))
+            used *= size
+        if used != full:
+            pieces.append((full // used, False))
+        for size, is_grouped in pieces:
+            if is_grouped:
+                grouped.append(len(reshape))
+            reshape.append(size)
+    order = [d for d in range(len(reshape)) if d not in grouped] + grouped
+    group_size = math.prod(reshape[d] for d in grouped)
+    return devices.reshape(reshape).transpose(order).reshape(-1, group_size).tolist()
+
+
+def _raw_groups(attrs: str) -> list[list[int]] | None:
+    """The replica groups as printed, expanded to lists of ids; None when empty (all devices)."""
+    text = _attr(attrs, "replica_groups")
+    if text is None or text.strip("{} ") == "":
+        return None
+    if text.startswith(("mesh", "maximal_mesh")):
+        return _mesh_form_groups(text)
+    iota = re.match(r"(?:devices=)?\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+    if iota:
+        shape = _ints(iota[1])
+        return _iota(_ints(iota[2]), _ints(iota[3] or "") or None).reshape(shape[0], -1).tolist()
+    return [_ints(group) for group in re.findall(r"\{([\d,\s]*)\}", text[1:-1])]
+
+
+def _permute_pairs(op: _Op) -> list[list[int]]:
+    """A collective-permute's ``source_target_pairs`` that move data (a device sending to itself does not)."""
+    text = _attr(op.attrs, "source_target_pairs") or ""
+    pairs = [_ints(p) for p in re.findall(r"\{(\d+\s*,\s*\d+)\}", text)]
+    return [p for p in pairs if p[0] != p[1]]
+
+
+def _device_groups(op: _Op, kind: str, header: dict[str, int], mesh_size: int | None) -> list[list[int]]:
+    """Groups of global device positions, following XLA's group modes.
+
+    JAX's SPMD programs have one replica and flattened ids (``channel_id`` + ``use_global_device_ids``), where
+    ids are device positions already; the other modes (cross-replica without ``channel_id``, cross-replica-
+    and-partition, cross-partition for all-to-all) are expanded the way XLA defines them.
+    """
+    groups = _raw_groups(op.attrs)
+    if not header:  # a snippet without a module header: ids are taken as global positions
+        return groups or [list(range(mesh_size or 1))]
+    replicas = header.get("replica_count", 1)
+    partitions = header.get("num_partitions", 1)
+    has_channel = _attr(op.attrs, "channel_id") is not None
+    if has_channel and _attr(op.attrs, "use_global_device_ids") == "true":  # flattened: global already
+        return groups or [list(range(replicas * partitions))]
+    if not has_channel:  # cross-replica: each partition on its own
+        groups = groups or [list(range(replicas))]
+        return [[r * partitions + p for r in g] for p in range(partitions) for g in groups]
+    if kind == "all-to-all":  # cross-partition: each replica on its own
+        groups = groups or [list(range(partitions))]
+        return [[r * partitions + p for p in g] for r in range(replicas) for g in groups]
+    groups = groups or [list(range(replicas))]  # cross-replica-and-partition
+    return [[r * partitions + p for r in g for p in range(partitions)] for g in groups]
+
+
+def _axes_spanned(groups: Sequence[Sequence[int]], mesh: Any) -> tuple[str, ...]:
+    """The mesh axes along which some group's devices differ (positions in ``mesh.devices.flat`` order)."""
+    if mesh is None:
+        return ()
+    shape = parse_mesh(mesh)
+    varying: set[int] = set()
+    for group in groups:
+        if not group:
+            continue
+        if max(group) >= shape.size:
+            raise WorkbenchError(
+                f"the HLO names device {max(group)} but mesh {shape} has {shape.size} devices: pass the mesh "
+                "the step was compiled for (the mode's .mesh)"
+            )
+        coords = np.array(np.unravel_index(list(group), shape.sizes))
+        varying.update(i for i in range(len(shape.sizes)) if len(set(coords[i])) > 1)
+    return tuple(shape.names[i] for i in sorted(varying))
+
+
+def _scaled(arrays, dimension: int | None, factor: int):
+    """Arrays with ``dimension`` multiplied by ``factor``: a shard's shape -> the whole array's."""
+    if dimension is None:
+        return [(dtype, dims) for dtype, dims in arrays]
+    return [(dtype, tuple(d * factor if i == dimension else d for i, d in enumerate(dims))) for dtype, dims in arrays]
+
+
+def _operand_arrays(op: _Op, shapes: dict[str, str]) -> list | None:
+    """The operands' arrays, from shapes printed inline or the defining instructions; None if unknown."""
+    out = []
+    for operand in _split_top(op.operands):
+        inline = _arrays(operand.rsplit("%", 1)[0]) if "%" in operand else _arrays(operand)
+        name = operand.rsplit("%", 1)[-1].split()[-1] if operand.strip() else ""
+        found = inline or (_arrays(shapes[name]) if name in shapes else None)
+        if not found:
+            return None
+        out.extend(found)
+    return out
+
+
+def _whole_arrays(op: _Op, kind: str, is_start: bool, group_size: int, shapes: dict[str, str]):
+    """The arrays whose bytes the ledger reports (see the module docstring's table)."""
+    if kind == "all-reduce" or (not is_start and kind in ("all-gather", "all-to-all", "collective-permute")):
+        return _arrays(op.shape)  # the result is the whole array (or the same size as the operand)
+    elements = _tuple_elements(op.shape)
+    if kind == "all-gather":  # all-gather-start returns (operands, outputs): the outputs are gathered
+        if len(elements) == 2 and elements[1].startswith("("):
+            return _arrays(elements[1])
+        return [a for e in elements[len(elements) // 2 :] for a in _arrays(e)]
+    operands = _operand_arrays(op, shapes)
+    if operands:
+        return operands
+    if kind == "reduce-scatter" and not is_start:  # the result is one shard: scale it back up
+        dims = _ints(_attr(op.attrs, "dimensions") or "")
+        return _scaled(_arrays(op.shape), dims[0] if dims else None, group_size)
+    return _arrays(elements[0])  # other -start ops return (operands, outputs, context...)
+
+
+def collectives_from_hlo(hlo_text: str, mesh: Any = None) -> list[Collective]:
+    """Every collective in optimised HLO text, grouped by (kind, axes, bytes, dtype, shapes) with counts.
+
+    Args:
+        hlo_text: ``compiled.as_text()`` of a step (or any HLO module text, or a few instruction lines).
+        mesh: the mesh the program was compiled for (a ``jax.sharding.Mesh`` or any mesh description
+            :func:`~workbench.layout.mesh.parse_mesh` reads), to name the axes each collective spans; None
+            leaves ``axes`` empty.
+
+    Returns rows ordered by kind (:data:`KINDS` order), then bytes, largest first. ``-done`` halves of
+    async pairs are not counted; loops multiply counts by their known trip count.
+
+    Example:
+        >>> line = "%ar = f32[64,128]{1,0} all-reduce(%g), replica_groups={{0,2},{1,3}}, to_apply=%add"
+        >>> [(c.kind, c.bytes, c.axes, c.count) for c in collectives_from_hlo(line, "data=2,model=2")]
+        [('all-reduce', 32768, ('data',), 1)]
+    """
+    ops, entry, header = _parse_module(hlo_text)
+    times = _multipliers(ops, entry)
+    shapes = {op.name: op.shape for op in ops}
+    mesh_size = parse_mesh(mesh).size if mesh is not None else None
+    counts: dict[tuple, int] = {}
+    for op in ops:
+        if op.opcode not in _OPCODES:
+            continue
+        kind, is_start = _OPCODES[op.opcode]
+        if kind == "collective-permute":  # each pair is a "group": the axes are those a pair crosses
+            groups = _permute_pairs(op)
+            group_size = len({device for pair in groups for device in pair}) or 1
+        else:
+            groups = _device_groups(op, kind, header, mesh_size)
+            group_size = max(len(g) for g in groups)
+        arrays = _whole_arrays(op, kind, is_start, group_size, shapes)
+        dtype = "+".join(sorted({numpy_dtype_name(d) for d, _ in arrays})) or "none"
+        key = (kind, _axes_spanned(groups, mesh), _nbytes(arrays), dtype, tuple(dims for _, dims in arrays), group_size)
+        counts[key] = counts.get(key, 0) + times.get(op.computation, 1)
+    rows = [Collective(k, b, axes, n, dtype, shp, size) for (k, axes, b, dtype, shp, size), n in counts.items()]
+    return sorted(rows, key=lambda c: (KINDS.index(c.kind), -c.bytes, c.axes, c.shapes))
+
+
+# --- from a mode ---------------------------------------------------------------------------------------
+
+
+def memory_figures(compiled: Any) -> dict | None:
+    """The compiler's memory estimate per device (:data:`MEMORY_LABEL`), or None if it gives none.
+
+    Example:
+        >>> memory_figures(mode.compile_step(state, batch))["temp_bytes"]  # doctest: +SKIP
+        70968
+    """
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return None
+    fields = {
+        "argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
+        "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
+        "generated_code_bytes": "generated_code_size_in_bytes",
+    }
+    return {key: int(getattr(stats, attr, 0) or 0) for key, attr in fields.items()}
+
+
+def _predicted_state_bytes(mode: Any, state: Any) -> int | None:
+    """The layout engine's bytes per device for the mode's state (exported first: pmap stacks copies)."""
+    state_layout = getattr(mode, "state_layout", None)
+    if state_layout is None:
+        return None
+    plain = jax.eval_shape(mode.export_state, state)  # shapes only: nothing is copied
+    return int(state_layout(plain).bytes_per_device)
+
+
+def ledger_for_mode(mode: Any, state: Any, batch: Any, diagnostics: bool = False) -> CommLedger:
+    """The ledger of ``mode``'s compiled step on a placed state and batch (``mode.place_state`` /
+    ``mode.place_batch``), with the compiler's memory estimate and the layout engine's state prediction.
+
+    Compiling does not run the step; a mode whose step is several programs (``simulated``) raises the
+    mode's WorkbenchError. ``diagnostics=True`` reads the logging-step variant instead.
+
+    Example:
+        >>> ledger = ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))  # doctest: +SKIP
+        >>> ledger.bytes_by_kind()  # doctest: +SKIP
+        {'all-reduce': 104500}
+    """
+    compiled = mode.compile_step(state, batch, diagnostics=True) if diagnostics else mode.compile_step(state, batch)
+    return CommLedger(
+        collectives_from_hlo(compiled.as_text(), getattr(mode, "mesh", None)),
+        memory=memory_figures(compiled),
+        predicted_bytes_per_device=_predicted_state_bytes(mode, state),
+        mode=getattr(mode, "name", None),
+    )
+
+
+# --- theory ----------------------------------------------------------------------------------------------
+
+
+def float_param_bytes(params: Any) -> int:
+    """Bytes of the floating-point leaves of a parameter tree: the gradient bytes a step reduces.
+
+    Example:
+        >>> import numpy as np
+        >>> float_param_bytes({"w": np.zeros((4, 8), np.float32), "step": np.zeros((), np.int32)})
+        128
+    """
+    total = 0
+    for leaf in jax.tree.leaves(params):
+        dtype = np.dtype(getattr(leaf, "dtype", np.float32))
+        if np.issubdtype(dtype, np.floating) or dtype.name == "bfloat16":
+            total += math.prod(getattr(leaf, "shape", np.shape(leaf))) * dtype.itemsize
+    return total
+
+
+_GRADIENT_ALL_REDUCE = "gradients, summed over 'data' (each device then applies the same update)"
+_TP_ACTIVATIONS = f"activations after each row-parallel layer, over 'model': {NOT_MODELLED}"
+
+
+def theoretical_collectives(mode_name: str, param_bytes: int) -> list[dict]:
+    """What ``mode_name`` must communicate per step, per device, in theory (bytes as in the module doc).
+
+    ``param_bytes`` is the bytes of the floating-point parameters (:func:`float_param_bytes`). Entries
+    are ``{"kind", "bytes", "axes", "what"}``; ``bytes`` is None where the figure depends on more than the
+    parameters (tensor parallelism's activations: not modelled here).
+
+    Example:
+        >>> theoretical_collectives("fsdp", 1000)[0]["kind"], theoretical_collectives("single", 1000)
+        ('all-gather', [])
+    """
+    from ..training.modes import MODES  # here, not at the top: the modes pull in flax and optax
+
+    if mode_name in ("single", "simulated"):
+        return []  # one device: nothing to exchange
+    if mode_name in ("dp", "dp-shard-map", "dp-pmap"):
+        return [{"kind": "all-reduce", "bytes": param_bytes, "axes": ["data"], "what": _GRADIENT_ALL_REDUCE}]
+    if mode_name == "fsdp":
+        return [
+            {"kind": "all-gather", "bytes": param_bytes, "axes": ["data"], "what": "parameters, gathered to compute"},
+            {"kind": "reduce-scatter", "bytes": param_bytes, "axes": ["data"],
+             "what": "gradients, summed with each device keeping its own shard"},
+        ]
+    if mode_name == "tp":
+        return [{"kind": "all-reduce", "bytes": None, "axes": ["model"], "what": _TP_ACTIVATIONS}]
+    if mode_name == "dp-tp":
+        return [
+            {"kind": "all-reduce", "bytes": None, "axes": ["model"], "what": _TP_ACTIVATIONS},
+            {"kind": "all-reduce", "bytes": None, "axes": ["data"],
+             "what": "gradients of each device's share of the parameters, over 'data': depends on the model split"},
+        ]
+    raise WorkbenchError(f"unknown mode {mode_name!r}: choose one of {', '.join(MODES)}")
+
+
+def compare_with_theory(ledger: CommLedger, mode_name: str, param_bytes: int) -> dict[str, dict]:
+    """Per kind, the ledger's bytes per step against :func:`theoretical_collectives`.
+
+    Returns ``{kind: {"measured": int, "theory": int | None, "ratio": float | None}}`` for every kind
+    measured or expected. ``theory`` is None where it is not modelled, 0 where the mode needs none of that
+    kind; ``ratio`` (measured / theory) is None in both cases.
+
+    Example:
+        >>> compare_with_theory(ledger, "dp", float_param_bytes(state.params))["all-reduce"]["ratio"]  # doctest: +SKIP
+        1.0001
+    """
+    theory: dict[str, int | None] = {}
+    for entry in theoretical_collectives(mode_name, param_bytes):
+        before = theory.get(entry["kind"], 0)
+        theory[entry["kind"]] = None if before is None or entry["bytes"] is None else before + entry["bytes"]
+    measured = ledger.bytes_by_kind()
+    out = {}
+    for kind in KINDS:
+        if kind not in measured and kind not in theory:
+            continue
+        expected = theory.get(kind, 0)
+        got = measured.get(kind, 0)
+        out[kind] = {"measured": got, "theory": expected, "ratio": got / expected if expected else None}
+    return out
+
+
+# --- text ------------------------------------------------------------------------------------------------
+
+
+def _shapes_text(shapes: Sequence[tuple[int, ...]], limit: int = 48) -> str:
+    text = ", ".join(format_shape(s) for s in shapes)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def ledger_table(ledger: CommLedger) -> str:
+    """The ledger as an aligned text table, a total, and the memory figures with their labels.
+
+    One row per :class:`Collective`: ``bytes`` per occurrence, ``total`` per step (``bytes * count``),
+    both per device.
+
+    Example:
+        >>> print(ledger_table(CommLedger([Collective("all-reduce", 2048, ("data",), 1, "float32", ((512,),), 8)])))
+        kind        count    bytes    total  dtype    axes  shapes
+        ----------  -----  -------  -------  -------  ----  ------
+        all-reduce      1  2.0 KiB  2.0 KiB  float32  data  [512]
+        total per device per step: 2.0 KiB in 1 collective
+    """
+    lines = []
+    if ledger.collectives:
+        rows = [
+            [c.kind, str(c.count), format_bytes(c.bytes), format_bytes(c.total_bytes), c.dtype,
+             ",".join(c.axes) or "-", _shapes_text(c.shapes)]
+            for c in ledger.collectives
+        ]
+        lines += _align_columns(["kind", "count", "bytes", "total", "dtype", "axes", "shapes"], rows, right=(1, 2, 3))
+        count = sum(c.count for c in ledger.collectives)
+        lines.append(
+            f"total per device per step: {format_bytes(ledger.total_bytes)} in {count} collective{'s' * (count != 1)}"
+        )
+    else:
+        lines.append("no collectives: each device computes alone")
+    if ledger.memory is not None:
+        m = ledger.memory
+        lines.append(
+            f"{MEMORY_LABEL}: arguments {format_bytes(m['argument_bytes'])}, "
+            f"outputs {format_bytes(m['output_bytes'])}, "
+            f"temporaries {format_bytes(m['temp_bytes'])}, generated code {format_bytes(m['generated_code_bytes'])}"
+        )
+    if ledger.predicted_bytes_per_device is not None:
+        lines.append(f"{PREDICTION_LABEL}: {format_bytes(ledger.predicted_bytes_per_device)}")
+    return "\n".join(lines)
+
+
+__all__ = [
+    "KINDS", "MEMORY_LABEL", "PREDICTION_LABEL", "Collective", "CommLedger", "collectives_from_hlo",
+    "compare_with_theory", "element_bits", "float_param_bytes", "ledger_for_mode", "ledger_table",
+    "memory_figures", "numpy_dtype_name", "theoretical_collectives",
+]

@@ -1,0 +1,788 @@
+"""Production planning on abstract meshes: will a model train in a mode on a mesh, and what will a step cost?
+
+:func:`plan_training` answers before any device exists or any byte is allocated. It builds the model's
+parameters as ``ShapeDtypeStruct`` leaves (``nnx.eval_shape``) and the optimizer state with
+``jax.eval_shape``, lays both out on an abstract mesh the way the parallel mode would (``dp`` and
+friends replicate; ``fsdp`` shards each leaf's largest divisible dimension over ``data``; ``tp`` and
+``dp-tp`` apply the model's tensor-parallel rule table), and then adds up:
+
+* **memory per device**: parameters, gradients (float32, laid out like the parameters: mixed precision
+  casts them back), optimizer state, and rough transients (activations, gathered or cast parameters);
+* **collectives per step** in theory, priced with the ring formulas of :mod:`workbench.analysis.cost_model`;
+* **compute per step** from the model's analytic FLOPs at an assumed utilisation (MFU).
+
+The layout it chose exports as code: :meth:`TrainingPlan.rules_code` is a ``(regex, PartitionSpec)``
+table a production script can paste, and applying it with :func:`~workbench.layout.tree_layout.layout_tree`
+reproduces the plan's bytes exactly (the planner checks this itself).
+
+Modes whose axes are a subset of the mesh's are planned anyway (the trainer refuses them): devices
+along the unused axes hold copies and do the same work, and the plan says so in its notes.
+
+Example:
+    >>> plan = plan_training("transformer", {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000},
+    ...                      "data=64,model=8", "fsdp")
+    >>> plan.params, plan.fits, format_bytes(plan.total_bytes)
+    (1339674624, True, '319.4 MiB')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+import jax
+from jax.sharding import PartitionSpec
+
+from .cost_model import (
+    DEFAULT_UTILISATION,
+    ComputeBoundTest,
+    Hardware,
+    collective_time,
+    compute_bound_test,
+    compute_time,
+    hardware as lookup_hardware,
+)
+from ..errors import MeshError, WorkbenchError, nearest_multiples
+from ..layout.lint import DEFAULT_MIN_BYTES, LayoutWarning, lint_layout, lint_text
+from ..layout.mesh import MeshShape, abstract_mesh, parse_mesh
+from ..layout.rules import RuleTable
+from ..layout.specs import entry_axes, format_spec, spec_entries, spec_to_json
+from ..layout.tree_layout import TreeLayout, layout_tree
+from ..views.text import format_bytes
+
+DATA_AXIS, MODEL_AXIS = "data", "model"
+# Examples (sequences for the transformer) per data-parallel replica when no global batch is given:
+# small enough to fit activations of a 1B model on a 16 GiB chip at the preset's 128 tokens.
+DEFAULT_EXAMPLES_PER_REPLICA = 16
+GRADIENT_BYTES = 4  # float32: gradients arrive in the master weights' dtype under bf16 compute too
+COMPUTE_BYTES = {"fp32": 4, "bf16": 2}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]i?b|b)?\s*", re.IGNORECASE)
+_UNITS = {"b": 1, **{f"{p}b": 1000**i for i, p in enumerate("kmgtp", 1)}, **{f"{p}ib": 1024**i for i, p in enumerate("kmgtp", 1)}}
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModeShape:
+    """What the planner needs to know about a mode: placement, where the batch goes, which axes it uses."""
+
+    placement: str  # "replicate", "shard" or "tensor-parallel"
+    batch_axis: str | None  # the axis the batch is split over (None: every device sees the whole batch)
+    axes: tuple[str, ...]  # the mesh axes the mode needs (and uses)
+    one_device: bool = False  # single/simulated: one device computes everything
+
+
+_MODE_SHAPES = {
+    "single": _ModeShape("replicate", None, (), one_device=True),
+    "simulated": _ModeShape("replicate", None, (), one_device=True),
+    "dp": _ModeShape("replicate", DATA_AXIS, (DATA_AXIS,)),
+    "dp-shard-map": _ModeShape("replicate", DATA_AXIS, (DATA_AXIS,)),
+    "dp-pmap": _ModeShape("replicate", DATA_AXIS, (DATA_AXIS,)),
+    "fsdp": _ModeShape("shard", DATA_AXIS, (DATA_AXIS,)),
+    "tp": _ModeShape("tensor-parallel", None, (MODEL_AXIS,)),
+    "dp-tp": _ModeShape("tensor-parallel", DATA_AXIS, (DATA_AXIS, MODEL_AXIS)),
+}
+PLANNED_MODES: tuple[str, ...] = tuple(_MODE_SHAPES)
+
+
+def parse_byte_size(value: Any, what: str = "device memory") -> int:
+    """Bytes from ``16GiB``, ``80GB``, ``512MiB``, ``1.5 TiB`` or a plain number of bytes.
+
+    ``KB/MB/GB/TB`` are powers of 1000, ``KiB/MiB/GiB/TiB`` powers of 1024; letters may be any case.
+    Raises :class:`~workbench.errors.WorkbenchError` naming the value otherwise.
+
+    Example:
+        >>> parse_byte_size("16GiB"), parse_byte_size("80GB"), parse_byte_size(512)
+        (17179869184, 80000000000, 512)
+    """
+    fix = "write e.g. 16GiB, 80GB or 512MiB"
+    if isinstance(value, bool):
+        raise WorkbenchError(f"{what} {value!r} is not a size: {fix}")
+    if isinstance(value, (int, float)):
+        number, multiplier = value, 1
+    else:
+        match = _SIZE.fullmatch(str(value))
+        if not match:
+            raise WorkbenchError(f"{what} {value!r} is not a size: {fix}")
+        number, multiplier = float(match.group(1)), _UNITS[(match.group(2) or "b").lower()]
+    size = round(number * multiplier) if math.isfinite(number) else 0
+    if size < 1:
+        raise WorkbenchError(f"{what} {value!r} must be at least one byte: {fix}")
+    return int(size)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCollective:
+    """One kind of collective a step runs, in theory.
+
+    Attributes:
+        kind: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
+        what: what it moves, in words.
+        bytes: ``V`` of the ring formula: the full array on each device, for one occurrence.
+        axes: the mesh axes of the group.
+        group_size: devices in each group.
+        count: occurrences per step.
+        time_each_s: ring-model seconds for one occurrence.
+    """
+
+    kind: str
+    what: str
+    bytes: int
+    axes: tuple[str, ...]
+    group_size: int
+    count: int
+    time_each_s: float
+
+    @property
+    def time_s(self) -> float:
+        """Seconds per step for all ``count`` occurrences."""
+        return self.count * self.time_each_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "what": self.what, "bytes": self.bytes, "axes": list(self.axes),
+            "group_size": self.group_size, "count": self.count, "time_each_s": self.time_each_s, "time_s": self.time_s,
+        }
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TrainingPlan:
+    """A training run planned on an abstract mesh. Build it with :func:`plan_training`.
+
+    Byte figures are per device. ``total_bytes`` is the training state (parameters + gradients +
+    optimizer state); ``peak_bytes`` adds the rough transients (``activation_bytes``, None when not
+    estimated, and ``transient_params_bytes``), and ``fits`` compares ``peak_bytes`` with
+    ``device_memory``.
+    """
+
+    model: str
+    model_options: dict[str, Any]
+    mesh: MeshShape
+    mode: str
+    optimizer: str
+    precision: str
+    hardware: Hardware
+    device_memory: int
+    utilisation: float
+    params: int
+    global_batch: int
+    seq_len: int | None
+    data_parallel_size: int
+    examples_per_device: int
+    tokens_per_device: int
+    params_layout: TreeLayout
+    opt_state_layout: TreeLayout
+    rule_table: RuleTable
+    activation_bytes: int | None
+    transient_params_bytes: int
+    flops_per_device: float
+    collectives: tuple[PlannedCollective, ...]
+    compute_bound: ComputeBoundTest | None
+    notes: tuple[str, ...]
+    warnings: tuple[LayoutWarning, ...] = ()
+
+    @property
+    def params_bytes(self) -> int:
+        return self.params_layout.bytes_per_device
+
+    @property
+    def grads_bytes(self) -> int:
+        """Gradients: float32 and laid out like the parameters they belong to."""
+        return self.params_layout.bytes_per_device
+
+    @property
+    def opt_state_bytes(self) -> int:
+        return self.opt_state_layout.bytes_per_device
+
+    @property
+    def total_bytes(self) -> int:
+        """The training state on each device: parameters + gradients + optimizer state."""
+        return self.params_bytes + self.grads_bytes + self.opt_state_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """``total_bytes`` plus the transients (activations, gathered or cast parameters): rough."""
+        return self.total_bytes + (self.activation_bytes or 0) + self.transient_params_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.device_memory
+
+    @property
+    def predicted_step_comm_s(self) -> float:
+        """Ring-model seconds of every collective of a step, added up (no overlap)."""
+        return sum(c.time_s for c in self.collectives)
+
+    @property
+    def predicted_step_compute_s(self) -> float:
+        """Seconds of a step's maths on one device at ``utilisation`` of the peak."""
+        return compute_time(self.flops_per_device, self.hardware, self.utilisation)
+
+    @property
+    def specs(self) -> dict[str, PartitionSpec]:
+        """Parameter path -> the spec the plan chose."""
+        return self.params_layout.specs
+
+    @property
+    def per_device(self) -> dict[str, Any]:
+        return {
+            "params_bytes": self.params_bytes,
+            "grads_bytes": self.grads_bytes,
+            "opt_state_bytes": self.opt_state_bytes,
+            "total_bytes": self.total_bytes,
+            "activation_bytes": self.activation_bytes,
+            "transient_params_bytes": self.transient_params_bytes,
+            "peak_bytes": self.peak_bytes,
+        }
+
+    def rules_code(self, name: str = "SHARDING_RULES") -> str:
+        """Python a production script can paste: the plan's specs as ``(regex, PartitionSpec)`` pairs.
+
+        The first matching regex wins; patterns match from a path boundary, so the same table lays out
+        the optimizer's moments (``.../mu/blocks/0/...``) like their parameters.
+
+        Example:
+            >>> print(plan_training("linear", {}, "data=8", "dp").rules_code())
+            # Partition specs for linear on data=8, mode dp
+            # (from the workbench planner). The first matching regex wins; paths look like
+            # 'linear/kernel', and optimizer moments end the same way.
+            from jax.sharding import PartitionSpec as P
+            <BLANKLINE>
+            SHARDING_RULES = [
+                (r'.*', P()),
+            ]
+        """
+        options = ",".join(f"{k}={v}" for k, v in self.model_options.items())
+        example = self.params_layout.leaves[-1].path if self.params_layout.leaves else "kernel"
+        lines = [
+            f"# Partition specs for {self.model}{f' ({options})' if options else ''} on {self.mesh}, mode {self.mode}",
+            "# (from the workbench planner). The first matching regex wins; paths look like",
+            f"# {example!r}, and optimizer moments end the same way.",
+            "from jax.sharding import PartitionSpec as P",
+            "",
+            f"{name} = [",
+        ]
+        lines += [f"    ({_string_literal(r.pattern)}, {format_spec(r.spec, 'code')})," for r in self.rule_table.rules]
+        return "\n".join(lines + ["]"])
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as one JSON object (the CLI's ``plan --json`` format)."""
+        return {
+            "model": self.model,
+            "model_options": dict(self.model_options),
+            "mesh": self.mesh.axes,
+            "devices": self.mesh.size,
+            "mode": self.mode,
+            "optimizer": self.optimizer,
+            "precision": self.precision,
+            "params": self.params,
+            "per_device": self.per_device,
+            "device_memory": self.device_memory,
+            "fits": self.fits,
+            "global_batch": self.global_batch,
+            "seq_len": self.seq_len,
+            "data_parallel_size": self.data_parallel_size,
+            "examples_per_device": self.examples_per_device,
+            "tokens_per_device": self.tokens_per_device,
+            "collectives": [c.to_json() for c in self.collectives],
+            "predicted_step_comm_s": self.predicted_step_comm_s,
+            "flops_per_device": self.flops_per_device,
+            "utilisation": self.utilisation,
+            "predicted_step_compute_s": self.predicted_step_compute_s,
+            "predicted_step_s": self.predicted_step_compute_s + self.predicted_step_comm_s,
+            "predicted_step_s_overlapped": max(self.predicted_step_compute_s, self.predicted_step_comm_s),
+            "compute_bound": self.compute_bound.to_json() if self.compute_bound else None,
+            "hardware": self.hardware.to_json(),
+            "rules": [{"pattern": r.pattern, "spec": spec_to_json(r.spec)} for r in self.rule_table.rules],
+            "replicated_leaves": len(self.params_layout.replicated_leaves),
+            "warnings": [w.to_json() for w in self.warnings],
+            "notes": list(self.notes),
+        }
+
+    def to_text(self, *, with_code: bool = True) -> str:
+        """A readable summary: what fits, what a step sends and computes, then the rules code."""
+        memory = self.device_memory
+        tokens = "tokens" if self.seq_len else "examples"
+        batch = f"{self.global_batch:,} " + (f"sequences x {self.seq_len:,} tokens" if self.seq_len else "examples")
+        lines = [
+            f"plan         {self.model}, {self.params:,} parameters, mode {self.mode}, {self.optimizer}, {self.precision}",
+            f"mesh         {self.mesh} ({self.mesh.size:,} devices, abstract)",
+            f"hardware     {self.hardware.summary()}",
+            f"batch        {batch} per step; {self.tokens_per_device:,} {tokens} per device "
+            f"(data-parallel size {self.data_parallel_size})",
+            "",
+            "per device",
+        ]
+        rows = [
+            ("parameters", self.params_bytes, "float32 master weights"),
+            ("gradients", self.grads_bytes, "float32, laid out like the parameters"),
+            ("optimizer state", self.opt_state_bytes, self.optimizer),
+            ("training state", self.total_bytes, "the three above"),
+            ("activations", self.activation_bytes,
+             "rough estimate, no rematerialisation" if self.activation_bytes is not None else f"for {self.model}"),
+            ("transient params", self.transient_params_bytes, _transient_words(self.mode, self.precision)),
+            ("peak", self.peak_bytes, f"of {format_bytes(memory)}: {'fits' if self.fits else 'does NOT fit'}"),
+        ]
+        for label, value, words in rows:
+            shown = "not estimated" if value is None else format_bytes(value)
+            lines.append(f"  {label:<17} {shown:>13}  {words}")
+        lines += ["", "collectives per step (ring model)"]
+        if self.collectives:
+            table = [("kind", "what", "axes", "group", "count", "bytes each", "time")]
+            for c in self.collectives:
+                table.append((c.kind, c.what, ",".join(c.axes), str(c.group_size), f"{c.count:,}",
+                              format_bytes(c.bytes), format_seconds(c.time_s)))
+            widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+            for row in table:  # words left-aligned, numbers right-aligned
+                cells = (cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+                lines.append("  " + "  ".join(cells))
+        else:
+            lines.append("  none")
+        lines += [
+            f"  total comm   {format_seconds(self.predicted_step_comm_s)}",
+            f"compute      {format_seconds(self.predicted_step_compute_s)} per step "
+            f"({self.flops_per_device:.3g} FLOPs per device at {self.utilisation:.0%} of peak)",
+            f"step         {format_seconds(self.predicted_step_compute_s + self.predicted_step_comm_s)} without overlap, "
+            f"{format_seconds(max(self.predicted_step_compute_s, self.predicted_step_comm_s))} with full overlap",
+        ]
+        if self.compute_bound is not None:
+            lines.append(f"             {self.compute_bound.sentence}")
+        if self.warnings:
+            lines += ["", "layout warnings"] + [lint_text(list(self.warnings))]
+        if self.notes:
+            lines += ["", "notes"] + [f"  - {note}" for note in self.notes]
+        if with_code:
+            lines += ["", self.rules_code()]
+        return "\n".join(lines)
+
+
+def _string_literal(text: str) -> str:
+    """``text`` as Python source: a raw string where that is exact (regexes read better), else repr."""
+    if "'" not in text and "\n" not in text and not text.endswith("\\"):
+        return f"r'{text}'"
+    return repr(text)
+
+
+def format_seconds(seconds: float) -> str:
+    """``12.3 ms``, ``4.56 s``, ``789 us``.
+
+    Example:
+        >>> format_seconds(0.0123), format_seconds(4.56), format_seconds(7.89e-4)
+        ('12.3 ms', '4.56 s', '789 us')
+    """
+    if seconds == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def _transient_words(mode: str, precision: str) -> str:
+    if mode == "fsdp":
+        return "the whole float32 parameter tree gathered for the step" + (" plus its bf16 copy" if precision == "bf16" else "")
+    return "the bf16 compute copy of the parameters" if precision == "bf16" else "none (fp32 computes on the master weights)"
+
+
+# --- the rule table the plan exports ----------------------------------------------------------------
+
+
+def _pattern(path: str, generalise: bool) -> str:
+    """A regex matching ``path`` from a path boundary; with ``generalise``, any layer number."""
+    parts = [r"\d+" if generalise and part.isdigit() else re.escape(part) for part in path.split("/")]
+    return "(^|/)" + "/".join(parts) + "$"
+
+
+def _rules_for_specs(layout: TreeLayout, generalise: bool) -> RuleTable:
+    """Exact-path rules (``\\d+`` for layer numbers where every layer agrees) for the chosen specs.
+
+    Longer paths come first, so a path whose tail is another parameter's path still meets its own rule
+    first; every parameter gets a rule (replicated ones ``P()`` too), and ``.*`` replicates the rest
+    (optimizer counters and the like).
+    """
+    groups: dict[str, list] = {}
+    for leaf in layout.leaves:
+        groups.setdefault(_pattern(leaf.path, True), []).append(leaf)
+    rules = []
+    for key, leaves in groups.items():
+        specs = {leaf.layout.spec for leaf in leaves}
+        if generalise and len(specs) == 1:
+            rules.append((key.count("/"), key, leaves[0].layout.spec))
+        else:
+            rules += [(_pattern(l.path, False).count("/"), _pattern(l.path, False), l.layout.spec) for l in leaves]
+    rules.sort(key=lambda rule: -rule[0])  # stable: tree order within one depth
+    return RuleTable([(pattern, spec) for _, pattern, spec in rules] + [(".*", PartitionSpec())])
+
+
+def _same_specs(table: RuleTable, trees: list[tuple[Any, TreeLayout]], mesh: Any) -> bool:
+    return all(layout_tree(tree, mesh, table).specs == layout.specs for tree, layout in trees)
+
+
+def _export_table(placement: str, tp_rules: list, trees: list[tuple[Any, TreeLayout]], mesh: Any,
+                  custom: RuleTable | None = None) -> RuleTable:
+    """The plan's layout as a rule table that reproduces it (leaves that did not fit: as planned, replicated)."""
+    valid = all(leaf.problem is None for _, layout in trees for leaf in layout.leaves)
+    if placement == "custom" and valid:
+        catch_all = custom.rules and custom.rules[-1].pattern in (".*", "")
+        return custom if catch_all else RuleTable([(r.pattern, r.spec) for r in custom.rules] + [(".*", PartitionSpec())])
+    if placement == "replicate":
+        return RuleTable([(".*", PartitionSpec())])
+    if placement == "tensor-parallel" and valid:
+        return RuleTable(list(tp_rules) + [(".*", PartitionSpec())])
+    params_layout = trees[0][1]
+    for generalise in (True, False):  # compact first; exact paths if a pattern reaches too far
+        table = _rules_for_specs(params_layout, generalise)
+        if _same_specs(table, trees, mesh):
+            return table
+    raise WorkbenchError(  # not reached for the registered models: exact paths reproduce any layout
+        "could not express the plan's layout as a rule table (optimizer state paths clash with parameter "
+        "paths): lay out with layout_tree(state, mesh, 'shard') instead"
+    )
+
+
+def _own_model(model: Any, model_options: Any) -> Any:
+    """A user's ``nnx.Module`` (instance, or a builder traced with ``nnx.eval_shape``), checked."""
+    from flax import nnx
+
+    if model_options:
+        raise WorkbenchError(
+            f"model_options {model_options!r} apply to registered models only: build your own model with its "
+            "options instead and pass model_options=None"
+        )
+    if not isinstance(model, nnx.Module):
+        if not callable(model):
+            raise WorkbenchError(
+                f"model {model!r} is neither a registered model's name nor an nnx.Module: pass a name such as "
+                "'transformer', your module, or a function that builds it (lambda: MyModel(..., rngs=nnx.Rngs(0)))"
+            )
+        model = nnx.eval_shape(model)
+        if not isinstance(model, nnx.Module):
+            raise WorkbenchError(f"the model builder returned {type(model).__name__}, not an nnx.Module")
+    if not jax.tree.leaves(nnx.state(model, nnx.Param)):
+        raise WorkbenchError(f"model {type(model).__name__} has no nnx.Param leaves: there is nothing to plan")
+    return model
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+
+def _check_mesh(mesh: MeshShape, mode: str, shape: _ModeShape) -> list[str]:
+    """MeshError when the mesh lacks an axis the mode needs; notes for axes it leaves idle."""
+    for axis in shape.axes:
+        if axis not in mesh.names:
+            example = "data=4,model=2" if mode == "dp-tp" else f"{axis}=8"
+            raise MeshError(
+                f"mode {mode!r} needs a mesh axis {axis!r}, but mesh {mesh} has {', '.join(mesh.names)}: "
+                f"use e.g. --mesh {example}"
+            )
+    if shape.one_device:
+        idle = mesh.size - 1
+        return [f"mode {mode!r} computes on one device: the mesh's other {idle:,} devices stay idle"] if idle else []
+    extra = {n: s for n, s in mesh.axes.items() if n not in shape.axes and s > 1}
+    if not extra:
+        return []
+    names = " x ".join(f"{n}={s}" for n, s in extra.items())
+    copies = math.prod(extra.values())
+    if MODEL_AXIS in extra:
+        advice = "use dp-tp to split layers over 'model'"
+    elif DATA_AXIS in extra and mode == "tp":
+        advice = "use dp-tp to split the batch over 'data'"
+    else:
+        advice = "drop those axes"
+    return [
+        f"mode {mode!r} uses only {', '.join(repr(a) for a in shape.axes)}: the {names} devices hold {copies} "
+        f"identical copies and compute the same batch (the trainer refuses this mesh; {advice}, or fold the "
+        f"devices into the axes the mode uses)"
+    ]
+
+
+def _batch(global_batch: int | None, parts: int) -> int:
+    if global_batch is None:
+        return DEFAULT_EXAMPLES_PER_REPLICA * parts
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise WorkbenchError(f"global batch {global_batch!r} must be a whole number >= 1: use e.g. --batch {16 * parts}")
+    if global_batch % parts:
+        nearest = nearest_multiples(global_batch, parts)
+        raise WorkbenchError(
+            f"global batch {global_batch} does not split over {parts} data-parallel devices: use a batch of {nearest} "
+            f"(a multiple of {parts})"
+        )
+    return global_batch
+
+
+def _whole_seq_len(seq_len: Any) -> int | None:
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
+        raise WorkbenchError(f"seq_len {seq_len!r} must be a whole number >= 1: use e.g. --seq-len 1024")
+    return seq_len
+
+
+def _seq_len(model: str, seq_len: int | None, options: dict[str, Any]) -> int | None:
+    """Tokens per sequence: the transformer's ``max_len`` by default; None for models without sequences."""
+    if model != "transformer":
+        if seq_len is not None:
+            raise WorkbenchError(f"model {model!r} reads no sequences: drop --seq-len (it is for the transformer)")
+        return None
+    if seq_len is None:
+        return options["max_len"]
+    _whole_seq_len(seq_len)
+    if seq_len > options["max_len"]:
+        raise WorkbenchError(
+            f"seq_len {seq_len} exceeds the model's max_len={options['max_len']}: add max_len={seq_len} to "
+            "--config (positions are computed, so it adds no parameters)"
+        )
+    return seq_len
+
+
+def _step_collectives(
+    shape: _ModeShape, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
+    block_activation: int | None, n_layers: int, notes: list[str], explain_whole: bool = True,
+) -> tuple[list[PlannedCollective], int]:
+    """The collectives of one step in theory, and the per-device gradient bytes synchronised over 'data'.
+
+    * replicated state (dp and friends): one all-reduce of every gradient over ``data``;
+    * fsdp: an all-gather of the sharded parameters (once: autodiff keeps the gathered copy for the
+      backward pass) and its transpose, a reduce-scatter of their gradients; leaves left whole are
+      all-reduced;
+    * tensor parallelism (transformer): per block, one all-reduce of the activations after each
+      row-parallel layer (attention out, MLP down) forward and one for the input gradient of each
+      column-parallel layer backward, 4 per block; plus dp-tp's gradient all-reduce over ``data``.
+
+    Each kind is priced as one bucketed collective (XLA combines small ones), with the ring model.
+    """
+    collectives: list[PlannedCollective] = []
+
+    def add(kind: str, what: str, nbytes: int, axis: str, count: int) -> None:
+        group = mesh.axis_size(axis)
+        if nbytes > 0 and group > 1 and count > 0:
+            collectives.append(
+                PlannedCollective(kind, what, int(nbytes), (axis,), group, count, collective_time(kind, nbytes, group, hw))
+            )
+
+    if shape.one_device:
+        return collectives, 0
+    if shape.placement == "replicate":
+        add("all-reduce", "gradients", params_layout.bytes_per_device, DATA_AXIS, 1)
+        return collectives, params_layout.bytes_per_device
+    if shape.placement == "shard":
+        data_size = mesh.axis_size(DATA_AXIS)
+        on_data = [
+            leaf for leaf in params_layout.leaves
+            if any(DATA_AXIS in entry_axes(entry) for entry in spec_entries(leaf.layout.spec))
+        ]
+        shards = sum(leaf.layout.bytes_per_device for leaf in on_data)
+        gathered, whole = shards * data_size, params_layout.bytes_per_device - shards  # full leaves; the rest
+        add("all-gather", "parameters (once, kept for the backward pass)", gathered, DATA_AXIS, 1)
+        add("reduce-scatter", "gradients of the sharded parameters", gathered, DATA_AXIS, 1)
+        add("all-reduce", "gradients of the parameters left whole" if explain_whole
+            else "gradients of the parameters not split over 'data'", whole, DATA_AXIS, 1)
+        if whole and explain_whole:
+            notes.append(f"{len(params_layout.replicated_leaves)} parameter(s) have no dimension divisible by "
+                         f"data={data_size} and stay whole on every device (their gradients are all-reduced)")
+        return collectives, gathered + whole
+    if block_activation is not None:
+        what = "block activations (2 forward + 2 backward per block)"
+        add("all-reduce", what, block_activation, MODEL_AXIS, 4 * n_layers)
+    if shape.batch_axis is None:
+        return collectives, 0
+    add("all-reduce", "gradients", params_layout.bytes_per_device, DATA_AXIS, 1)
+    return collectives, params_layout.bytes_per_device
+
+
+def _activation_bytes(model: Any, examples: int, seq_len: int, split: int, compute_bytes: int) -> int:
+    """Activations a transformer keeps for the backward pass on one device (no rematerialisation).
+
+    Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022), eq. 2:
+    ``s b h (10 + 24/t + 5 a s / (h t))`` bytes per layer for 16-bit activations and tensor parallelism
+    ``t`` (without sequence parallelism), scaled here to the compute dtype, plus the logits held in the
+    compute dtype and as float32 for the loss. Their constants include dropout masks this model does not
+    have, so this errs high: a rough figure.
+    """
+    s, b, h, a = seq_len, examples, model.d_model, model.blocks[0].attn.n_heads
+    per_layer = s * b * h * (10 + 24 / split + 5 * a * s / (h * split)) * compute_bytes / 2
+    logits = s * b * model.vocab * (compute_bytes + 4)
+    return int(model.n_layers * per_layer + logits)
+
+
+def plan_training(
+    model: Any,
+    model_options: dict[str, Any] | str | None,
+    mesh: Any,
+    mode: str,
+    optimizer: str = "adamw",
+    hardware: str | Hardware = "tpu-v5p",
+    device_memory: int | str | None = None,
+    global_batch: int | None = None,
+    seq_len: int | None = None,
+    precision: str = "bf16",
+    utilisation: float = DEFAULT_UTILISATION,
+    rules: Any = None,
+    lint_min_bytes: int = DEFAULT_MIN_BYTES,
+) -> TrainingPlan:
+    """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
+
+    Nothing is allocated and no device is needed: parameters and optimizer state are ``ShapeDtypeStruct``
+    leaves laid out on an abstract mesh.
+
+    Args:
+        model, model_options: a registered model's name and overrides of its preset (a dict, or
+            ``key=value,...`` text as ``--config`` takes); or your own ``nnx.Module``: an instance (real
+            or from ``nnx.eval_shape``) or a function of no arguments that builds one, which is only
+            ever traced (a 70B model costs no memory). Give ``model_options`` as None for your own.
+            Its compute is estimated as 6 FLOPs per parameter per example (per token with ``seq_len``)
+            and its activations are not estimated.
+        mesh: e.g. ``"data=64,model=8"``.
+        mode: a parallel mode (see :data:`workbench.training.modes.MODES`).
+        optimizer: ``sgd``, ``adam`` or ``adamw`` (what its state holds is read from optax itself).
+        hardware: a preset name of :data:`workbench.analysis.cost_model.HARDWARE` or a ``Hardware``.
+        device_memory: bytes per device (or text like ``"16GiB"``); default: the hardware's memory.
+        global_batch: examples (sequences) per step over all devices; default
+            ``DEFAULT_EXAMPLES_PER_REPLICA`` (16) per data-parallel replica.
+        seq_len: tokens per sequence for the transformer; default its ``max_len``.
+        precision: ``bf16`` (bfloat16 compute, float32 master weights, as the trainer does) or ``fp32``.
+        utilisation: assumed fraction of peak FLOP/s the maths reaches (MFU).
+        rules: your own rule table (a :class:`~workbench.layout.rules.RuleTable` or ``(regex, spec)`` pairs)
+            instead of the mode's placement; the mode still decides where the batch goes. A leaf whose
+            spec does not fit is planned replicated and reported in ``warnings``, with every other.
+        lint_min_bytes: the smallest replicated leaf the layout linter warns about
+            (:func:`~workbench.layout.lint.lint_layout`).
+
+    Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
+
+    Example:
+        >>> plan = plan_training("mlp", {"hidden": 256}, "data=8", "fsdp", hardware="cpu")
+        >>> plan.params_bytes * 8 >= plan.params_layout.total_bytes
+        True
+    """
+    from flax import nnx
+
+    from ..training.models import abstract_model, model_class, model_config, param_count, parse_model_options
+    from ..training.modes import PRECISIONS, mode_class
+    from ..training.config import make_optimizer
+
+    hw = lookup_hardware(hardware)
+    memory = hw.memory_bytes if device_memory is None else parse_byte_size(device_memory)
+    compute_time(0.0, hw, utilisation)  # checks utilisation now, not when the plan is printed
+    mode_class(mode)  # unknown mode: the modes' own message, listing them
+    if mode not in _MODE_SHAPES:
+        raise WorkbenchError(f"mode {mode!r} has no planner yet: plan one of {', '.join(PLANNED_MODES)}")
+    shape = _MODE_SHAPES[mode]
+    if precision not in PRECISIONS:
+        raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    mesh_shape = parse_mesh(mesh)
+    notes = _check_mesh(mesh_shape, mode, shape)
+    registered = isinstance(model, str)
+    custom_rules = RuleTable(rules) if rules is not None else None
+    if registered:
+        model_class(model)
+        options = parse_model_options(model_options, model) if isinstance(model_options, str) else dict(model_options or {})
+        resolved = model_config(model, **options).options
+        abstract = abstract_model(model, **options)
+    else:
+        abstract, options, resolved = _own_model(model, model_options), {}, {}
+        model = type(abstract).__name__
+        notes.append(f"compute of your {model} is estimated as 6 FLOPs per parameter per "
+                     f"{'token' if seq_len else 'example'}; its activations are not estimated")
+    tp_rules = []
+    if shape.placement == "tensor-parallel" and custom_rules is None:
+        from ..training.models import tensor_parallel_rules
+
+        tp_rules = tensor_parallel_rules(model, MODEL_AXIS) if registered else []
+        if not tp_rules:
+            raise WorkbenchError(
+                f"mode {mode!r} splits layers over the 'model' axis, but model {model!r} has no splittable layer "
+                "pair: choose mlp, cnn or transformer, pass rules=[(regex, spec), ...] for your own model, "
+                "or plan a data-parallel mode"
+            )
+
+    params = nnx.state(abstract, nnx.Param)
+    opt_state = jax.eval_shape(make_optimizer(optimizer, 1e-3).init, params)
+    target = abstract_mesh(mesh_shape)
+    if custom_rules is not None:
+        placement, kind = custom_rules, "custom"
+    else:
+        placement = {"replicate": "replicate", "shard": "shard", "tensor-parallel": RuleTable(tp_rules)}[shape.placement]
+        kind = shape.placement
+    params_layout = layout_tree(params, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
+    opt_layout = layout_tree(opt_state, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
+    warnings = lint_layout(params_layout, min_bytes=lint_min_bytes, optimizer_state=opt_layout)
+    table = _export_table(kind, tp_rules, [(params, params_layout), (opt_state, opt_layout)], target, custom_rules)
+
+    data_size = mesh_shape.axis_size(shape.batch_axis) if shape.batch_axis else 1
+    model_size = mesh_shape.axis_size(MODEL_AXIS) if shape.placement == "tensor-parallel" else 1
+    batch = _batch(global_batch, data_size)
+    examples = batch // data_size
+    n_params = param_count(abstract)
+    is_lm = registered and model == "transformer"
+    # Your own model: tokens per sequence only if you say so (then compute counts tokens, not examples).
+    seq_len = _seq_len(model, seq_len, resolved) if registered else _whole_seq_len(seq_len)
+    tokens = examples * seq_len if seq_len else examples
+    if is_lm:
+        head = 2 * abstract.d_model * abstract.vocab  # the output head is replicated by the tp rules
+        forward = (abstract.flops_per_token(seq_len) - head) / model_size + head
+        flops = 3.0 * forward * tokens  # backward = 2 forwards (PaLM's 6N)
+    else:
+        flops = 6.0 * n_params * tokens / model_size
+        if model_size > 1:
+            notes.append(f"compute assumes every parameter of {model!r} splits {model_size} ways: an approximation")
+    compute_bytes = COMPUTE_BYTES[precision]
+    # (B_local, T, d_model) activations summed over 'model' after each row-parallel layer of a block
+    block_activation = examples * seq_len * abstract.d_model * compute_bytes if is_lm else None
+    sync_shape = shape
+    if custom_rules is not None and shape.batch_axis == DATA_AXIS and not shape.one_device:
+        # Any table: leaves sharded over 'data' are gathered and reduce-scattered, the rest all-reduced.
+        sync_shape = dataclasses.replace(shape, placement="shard")
+    collectives, sync_bytes = _step_collectives(
+        sync_shape, mesh_shape, params_layout, hw, block_activation if custom_rules is None else None,
+        abstract.n_layers if is_lm else 0, notes, explain_whole=custom_rules is None,
+    )
+    if not is_lm and shape.placement == "tensor-parallel" and model_size > 1:
+        notes.append(f"the activation all-reduces after {model!r}'s row-parallel layers are not estimated "
+                     "(only the transformer's are)")
+    if is_lm and shape.placement == "tensor-parallel" and abstract.blocks[0].attn.n_heads % model_size:
+        notes.append(f"n_heads={abstract.blocks[0].attn.n_heads} does not divide by model={model_size}: "
+                     "devices would split heads; choose n_heads divisible by the model axis")
+
+    bound = None
+    if sync_bytes and data_size > 1:
+        synced_params = sync_bytes / GRADIENT_BYTES
+        bound = compute_bound_test(
+            tokens, hw, bytes_per_param=GRADIENT_BYTES, flops_per_param_per_token=flops / tokens / synced_params,
+            group_size=data_size, utilisation=utilisation, unit="tokens" if seq_len else "examples",
+        )
+    elif not shape.one_device:
+        notes.append("no gradient synchronisation over 'data': the compute-bound test does not apply (tp's "
+                     "activation all-reduces grow with the batch as its compute does)")
+
+    if is_lm:
+        activations = _activation_bytes(abstract, examples, seq_len, model_size, compute_bytes)
+    else:
+        activations = None
+        if registered:
+            notes.append(f"activations of {model!r} are not estimated (small for this model at these batch sizes)")
+    full_params = params_layout.total_bytes
+    if shape.placement == "shard":
+        transient = full_params + (full_params // 2 if precision == "bf16" else 0)
+        notes.append("the workbench's fsdp gathers the whole parameter tree for the step; production FSDP "
+                     "gathers a layer at a time and needs only the largest layer's share")
+    else:
+        transient = params_layout.bytes_per_device // 2 if precision == "bf16" else 0
+    slower = ""
+    if precision == "fp32":
+        slower = " (fp32 matmuls run slower: TF32 at half rate on H100, several bf16 passes on TPU)"
+    notes.append(f"compute assumes the chip's bf16 peak at {utilisation:.0%} utilisation{slower}; collectives use one "
+                 "ring per mesh axis, and nothing overlaps")
+
+    return TrainingPlan(
+        model=model, model_options=options, mesh=mesh_shape, mode=mode, optimizer=optimizer, precision=precision,
+        hardware=hw, device_memory=memory, utilisation=utilisation, params=n_params, global_batch=batch,
+        seq_len=seq_len, data_parallel_size=data_size, examples_per_device=examples,
+        tokens_per_device=tokens, params_layout=params_layout, opt_state_layout=opt_layout, rule_table=table,
+        activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
+        collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
+    )
+
+
+__all__ = [
+    "DEFAULT_EXAMPLES_PER_REPLICA", "PLANNED_MODES", "PlannedCollective", "TrainingPlan", "format_seconds",
+    "parse_byte_size", "plan_training",
+]

@@ -1,0 +1,461 @@
+"""The reference check: is a parallel step computing the update it should? Measured against ``single``.
+
+:func:`reference_check` runs a mode's step for a few steps (at least 3, so a lost optimizer state shows)
+next to the ``single`` reference on the same global batches, and measures:
+
+* ``grad_scale``: the norm of the gradient the step applied at step 1 over the reference's (1.00);
+* ``param_diffs``: the largest parameter difference from the reference after each step;
+* ``replica_divergence``: the largest difference between replicas' copies of a parameter (0.0);
+* the gradient-sync diagnostics at step 1 (:func:`~workbench.training.sync_diagnostics.sync_report`): each
+  replica's local gradient norm and the synchronised norm, computed independently of the step.
+
+From these alone it reaches a verdict. Each problem is a :class:`Finding` named for its symptom:
+
+=====================  ===========================================================================
+``grad-scale``         the applied gradient is not the global batch's mean gradient
+``replica-divergence`` replicas hold different parameters after the update
+``update-mismatch``    the parameters differ from the reference's
+=====================  ===========================================================================
+
+A finding's ``causes`` are the teaching faults (:mod:`workbench.training.modes.faults`) the evidence points to,
+most likely first. They are *inferred*, never read off the fault switches, in two ways:
+
+* the size of the error: a gradient ``N`` times too large is a sum where a mean belongs (``psum``, or
+  ``vma-double-count`` where the sync is written in shard_map); one whose norm equals a single replica's
+  local norm was never averaged (``skip-sync``, ``per-shard-update``);
+* replaying each fault on one device from the same start and batches (:func:`fault_trajectories`)
+  and keeping the faults whose trajectory reproduces the observed parameters; the closest comes first.
+
+The same measurements would judge a user's own step function: nothing here looks inside the mode.
+
+Example:
+    >>> report = run_check("dp-shard-map", model="mlp", mesh="data=4", faults=["psum"])  # doctest: +SKIP
+    >>> report.verdict, [(p.name, p.causes) for p in report.problems]  # doctest: +SKIP
+    ('problem', [('grad-scale', ('psum', 'vma-double-count'))])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+
+from .ledger import Collective, CommLedger, float_param_bytes, ledger_for_mode
+from ..errors import WorkbenchError
+from ..training.modes import StepPlan, build_mode
+from ..training.modes.base import ParallelMode, step_sums
+from ..training.modes.core import TrainState, init_state, means
+from ..training.modes.faults import FAULTS
+from ..training.sync_diagnostics import SyncReport, state_divergence, sync_report
+
+MIN_STEPS = 3
+SCALE_TOLERANCE = 1e-3  # |grad_scale - 1| above this is a finding; correct modes measure ~1e-7
+UPDATE_TOLERANCE = 1e-2  # parameter difference, as a fraction of the reference's largest step
+EXPLAINED = 0.1  # a replayed fault explains a mismatch when its residual is under 10% of it
+LOCAL_NORM_MATCH = 1e-3  # relative: "the applied gradient's norm is one replica's local norm"
+
+# The faults that sum N gradients, ranked by where the step combines them: a double count by jax.grad
+# needs check_vma, i.e. shard_map; a pmap or a Python loop can only have summed by hand.
+_SUMMED = {
+    "shard_map": ("vma-double-count", "psum"),
+    "pmap": ("psum",),
+    "loop": ("psum",),
+}
+_UNSYNCED = ("skip-sync", "per-shard-update")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One problem: its symptom's name, the faults the evidence points to, and what to do.
+
+    Attributes:
+        name: ``"grad-scale"``, ``"replica-divergence"`` or ``"update-mismatch"``.
+        causes: fault names (:data:`~workbench.training.modes.faults.FAULTS`), most likely first; empty when no
+            known fault reproduces what was measured.
+        message: what was measured, in one or two sentences.
+        explanation: why it happens, for the most likely cause.
+        fix: how to fix it, for the most likely cause.
+    """
+
+    name: str
+    causes: tuple[str, ...]
+    message: str
+    explanation: str
+    fix: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "causes": list(self.causes), "message": self.message,
+                "explanation": self.explanation, "fix": self.fix}
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckReport:
+    """What :func:`reference_check` measured and concluded (see the module docstring)."""
+
+    mode: str
+    mesh: dict[str, int]
+    steps: int
+    problems: tuple[Finding, ...]
+    grad_scale: float
+    grad_norm: float
+    reference_grad_norm: float
+    param_diffs: tuple[float, ...]
+    reference_step: float
+    replica_divergence: float
+    sync: SyncReport
+    param_bytes: int
+    ledger: CommLedger | None
+    fault_residuals: dict[str, float]
+
+    @property
+    def verdict(self) -> str:
+        """``"ok"`` when nothing was found, else ``"problem"``."""
+        return "problem" if self.problems else "ok"
+
+    @property
+    def max_param_diff(self) -> float:
+        return max(self.param_diffs, default=0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``workbench check --json`` object: plain values only."""
+        return {
+            "mode": self.mode,
+            "mesh": dict(self.mesh),
+            "steps": self.steps,
+            "verdict": self.verdict,
+            "problems": [p.to_json() for p in self.problems],
+            "grad_scale": self.grad_scale,
+            "grad_norm": self.grad_norm,
+            "reference_grad_norm": self.reference_grad_norm,
+            "max_param_diff": self.max_param_diff,
+            "param_diffs": list(self.param_diffs),
+            "reference_step": self.reference_step,
+            "replica_divergence": self.replica_divergence,
+            "per_replica_grad_norms": list(self.sync.per_replica_grad_norms),
+            "synced_grad_norm": self.sync.synced_grad_norm,
+            "cosine_to_synced": list(self.sync.cosine_to_synced),
+            "param_bytes": self.param_bytes,
+            "collectives": [_collective_json(c) for c in self.ledger.collectives] if self.ledger else [],
+            "memory": self.ledger.to_json()["memory"] if self.ledger else None,
+            "predicted": self.ledger.to_json()["predicted"] if self.ledger else None,
+            "fault_residuals": dict(self.fault_residuals),
+        }
+
+    def to_text(self) -> str:
+        """A short human-readable report: the verdict, the figures, then each finding in full."""
+        replicas = ", ".join(f"{n:.4g}" for n in self.sync.per_replica_grad_norms)
+        lines = [
+            f"{self.mode} on {_mesh_text(self.mesh)}, {self.steps} steps against 'single': {self.verdict.upper()}",
+            f"  gradient scale     {self.grad_scale:.6f}  (applied {self.grad_norm:.6g}, reference "
+            f"{self.reference_grad_norm:.6g}; 1.000000 expected)",
+            f"  parameter diff     {', '.join(f'{d:.3g}' for d in self.param_diffs)}  (per step; the reference "
+            f"moves parameters by up to {self.reference_step:.3g} per step)",
+            f"  replica divergence {self.replica_divergence:.3g}  (0 expected)",
+            f"  per-replica norms  {replicas}  -> synchronised {self.sync.synced_grad_norm:.4g}",
+        ]
+        if self.ledger is not None:
+            moved = sum(c.total_bytes for c in self.ledger.collectives)
+            lines.append(f"  collectives        {sum(c.count for c in self.ledger.collectives)} per step, {moved:,} B per device "
+                         f"(parameters: {self.param_bytes:,} B)")
+            memory, predicted = self.ledger.memory, self.ledger.predicted_bytes_per_device
+            if memory is not None and predicted is not None:
+                lines.append(f"  memory per device  compiler estimate {memory['argument_bytes']:,} B of arguments + "
+                             f"{memory['temp_bytes']:,} B temporaries; layout engine prediction {predicted:,} B of state")
+        for finding in self.problems:
+            causes = ", ".join(finding.causes) if finding.causes else "no known fault"
+            lines += ["", f"{finding.name}: {finding.message}", f"  likely cause: {causes}",
+                      f"  why: {finding.explanation}", f"  fix: {finding.fix}"]
+        return "\n".join(lines)
+
+
+def _collective_json(collective: Collective) -> dict[str, Any]:
+    row = collective.to_json()
+    return {key: row[key] for key in ("kind", "bytes", "axes", "count", "dtype")}
+
+
+def _mesh_text(mesh: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in mesh.items())
+
+
+# --- replaying faults on one device -----------------------------------------------------------------
+
+
+class _Replay:
+    """One-device re-implementations of a correct step and of each fault, from the same arithmetic."""
+
+    def __init__(self, plan: StepPlan, shards: int):
+        self.plan, self.shards = plan, shards
+        self.grads = jax.jit(lambda params, other, batch: means(step_sums(plan, params, other, batch))["grads"])
+        self.init = jax.jit(plan.optimizer.init)
+
+        def update(params, opt_state, grads, scale):
+            grads = jax.tree.map(lambda g: g * scale, grads)
+            updates, opt_state = plan.optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
+
+        self.update = jax.jit(update)
+
+    def _shard(self, batch: Any, index: int) -> Any:
+        rows = len(jax.tree.leaves(batch)[0]) // self.shards
+        return jax.tree.map(lambda x: x[index * rows:(index + 1) * rows], batch)
+
+    def trajectory(self, fault: str | None, state: TrainState, batches: Sequence[Any]) -> list[np.ndarray]:
+        """The flattened parameters after each step, as ``fault`` (None: no fault) would leave them."""
+        params, opt_state, other = state.params, state.opt_state, state.other
+        out = []
+        for batch in batches:
+            if fault == "optimizer-reset":
+                opt_state = self.init(params)
+            if fault == "per-shard-update":
+                for index in range(self.shards):
+                    grads = self.grads(params, other, self._shard(batch, index))
+                    params, opt_state = self.update(params, opt_state, grads, 1.0)
+            else:
+                source = self._shard(batch, 0) if fault == "skip-sync" else batch  # replica 0's own view
+                scale = float(self.shards) if fault in ("psum", "vma-double-count") else 1.0
+                params, opt_state = self.update(params, opt_state, self.grads(params, other, source), scale)
+            out.append(_flat(params))
+        return out
+
+
+def fault_trajectories(plan: StepPlan, replicas: int, state: TrainState, batches: Sequence[Any]) -> dict:
+    """Fault name -> the parameters after each step (flattened) if the step had that fault.
+
+    ``psum`` and ``vma-double-count`` both apply N times the gradient, so they share one trajectory.
+
+    Example:
+        >>> fault_trajectories(plan, 4, state, batches)["optimizer-reset"][0].shape  # doctest: +SKIP
+        (104458,)
+    """
+    replay = _Replay(plan, replicas)
+    summed = replay.trajectory("psum", state, batches)
+    out = {}
+    for fault in FAULTS:
+        out[fault] = summed if fault == "vma-double-count" else replay.trajectory(fault, state, batches)
+    return out
+
+
+def _flat(params: Any) -> np.ndarray:
+    leaves = [np.ravel(np.asarray(leaf, np.float64)) for leaf in jax.tree.leaves(jax.device_get(params))]
+    return np.concatenate(leaves) if leaves else np.zeros(0)
+
+
+def _max_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    return max((float(np.max(np.abs(x - y), initial=0.0)) for x, y in zip(a, b, strict=True)), default=0.0)
+
+
+# --- running the step ---------------------------------------------------------------------------------
+
+
+def _run(mode: ParallelMode, state: TrainState, batches: Sequence[Any]):
+    """(first step's applied gradient norm, flattened params after each step, largest replica divergence)."""
+    placed = mode.place_state(state)
+    first_norm, params, divergence = None, [], 0.0
+    for batch in batches:
+        placed, metrics = mode.step(placed, mode.place_batch(batch), diagnostics=True)
+        if first_norm is None:
+            first_norm = float(jax.device_get(metrics["grad_norm"]))
+        params.append(_flat(mode.export_state(placed).params))
+        divergence = max(divergence, state_divergence(mode, placed))
+    return first_norm, params, divergence
+
+
+def _ledger(mode: ParallelMode, state: TrainState, batch: Any) -> CommLedger | None:
+    try:
+        return ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))
+    except WorkbenchError:  # several programs per step (simulated): no single compiled step to read
+        return None
+
+
+# --- inference -------------------------------------------------------------------------------------------
+
+
+def _finding(name: str, causes: Sequence[str], message: str, unexplained: tuple[str, str]) -> Finding:
+    causes = tuple(dict.fromkeys(causes))
+    if causes:
+        fault = FAULTS[causes[0]]
+        return Finding(name, causes, message, fault.explanation, fault.fix)
+    return Finding(name, (), message, *unexplained)
+
+
+def _by_residual(faults: Sequence[str], residuals: dict[str, float]) -> list[str]:
+    order = {fault: index for index, fault in enumerate(faults)}  # ties keep the given order
+    return sorted(faults, key=lambda f: (residuals[f], order[f]))
+
+
+def _summed_causes(mode, reduced_ratio: float | None) -> tuple[str, ...]:
+    """The summing faults possible where ``mode`` combines gradients, most likely first.
+
+    The ledger tells them apart when there is one: a double count reduces the gradient twice (jax.grad's
+    implicit psum, then the pmean), so the step all-reduces about twice the gradient bytes.
+    """
+    plausible = _SUMMED.get(mode.gradient_sync, ("psum", "vma-double-count"))
+    if reduced_ratio is not None and len(plausible) > 1:
+        twice = abs(reduced_ratio - 2.0) < abs(reduced_ratio - 1.0)
+        return ("vma-double-count", "psum") if twice else ("psum", "vma-double-count")
+    return plausible
+
+
+def _grad_scale_finding(mode, scale, applied, sync, residuals, reduced_ratio) -> Finding | None:
+    if abs(scale - 1.0) <= SCALE_TOLERANCE:
+        return None
+    replicas, norms = sync.replicas, sync.per_replica_grad_norms
+    named = {f"replica {i}'s local gradient norm": n for i, n in enumerate(norms)}
+    named["the mean of the replicas' local gradient norms"] = float(np.mean(norms))
+    local = next((what for what, norm in named.items() if norm > 0 and abs(applied / norm - 1) <= LOCAL_NORM_MATCH), None)
+    if replicas > 1 and abs(scale / replicas - 1.0) <= 0.01:
+        causes = _summed_causes(mode, reduced_ratio)
+        message = (f"the applied gradient is {scale:.4f} times the reference's, i.e. {replicas} devices' gradients "
+                   f"summed where their mean belongs")
+        if reduced_ratio is not None:
+            message += f"; the step all-reduces {reduced_ratio:.2f} times the gradient bytes"
+    elif local is not None:
+        causes = _by_residual(_UNSYNCED, residuals)
+        message = (f"the applied gradient's norm {applied:.6g} is {local} (replicas: "
+                   f"{', '.join(f'{n:.6g}' for n in norms)}), not the synchronised norm {sync.synced_grad_norm:.6g}: "
+                   "the gradients were never averaged")
+    else:
+        causes = ()
+        message = f"the applied gradient is {scale:.4f} times the reference's, matching no known fault"
+    return _finding("grad-scale", causes, message, (
+        "The step's gradient is not the gradient of the global batch's mean loss.",
+        "Compare your gradient with the single-device gradient on the same batch, leaf by leaf.",
+    ))
+
+
+def _divergence_finding(divergence: float) -> Finding | None:
+    if divergence <= 0.0:
+        return None
+    message = (f"replicas' copies of the same parameter differ by up to {divergence:.3g} after the update "
+               "(0 when every replica applies the same synchronised update)")
+    return _finding("replica-divergence", ("skip-sync",), message, ("", ""))
+
+
+def _update_finding(mode, diffs, reference_step, residuals, reduced_ratio) -> Finding | None:
+    worst = max(diffs, default=0.0)
+    if worst <= UPDATE_TOLERANCE * reference_step:
+        return None
+    first = next(i for i, d in enumerate(diffs) if d > UPDATE_TOLERANCE * reference_step) + 1
+    summed = _summed_causes(mode, reduced_ratio)
+    impossible = {"psum", "vma-double-count"} - set(summed)  # e.g. no double count without check_vma
+    ranked = [f for f in FAULTS if residuals[f] <= EXPLAINED * worst and f not in impossible]
+    ranked = sorted(ranked, key=lambda f: (residuals[f], summed.index(f) if f in summed else len(summed)))
+    matched = f"step {first - 1} matches" if first > 1 else "the first step already differs"
+    message = (f"the parameters differ from single's by up to {worst:.3g} (per step: "
+               f"{', '.join(f'{d:.3g}' for d in diffs)}; {matched}); the reference moves them by up to "
+               f"{reference_step:.3g} per step")
+    if ranked:
+        message += f"; replaying {ranked[0]!r} on one device reproduces them to {residuals[ranked[0]]:.3g}"
+    return _finding("update-mismatch", ranked, message, (
+        "The step applies a different update from the single-device reference, and none of the known "
+        "faults reproduces it.",
+        "Run your step and the single-device step side by side on one batch and compare the gradients, "
+        "then the optimizer state, then the update.",
+    ))
+
+
+# --- the check --------------------------------------------------------------------------------------------
+
+
+def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any], *, ledger: bool = True) -> CheckReport:
+    """Check ``mode`` against ``single`` for ``len(batches)`` steps (see the module docstring).
+
+    ``state`` is the host state to start from (``init_state(model, mode.plan.optimizer)``), ``batches``
+    at least :data:`MIN_STEPS` global NumPy batches of ``mode.plan.global_batch`` rows. ``ledger`` adds
+    the compiled step's collectives (for modes that compile one program per step).
+
+    Example:
+        >>> report = reference_check(build_mode("dp", plan), state, batches)  # doctest: +SKIP
+        >>> report.verdict, round(report.grad_scale, 6)  # doctest: +SKIP
+        ('ok', 1.0)
+    """
+    batches = list(batches)
+    if len(batches) < MIN_STEPS:
+        raise WorkbenchError(
+            f"the reference check needs at least {MIN_STEPS} batches (steps), got {len(batches)}: a fault in "
+            "the optimizer state only shows from the second update on"
+        )
+    reference = build_mode("single", dataclasses.replace(mode.plan, faults=()))
+    sync = sync_report(mode, mode.place_state(state), batches[0])
+    applied, observed, divergence = _run(mode, state, batches)
+    expected_norm, expected, _ = _run(reference, state, batches)
+    start = _flat(state.params)
+    reference_step = max(float(np.max(np.abs(b - a), initial=0.0)) for a, b in zip([start, *expected], expected))
+    diffs = tuple(float(np.max(np.abs(o - e), initial=0.0)) for o, e in zip(observed, expected, strict=True))
+    replays = fault_trajectories(mode.plan, max(1, mode.data_parallel_size), state, batches)
+    residuals = {fault: _max_diff(observed, path) for fault, path in replays.items()}
+    scale = applied / expected_norm if expected_norm > 0 else math.inf
+    param_bytes = float_param_bytes(state.params)
+    compiled = _ledger(mode, state, batches[0]) if ledger else None
+    reduced_ratio = compiled.bytes_by_kind().get("all-reduce", 0) / param_bytes if compiled and param_bytes else None
+    found = (
+        _grad_scale_finding(mode, scale, applied, sync, residuals, reduced_ratio),
+        _divergence_finding(divergence),
+        _update_finding(mode, diffs, reference_step, residuals, reduced_ratio),
+    )
+    return CheckReport(
+        mode=mode.name,
+        mesh=dict(mode.plan.mesh_shape.axes),
+        steps=len(batches),
+        problems=tuple(f for f in found if f is not None),
+        grad_scale=scale,
+        grad_norm=applied,
+        reference_grad_norm=expected_norm,
+        param_diffs=diffs,
+        reference_step=reference_step,
+        replica_divergence=divergence,
+        sync=sync,
+        param_bytes=param_bytes,
+        ledger=compiled,
+        fault_residuals=residuals,
+    )
+
+
+def run_check(
+    mode: str,
+    *,
+    model: str = "mlp",
+    mesh: str = "data=4",
+    faults: Sequence[str] | str = (),
+    steps: int = MIN_STEPS,
+    batch: int = 64,
+    lr: float = 1e-3,
+    optimizer: str = "adam",
+    data: str | None = None,
+    seed: int = 0,
+    model_options: dict | None = None,
+    ledger: bool = True,
+) -> CheckReport:
+    """Build ``model`` on its data, mode ``mode`` on ``mesh`` with ``faults``, and :func:`reference_check` it.
+
+    Everything is checked before anything compiles; a bad value raises a WorkbenchError naming it.
+
+    Example:
+        >>> run_check("dp", mesh="data=8").verdict  # doctest: +SKIP
+        'ok'
+    """
+    from ..training.data import load_dataset
+    from ..training.models import model_class, model_config_for_data
+    from ..training.config import check_positive, make_optimizer
+
+    check_positive("steps", steps, "--steps 3", integer=True)
+    check_positive("batch", batch, "--batch 64", integer=True)
+    if steps < MIN_STEPS:
+        raise WorkbenchError(f"steps={steps} is too few: the reference check needs at least {MIN_STEPS}, e.g. --steps 3")
+    default_data = {"regression": "regression", "classification": "digits", "language": "text"}
+    dataset = load_dataset(data or default_data[model_class(model).DATA_KIND], seed=seed)
+    config = model_config_for_data(model, dataset, **(model_options or {}))
+    net = config.build(seed=seed)
+    tx = make_optimizer(optimizer, lr)
+    graphdef, state = init_state(net, tx)
+    tp_rules = tuple(type(net).tensor_parallel_rules())
+    built = build_mode(mode, StepPlan(graphdef, type(net).loss, tx, mesh, batch, faults=faults, tp_rules=tp_rules))
+    batches = list(itertools.islice(dataset.batches(batch, seed=seed, drop_remainder=True), steps))  # repeats epochs
+    return reference_check(built, state, batches, ledger=ledger)
+

@@ -1,0 +1,1 @@
+"""The ``workbench`` command: one module per subcommand group."""

@@ -1,0 +1,88 @@
+"""``workbench plan``: plan a production training run on an abstract mesh, from the command line.
+
+Prints what every device would hold (parameters, gradients, optimizer state, rough transients), whether
+it fits the chip's memory, the collectives a step runs with their ring-model times, the compute time,
+and the layout as a ``(regex, PartitionSpec)`` table to paste into a training script. Nothing is
+allocated and no accelerator is needed: a 512-chip plan of a 1B-parameter model takes well under 2 s.
+
+With ``--json`` stdout holds exactly one JSON object (see :meth:`workbench.analysis.planning.TrainingPlan.to_json`).
+Bad input prints one line ``error: ...`` on stderr and exits with status 2.
+
+Example:
+    $ workbench plan --model transformer --config d_model=2048,n_layers=24,n_heads=16,vocab=32000 \\
+          --mesh data=64,model=8 --mode fsdp --hardware tpu-v5e --json
+    {"model": "transformer", ..., "mesh": {"data": 64, "model": 8}, "mode": "fsdp", "params": 1339674624, ...}
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+EXIT_OK = 0
+
+
+def add_plan_parser(commands) -> None:
+    """Add the ``plan`` subcommand and its options to ``commands`` (argparse subparsers)."""
+    from ..analysis.cost_model import DEFAULT_UTILISATION, HARDWARE_NAMES
+    from ..training.models import MODELS
+    from ..training.modes import MODES, PRECISIONS
+    from ..training.config import OPTIMIZERS
+
+    plan = commands.add_parser(
+        "plan",
+        help="plan a training run on an abstract mesh of any size: memory per device, collectives, step time",
+        description="Lay out a model's parameters, gradients and optimizer state on an abstract mesh as a parallel "
+        "mode would, without allocating anything, and estimate a step's communication (ring model) and compute. "
+        "Prints the layout as a rule table of PartitionSpecs to paste into a training script.",
+    )
+    plan.add_argument("--model", default="transformer", choices=MODELS, help="default transformer")
+    plan.add_argument("--config", default="", help="model options, e.g. 'd_model=2048,n_layers=24,n_heads=16,vocab=32000'")
+    plan.add_argument("--mesh", required=True, help="axes as name=size, e.g. data=64,model=8")
+    plan.add_argument("--mode", required=True, choices=MODES, help="the parallel mode, e.g. fsdp")
+    plan.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw")
+    plan.add_argument("--hardware", default="tpu-v5p", help=f"one of {', '.join(HARDWARE_NAMES)} (default tpu-v5p)")
+    plan.add_argument("--device-memory", default=None, help="memory per device, e.g. 16GiB, 80GB (default: the hardware's)")
+    plan.add_argument("--batch", type=int, default=None,
+                      help="global batch in examples/sequences (default 16 per data-parallel replica)")
+    plan.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (transformer; default its max_len)")
+    plan.add_argument("--precision", default="bf16", choices=PRECISIONS, help="compute precision (default bf16)")
+    plan.add_argument("--utilisation", type=float, default=DEFAULT_UTILISATION,
+                      help=f"assumed fraction of peak FLOP/s reached, MFU (default {DEFAULT_UTILISATION})")
+    plan.add_argument("--rules", default=None, metavar="FILE",
+                      help="your own rule table instead of the mode's layout: a text file of 'regex => spec' lines")
+    plan.add_argument("--json", action="store_true", help="print exactly one JSON object")
+
+
+def _read_rules(path: str):
+    from ..errors import WorkbenchError
+    from ..layout.rules import RuleTable
+
+    try:
+        text = pathlib.Path(path).read_text()
+    except OSError as error:
+        raise WorkbenchError(f"--rules {path!r}: {error.strerror}: give a text file of 'regex => spec' lines") from None
+    return RuleTable.parse(text)
+
+
+def plan_command(args) -> int:
+    """Run ``workbench plan``; WorkbenchError propagates to ``cli.main`` (one line, status 2)."""
+    from ..training.models import parse_model_options
+    from ..analysis.planning import plan_training
+
+    plan = plan_training(
+        args.model,
+        parse_model_options(args.config, args.model),
+        args.mesh,
+        args.mode,
+        optimizer=args.optimizer,
+        hardware=args.hardware,
+        device_memory=args.device_memory,
+        global_batch=args.batch,
+        seq_len=args.seq_len,
+        precision=args.precision,
+        utilisation=args.utilisation,
+        rules=_read_rules(args.rules) if args.rules else None,
+    )
+    print(json.dumps(plan.to_json()) if args.json else plan.to_text())
+    return EXIT_OK

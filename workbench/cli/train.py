@@ -1,0 +1,116 @@
+"""``workbench train``: the trainer on the command line, with a progress bar on a terminal.
+
+Exit status: 0 when the run finished, 1 when it failed (the reason on stderr), 2 for bad input (one
+line, before anything runs), 130 when stopped with Ctrl-C (the run is kept, status ``stopped``).
+With ``--json`` stdout holds exactly one JSON object, at the end.
+
+Example:
+    $ workbench train --model mlp --data digits --mesh data=8 --mode dp --steps 300 --json
+    {"model": "mlp", "data": "digits", "mode": "dp", "mesh": {"data": 8}, "steps": 300, ...}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+def _finite_or_none(value: Any) -> Any:
+    """JSON has no NaN: non-finite numbers become null (the error says what went non-finite)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    return value
+
+
+def _config_from_args(args):
+    from ..training.data import parse_data_options
+    from ..training.models import parse_model_options
+    from ..training.config import TrainConfig
+
+    return TrainConfig(
+        model=args.model, data=args.data, mode=args.mode, mesh=args.mesh, steps=args.steps, batch=args.batch,
+        lr=args.lr, optimizer=args.optimizer, accum=args.accum, precision=args.precision, seed=args.seed,
+        log_every=args.log_every, eval_every=args.eval_every, sync_every=args.sync_every,
+        drop_remainder=args.drop_remainder,
+        faults=",".join(args.inject),
+        model_options=parse_model_options(args.model_options, args.model),
+        data_options=parse_data_options(args.data, args.data_options),
+    ).checked()
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr, fed by trainer events (only when stderr is a terminal)."""
+
+    def __init__(self, steps: int, title: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(), console=Console(stderr=True), transient=False,
+        )
+        self.task = self.progress.add_task(title, total=steps, info="compiling...")
+        self.progress.start()
+
+    def __call__(self, event) -> None:
+        if event.kind == "metrics":
+            info = f"loss {event.data['loss']:.4f}"
+            if "examples_per_s" in event.data:
+                info += f"  {event.data['examples_per_s']:,.0f} ex/s"
+            self.progress.update(self.task, completed=event.step, info=info)
+        elif event.kind == "eval":
+            self.progress.console.print(
+                f"  step {event.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in event.data.items())
+            )
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    evaluation = summary.get("eval") or {}
+    print(f"{summary['status']}: {summary['model']} on {summary['data']}, mode {summary['mode']}, "
+          f"mesh {','.join(f'{k}={v}' for k, v in summary['mesh'].items())}, {summary['steps']} steps")
+    if summary.get("final_loss") is not None:
+        print(f"  final loss      {summary['final_loss']:.4f}")
+    for key, value in evaluation.items():
+        print(f"  eval {key:<10} {value:.4f}")
+    if summary.get("examples_per_s"):
+        print(f"  examples/s      {summary['examples_per_s']:,.0f}  (compile {summary['compile_s']:.2f} s)")
+    print(f"  run dir         {summary['run_dir']}")
+
+
+def train_command(args) -> int:
+    """Run ``workbench train`` from parsed arguments; returns the exit status."""
+    from ..training.trainer import Trainer
+
+    config = _config_from_args(args)
+    trainer = Trainer(config, run_root=args.run_dir)
+    bar = None
+    if sys.stderr.isatty():
+        bar = _ProgressBar(config.steps, f"{config.model} {config.mode}")
+        trainer.subscribe(bar)
+    trainer.start(name=args.name)  # bad input raises here, before the thread starts: exit 2
+    try:
+        summary = trainer.wait()
+    except KeyboardInterrupt:
+        trainer.stop()
+        summary = trainer.wait()
+    finally:
+        if bar is not None:
+            bar.close()
+    result = _finite_or_none({**summary, "status": trainer.status})
+    if args.json:
+        print(json.dumps(result))
+    else:
+        _print_summary(result)
+    if trainer.status == "failed":
+        print(f"error: run {summary['run']} failed: {summary['error']}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_INTERRUPTED if trainer.status == "stopped" else EXIT_OK

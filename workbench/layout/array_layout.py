@@ -1,0 +1,242 @@
+"""The layout engine: which device holds which slice of an array, how many bytes, how many copies.
+
+:func:`layout_array` answers for one array (or just a shape and dtype) on a mesh, concrete or abstract,
+without allocating anything. The answer is an :class:`ArrayLayout`, a plain record every view (text,
+JSON, plotly, widgets) draws from. It equals JAX's own ``NamedSharding.devices_indices_map`` on
+concrete meshes (the property tests prove it) and works the same on meshes of any size.
+
+The maths: a device at mesh coordinates ``c`` holds, on dimension ``d`` sharded over axes
+``(a1, ..., ak)``, block number ``mixed_radix(c[a1], ..., c[ak])`` of ``prod(size(ai))`` equal blocks
+(``a1`` major). Unsharded dimensions are held whole. Devices that differ only on axes the spec does not
+use hold the same slice: that count is the replication factor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from jax.sharding import PartitionSpec
+
+from .mesh import MeshShape, is_concrete, parse_mesh
+from .shapes import itemsize_bits, parse_dtype, parse_shape
+from .specs import entry_axes, format_spec, parse_spec, spec_entries, spec_to_json, validate_spec
+
+Interval = tuple[int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSlice:
+    """One device's part of an array: ``index`` holds ``[start, stop)`` per dimension."""
+
+    position: int  # row-major position in the mesh
+    device_id: int  # the JAX device id on a concrete mesh; the position on an abstract one
+    coords: dict[str, int]
+    index: tuple[Interval, ...]
+
+    def to_json(self) -> dict:
+        return {"id": self.device_id, "coords": dict(self.coords), "index": [list(i) for i in self.index]}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ArrayLayout:
+    """Where an array lives on a mesh. Build it with :func:`layout_array`.
+
+    Attributes:
+        shape, dtype: the global array.
+        mesh: the mesh's axis names and sizes.
+        spec: the validated partition spec.
+        shard_shape: the shape every device holds.
+        bytes_per_device: bytes of one shard.
+        replication: how many devices hold each shard (1 = fully sharded).
+        device_ids: JAX device id per mesh position (row-major); positions on abstract meshes.
+        concrete: whether the mesh had real devices.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    mesh: MeshShape
+    spec: PartitionSpec
+    shard_shape: tuple[int, ...]
+    bytes_per_device: int
+    replication: int
+    device_ids: tuple[int, ...]
+    concrete: bool
+
+    @property
+    def num_devices(self) -> int:
+        return self.mesh.size
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of the whole (global) array, held once."""
+        return _nbytes(self.shape, self.dtype)
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes stored over all devices, counting every copy."""
+        return self.bytes_per_device * self.num_devices
+
+    @property
+    def shards_per_dim(self) -> tuple[int, ...]:
+        """How many blocks each dimension is cut into."""
+        return tuple(size // shard if shard else 1 for size, shard in zip(self.shape, self.shard_shape))
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return self.replication == self.num_devices
+
+    @functools.cached_property
+    def _starts(self) -> np.ndarray:
+        """(devices, ndim) start index of every device's block: vectorised for meshes of any size."""
+        coords = _mesh_coords(self.mesh)
+        entries = spec_entries(self.spec)
+        starts = np.zeros((self.num_devices, len(self.shape)), dtype=np.int64)
+        for dim, entry in enumerate(entries):
+            block = np.zeros(self.num_devices, dtype=np.int64)
+            for axis in entry_axes(entry):  # mixed radix, first axis major
+                k = self.mesh.names.index(axis)
+                block = block * self.mesh.sizes[k] + coords[:, k]
+            starts[:, dim] = block * self.shard_shape[dim]
+        return starts
+
+    def device_slice(self, position: int) -> DeviceSlice:
+        """The slice held by the device at a mesh position (row-major)."""
+        coords = np.unravel_index(position, self.mesh.sizes)
+        starts = self._starts[position]
+        return DeviceSlice(
+            position=position,
+            device_id=self.device_ids[position],
+            coords={n: int(c) for n, c in zip(self.mesh.names, coords)},
+            index=tuple((int(s), int(s) + n) for s, n in zip(starts, self.shard_shape)),
+        )
+
+    @functools.cached_property
+    def devices(self) -> tuple[DeviceSlice, ...]:
+        """Every device's slice, in mesh order."""
+        return tuple(self.device_slice(p) for p in range(self.num_devices))
+
+    @functools.cached_property
+    def _position_of_id(self) -> dict[int, int]:
+        return {device_id: position for position, device_id in enumerate(self.device_ids)}
+
+    def slice_of_device(self, device_id: int) -> DeviceSlice:
+        """The slice held by the device with this id."""
+        try:
+            return self.device_slice(self._position_of_id[device_id])
+        except KeyError:
+            raise KeyError(f"device {device_id} is not in mesh {self.mesh}") from None
+
+    def holders(self) -> dict[tuple[Interval, ...], list[int]]:
+        """Each distinct block -> the device ids holding it (in mesh order)."""
+        out: dict[tuple[Interval, ...], list[int]] = {}
+        for device in self.devices:
+            out.setdefault(device.index, []).append(device.device_id)
+        return out
+
+    def summary(self) -> dict:
+        """Everything but the per-device list, as JSON-ready values."""
+        return {
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "mesh": self.mesh.axes,
+            "spec": spec_to_json(self.spec),
+            "shard_shape": list(self.shard_shape),
+            "bytes_per_device": self.bytes_per_device,
+            "replication": self.replication,
+        }
+
+    def to_json(self) -> dict:
+        """The layout as one JSON object (the CLI's ``inspect --json`` format).
+
+        Example:
+            >>> layout_array((8, 4), "data=2", "data").to_json()["devices"][1]["index"]
+            [[4, 8], [0, 4]]
+        """
+        return {**self.summary(), "devices": [d.to_json() for d in self.devices]}
+
+    def __repr__(self) -> str:
+        return (
+            f"ArrayLayout({self.dtype}{list(self.shape)} on {self.mesh} as {format_spec(self.spec, 'code')}: "
+            f"shard {list(self.shard_shape)}, {self.bytes_per_device} B/device, replication {self.replication})"
+        )
+
+
+def _nbytes(shape: Sequence[int], dtype: Any) -> int:
+    return -(-math.prod(shape) * itemsize_bits(dtype) // 8)
+
+
+@functools.lru_cache(maxsize=64)
+def _mesh_coords(mesh: MeshShape) -> np.ndarray:
+    """(devices, axes) coordinates of every mesh position, row-major."""
+    if mesh.size == 0:
+        return np.zeros((0, len(mesh.sizes)), dtype=np.int64)
+    grids = np.indices(mesh.sizes).reshape(len(mesh.sizes), -1)
+    return grids.T.astype(np.int64)
+
+
+def _shape_and_dtype(array: Any, dtype: Any) -> tuple[tuple[int, ...], str]:
+    if hasattr(array, "shape") and hasattr(array, "dtype"):
+        shape = tuple(int(s) for s in array.shape)
+        chosen = array.dtype if dtype is None else dtype
+    else:
+        shape = parse_shape(array)
+        chosen = "float32" if dtype is None else dtype
+    return shape, parse_dtype(chosen).name
+
+
+def _device_ids(mesh: Any, shape: MeshShape) -> tuple[tuple[int, ...], bool]:
+    if is_concrete(mesh):
+        return tuple(int(d.id) for d in mesh.devices.flat), True
+    return tuple(range(shape.size)), False
+
+
+def layout_array(array: Any, mesh: Any, spec: Any = None, *, dtype: Any = None) -> ArrayLayout:
+    """The layout of an array on a mesh under a partition spec. Allocates nothing.
+
+    Args:
+        array: a shape (``(8, 16)`` or ``"8,16"``), a ``jax.ShapeDtypeStruct`` (e.g. from
+            ``jax.eval_shape``), or an array. With ``spec=None``, a ``jax.Array`` with a
+            ``NamedSharding`` is described as it is placed.
+        mesh: a concrete ``jax.sharding.Mesh`` (device ids are JAX's), an ``AbstractMesh``, a
+            :class:`~workbench.layout.mesh.MeshShape` or text such as ``"data=64,model=16"`` (any size).
+        spec: a ``PartitionSpec`` or spec text (``"data, None"``); None means replicated.
+        dtype: overrides the array's dtype (default float32 for bare shapes).
+
+    Raises :class:`~workbench.errors.SpecError` when the spec does not fit the mesh or shape.
+
+    Example:
+        >>> layout = layout_array((8, 16, 32), "data=2,model=4", "data, None, model")
+        >>> layout.shard_shape, layout.bytes_per_device, layout.replication
+        ((4, 16, 8), 2048, 1)
+    """
+    if spec is None and hasattr(array, "sharding") and hasattr(array.sharding, "spec"):
+        spec = array.sharding.spec
+        if mesh is None:
+            mesh = array.sharding.mesh
+    shape, dtype_name = _shape_and_dtype(array, dtype)
+    mesh_shape = parse_mesh(mesh)
+    parsed = validate_spec(parse_spec(spec), mesh_shape, shape)
+    entries = spec_entries(parsed)
+    shard_shape = list(shape)
+    used_devices = 1
+    for dim, entry in enumerate(entries):
+        parts = math.prod(mesh_shape.axis_size(a) for a in entry_axes(entry))
+        shard_shape[dim] = shape[dim] // parts
+        used_devices *= parts
+    device_ids, concrete = _device_ids(mesh, mesh_shape)
+    return ArrayLayout(
+        shape=shape,
+        dtype=dtype_name,
+        mesh=mesh_shape,
+        spec=parsed,
+        shard_shape=tuple(shard_shape),
+        bytes_per_device=_nbytes(shard_shape, dtype_name),
+        replication=mesh_shape.size // used_devices,
+        device_ids=device_ids,
+        concrete=concrete,
+    )

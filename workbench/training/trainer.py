@@ -1,0 +1,494 @@
+"""The trainer: runs a parallel mode's steps in a background thread and streams metric events.
+
+* **Responsive.** :meth:`Trainer.start` returns at once; steps run in a thread, so a notebook cell
+  finishes and widgets keep updating. :meth:`Trainer.run` does the same in the caller's thread.
+* **No host sync per step.** JAX dispatch is asynchronous: a step returns device arrays before they are
+  computed. Metrics are read (one ``device_get``) every ``log_every`` steps and at the end only. At most
+  :data:`~workbench.training.in_flight.MAX_IN_FLIGHT` steps are queued ahead of the devices: more deadlocks XLA's
+  CPU collectives and aborts the process (see :mod:`workbench.training.in_flight`).
+* **Control.** :meth:`pause`, :meth:`resume` and :meth:`stop` act at the next step boundary. One run at
+  a time: starting while a run is active raises :class:`TrainerBusyError`.
+* **Failures end the run, not the kernel.** An exception in a step, or a non-finite loss, ends the run
+  with an ``"end"`` event whose ``error`` says what happened; for NaN/inf, the step and the first
+  gradient or parameter that went non-finite.
+* **Nothing is lost.** Every run is written as it goes to ``<run_root>/<name>/`` (``config.json``,
+  ``metrics.jsonl`` appended at each logging interval, ``summary.json`` at the end); see
+  :mod:`workbench.training.runs` to list, reload and compare runs.
+* **Compiled once.** A built mode (and its compiled step) is kept per compile key (mode, mesh, model
+  shapes, optimizer kind, batch size, accumulation, precision); a new learning rate or seed reuses it.
+
+Events are :class:`TrainEvent` records: ``start``, ``compiled`` (first step, with ``compile_s``),
+``metrics``, ``eval``, ``sync`` (gradient-sync diagnostics every ``sync_every`` steps: per-replica and
+synchronised gradient norms, cosines, replica divergence, noise scale), ``paused``, ``resumed`` and
+``end`` (``status`` finished/stopped/failed).
+
+Example:
+    >>> trainer = Trainer(TrainConfig(model="mlp", data="digits", mode="dp", steps=300))  # doctest: +SKIP
+    >>> trainer.subscribe(lambda event: print(event.kind, event.step, event.data.get("loss")))  # doctest: +SKIP
+    >>> trainer.start(); trainer.wait()["eval"]["accuracy"] > 0.9  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from .data import load_dataset
+from ..errors import WorkbenchError
+from .in_flight import InFlight
+from .modes import StepPlan, build_mode
+from .modes.core import LossFn, TrainState, add_sums, first_non_finite, init_state
+from .models import model_class, model_config_for_data, param_count
+from .runs import RunWriter
+from .sync_diagnostics import sync_report
+from .config import TrainConfig, make_optimizer
+
+EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "paused", "resumed", "end")
+STATUSES = ("idle", "running", "paused", "finished", "stopped", "failed")
+
+
+class TrainerBusyError(WorkbenchError):
+    """A run was started while another run of the same trainer is active."""
+
+
+class NonFiniteError(WorkbenchError):
+    """The loss, a gradient or a parameter became NaN or infinite."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainEvent:
+    """One thing that happened in a run: ``kind`` (see :data:`EVENT_KINDS`), the step, and its data."""
+
+    kind: str
+    step: int
+    data: dict
+    run: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "step": self.step, "run": self.run, **self.data}
+
+
+@dataclasses.dataclass
+class _Control:
+    """Requests from other threads, read by the training thread at step boundaries."""
+
+    pause: threading.Event = dataclasses.field(default_factory=threading.Event)
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    wake: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+class Trainer:
+    """Trains a model in a parallel mode; see the module docstring.
+
+    Args:
+        config: a :class:`~workbench.training.config.TrainConfig` (fields may also be given as keywords).
+        run_root: where runs are written (``runs/`` by default).
+        model: your own ``nnx.Module`` instead of ``config.model``; every run starts from its current
+            parameters. Needs ``loss`` unless it is a workbench model.
+        loss: ``(model, batch) -> (loss, aux)``; ``aux`` may hold ``"weight"`` (examples counted, for
+            exact masking) and scalar metrics such as ``"accuracy"``.
+        batches: your training data instead of ``config.data``: a callable ``seed -> iterator of
+            batches`` (dicts of NumPy arrays of global batch size), or an iterable used once.
+        eval_batches: held-out batches (a callable ``() -> iterable`` or a list) for your data.
+        tp_rules: ``(regex, spec)`` pairs for ``tp``/``dp-tp`` on your own model.
+
+    Example:
+        >>> trainer = Trainer(model=my_module, loss=my_loss, batches=my_batches, mode="dp", batch=64)  # doctest: +SKIP
+        >>> trainer.run(steps=100)["final_loss"]  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig | None = None,
+        *,
+        run_root: str = "runs",
+        model: nnx.Module | None = None,
+        loss: LossFn | None = None,
+        batches: Callable[[int], Iterator[Any]] | Iterable[Any] | None = None,
+        eval_batches: Callable[[], Iterable[Any]] | Iterable[Any] | None = None,
+        tp_rules: Iterable[tuple[str, str]] | None = None,
+        **overrides: Any,
+    ):
+        config = dataclasses.replace(config or TrainConfig(), **overrides)
+        if model is not None:
+            config = dataclasses.replace(config, model=f"custom:{type(model).__name__}")
+            if loss is None and not hasattr(type(model), "loss"):
+                raise WorkbenchError(
+                    f"model {type(model).__name__} is not a workbench model, so the trainer needs its loss: "
+                    "pass loss=fn with fn(model, batch) -> (loss, aux)"
+                )
+            if batches is None:
+                raise WorkbenchError("a custom model needs custom data: pass batches=fn(seed) -> iterator of batches")
+        self.config = config.checked()
+        self.run_root = run_root
+        self._custom = (model, loss, batches, eval_batches, tuple(tp_rules or ()))
+        self._custom_initial = nnx.split(model) if model is not None else None
+        self._modes: dict[tuple, Any] = {}
+        self._subscribers: list[Callable[[TrainEvent], None]] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._control = _Control()
+        self._status = "idle"
+        self._summary: dict[str, Any] | None = None
+        self.history: list[TrainEvent] = []
+        self.run_name: str | None = None
+        self.run_path = None
+        self.state: TrainState | None = None  # the latest state (exported), after a run
+        self.subscriber_errors: list[str] = []
+
+    # --- public control --------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        """``idle``, ``running``, ``paused``, ``finished``, ``stopped`` or ``failed``."""
+        return self._status
+
+    @property
+    def compiled_modes(self) -> int:
+        """How many distinct compiled steps this trainer has built (a new lr or seed adds none)."""
+        return len(self._modes)
+
+    def subscribe(self, callback: Callable[[TrainEvent], None]) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event (from the training thread); returns an unsubscribe.
+
+        A callback that raises is dropped, and its error kept in :attr:`subscriber_errors`: a broken
+        plot must not break training.
+        """
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
+
+    def configure(self, **changes: Any) -> TrainConfig:
+        """Change settings for the next run (refused while a run is active); returns the new config."""
+        self._refuse_if_active("change the settings")
+        self.config = dataclasses.replace(self.config, **changes).checked()
+        return self.config
+
+    def start(self, steps: int | None = None, *, name: str | None = None) -> str:
+        """Start a run in a background thread; returns its name. Checks everything before starting.
+
+        Raises:
+            TrainerBusyError: a run is active (pause/stop it first).
+            WorkbenchError: a bad setting (mode, mesh, batch, model/data mismatch, ...).
+        """
+        with self._lock:
+            self._refuse_if_active("start another run")
+            prepared = self._prepare(steps, name)
+            self._status = "running"
+        self._thread = threading.Thread(target=self._run_safely, args=prepared, daemon=True, name="workbench-trainer")
+        self._thread.start()
+        return self.run_name
+
+    def run(self, steps: int | None = None, *, name: str | None = None) -> dict[str, Any]:
+        """Run to the end in this thread; returns the summary (also in ``summary.json``)."""
+        with self._lock:
+            self._refuse_if_active("start another run")
+            prepared = self._prepare(steps, name)
+            self._status = "running"
+        self._run_safely(*prepared)
+        return self._summary
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """Block until the run ends (or ``timeout`` seconds pass); returns the summary, or None."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return None
+        return self._summary
+
+    def pause(self) -> None:
+        """Pause at the next step boundary (metrics so far are logged first)."""
+        self._control.pause.set()
+
+    def resume(self) -> None:
+        """Resume a paused run."""
+        self._control.pause.clear()
+        self._control.wake.set()
+
+    def stop(self) -> None:
+        """Stop at the next step boundary; the run ends with status ``stopped``."""
+        self._control.stop.set()
+        self._control.wake.set()
+
+    # --- preparation (in the caller's thread, so bad input raises there) --------------------------
+
+    def _refuse_if_active(self, what: str) -> None:
+        if self._status in ("running", "paused"):
+            raise TrainerBusyError(
+                f"cannot {what}: run {self.run_name!r} is {self._status} (one run at a time per trainer): "
+                "call stop() and wait(), or use another Trainer"
+            )
+
+    def _data(self):
+        """(model config or None, train batches factory, eval batches factory, dataset or None)."""
+        config = self.config
+        model, _, batches, eval_batches, _ = self._custom
+        if batches is not None:
+            train = batches if callable(batches) else (lambda seed, it=iter(batches): it)
+            evaluate = eval_batches if callable(eval_batches) or eval_batches is None else (lambda b=eval_batches: b)
+            model_cfg = None if model is not None else self._registered_model_without_data()
+            return model_cfg, train, evaluate, None
+        dataset = load_dataset(config.data, seed=config.seed, **config.data_options)
+        model_cfg = model_config_for_data(config.model, dataset, **config.model_options)
+        train = lambda seed: dataset.batches(config.batch, seed=seed, drop_remainder=config.drop_remainder)  # noqa: E731
+        return model_cfg, train, (lambda: dataset.eval_batches(config.batch)), dataset
+
+    def _registered_model_without_data(self):
+        from .models import model_config
+
+        return model_config(self.config.model, **self.config.model_options)
+
+    def _model_and_loss(self, model_cfg):
+        model, loss, _, _, tp_rules = self._custom
+        if model is not None:
+            graphdef, state = self._custom_initial
+            fresh = nnx.merge(graphdef, state)  # every run starts from the model as it was given
+            return fresh, loss or type(model).loss, tp_rules
+        built = model_cfg.build(seed=self.config.seed)
+        return built, type(built).loss, tuple(model_class(model_cfg.name).tensor_parallel_rules())
+
+    def _prepare(self, steps: int | None, name: str | None):
+        config = self.config
+        if steps is not None:
+            config = self.config = dataclasses.replace(config, steps=steps).checked()
+        model_cfg, train_batches, eval_batches, dataset = self._data()
+        model, loss, tp_rules = self._model_and_loss(model_cfg)
+        optimizer = make_optimizer(config.optimizer, config.lr)
+        graphdef, state = init_state(model, optimizer)
+        key = (
+            config.mode, config.mesh, config.batch, config.accum, config.precision, config.optimizer, config.faults,
+            str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules,
+        )
+        if key not in self._modes:
+            plan = StepPlan(
+                graphdef, loss, optimizer, config.mesh, config.batch, config.accum, config.precision, tp_rules,
+                config.faults,
+            )
+            self._modes[key] = build_mode(config.mode, plan)  # raises on a bad combination, before writing
+        mode = self._modes[key]
+        record = {
+            **config.to_json(),
+            "model_options": model_cfg.options if model_cfg else config.model_options,
+            "param_count": param_count(model),
+            "data_description": dataset.description if dataset else "custom batches",
+            "unigram_entropy": dataset.unigram_entropy() if dataset and dataset.kind == "language" else None,
+            "devices": f"{len(jax.devices())} x {jax.devices()[0].platform}",
+            "jax_version": jax.__version__,
+        }
+        writer = RunWriter(self.run_root, name, record)
+        self.run_name, self.run_path = writer.name, writer.path
+        self.history, self._summary, self._control = [], None, _Control()
+        return writer, mode, state, train_batches, eval_batches, dataset
+
+    # --- the training thread ---------------------------------------------------------------------
+
+    def _emit(self, kind: str, step: int, **data: Any) -> None:
+        event = TrainEvent(kind, step, data, self.run_name)
+        self.history.append(event)
+        for callback in list(self._subscribers):
+            try:
+                callback(event)
+            except Exception as error:  # noqa: BLE001 - a subscriber must not end the run
+                self.subscriber_errors.append(f"{getattr(callback, '__name__', callback)!s}: {error!r}")
+                self._subscribers.remove(callback)
+
+    def _run_safely(self, writer: RunWriter, mode, state, train_batches, eval_batches, dataset) -> None:
+        loop = _Loop(self, writer, mode, state, train_batches, eval_batches)
+        status, error = "finished", None
+        try:
+            status = loop.run()
+        except Exception as exc:  # noqa: BLE001 - the run fails, the kernel lives on
+            status = "failed"
+            error = str(exc) if isinstance(exc, WorkbenchError) else f"{type(exc).__name__}: {exc}"
+            loop.traceback = traceback.format_exc()
+        summary = loop.summary(status, error)
+        self._summary = {"run": writer.name, "run_dir": str(writer.path), **summary}
+        writer.finish(status, **summary)
+        self.state = loop.exported_state()
+        self._status = status
+        self._emit("end", loop.step, **summary)
+
+
+class _Loop:
+    """One run's loop and its bookkeeping (kept apart so the Trainer reads as its public surface)."""
+
+    def __init__(self, trainer: Trainer, writer: RunWriter, mode, state, train_batches, eval_batches):
+        self.trainer, self.writer, self.mode = trainer, writer, mode
+        self.config = trainer.config
+        self.train_batches, self.eval_batches = train_batches, eval_batches
+        self.initial = state
+        self.state = None
+        self.step = 0
+        self.pending: list[tuple[int, dict]] = []
+        self.in_flight = InFlight()  # steps dispatched but maybe not run: bounded, see workbench.training.in_flight
+        self.last: dict[str, Any] = {}
+        self.evals: dict[str, float] = {}
+        self.compile_s = None
+        self.train_seconds = 0.0
+        self.train_examples = 0
+        self.traceback = None
+
+    def run(self) -> str:
+        config, emit = self.config, self.trainer._emit
+        emit("start", 0, mode=config.mode, mesh=config.mesh, steps=config.steps, run_dir=str(self.writer.path))
+        self.state = self.mode.place_state(self.initial)
+        batches = iter(self.train_batches(config.seed))
+        interval_start = time.perf_counter()
+        while self.step < config.steps:
+            control = self.trainer._control
+            if control.stop.is_set():
+                self.flush(interval_start)
+                return "stopped"
+            if control.pause.is_set():
+                self.flush(interval_start)
+                if self.wait_while_paused() == "stop":
+                    return "stopped"
+                interval_start = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                raise WorkbenchError(
+                    f"the training batches ran out after {self.step} steps of {config.steps}: give more data "
+                    "(an iterator that repeats) or fewer steps"
+                ) from None
+            first = time.perf_counter()
+            step = self.step + 1
+            logging = step == 1 or step % config.log_every == 0 or step == config.steps
+            placed = self.mode.place_batch(batch)
+            self.state, metrics = self.mode.step(self.state, placed, diagnostics=logging)
+            self.step = step
+            self.pending.append((self.step, metrics))
+            self.in_flight.add(metrics["loss"])
+            if self.step == 1:
+                self.mode.precompile(self.state, placed)  # the ordinary step, compiled while step 1 runs
+                jax.block_until_ready(metrics["loss"])  # the one early sync: compile time, shown once
+                self.compile_s = time.perf_counter() - first
+                self.trainer._emit("compiled", 1, compile_s=round(self.compile_s, 3))
+                self.flush(None)
+                interval_start = time.perf_counter()
+            elif self.step % config.log_every == 0 or self.step == config.steps:
+                self.flush(interval_start)
+                interval_start = time.perf_counter()
+            if self.step > 1 and config.sync_every and self.step % config.sync_every == 0:
+                self.report_sync(batch)  # on its own schedule, not only where a logging step falls
+                interval_start = time.perf_counter()
+            if config.eval_every and self.step % config.eval_every == 0 and self.step < config.steps:
+                self.evaluate()
+                interval_start = time.perf_counter()
+        self.evaluate()
+        return "finished"
+
+    def wait_while_paused(self) -> str:
+        control = self.trainer._control
+        self.trainer._status = "paused"
+        self.trainer._emit("paused", self.step)
+        while control.pause.is_set() and not control.stop.is_set():
+            control.wake.wait(0.5)
+            control.wake.clear()
+        if control.stop.is_set():
+            return "stop"
+        self.trainer._status = "running"
+        self.trainer._emit("resumed", self.step)
+        return "resume"
+
+    def flush(self, interval_start: float | None) -> None:
+        """Read the pending metrics (one host sync), check them, log one record and emit it.
+
+        The record holds the mean loss over the interval's steps and the gradient norm of the last
+        step (ordinary steps compute no gradient norms: see ``diagnostics`` in :mod:`workbench.training.modes.base`).
+        """
+        if not self.pending:
+            return
+        steps = [step for step, _ in self.pending]
+        values = jax.device_get([metrics for _, metrics in self.pending])
+        self.pending = []
+        self.in_flight.clear()  # every step up to here has run
+        self.check_finite(steps, values)
+        record = {"step": steps[-1], "loss": float(np.mean([v["loss"] for v in values]))}
+        if "grad_norm" in values[-1]:
+            record["grad_norm"] = float(values[-1]["grad_norm"])
+        self.last = {"loss": float(values[-1]["loss"])}
+        if interval_start is not None:
+            elapsed = time.perf_counter() - interval_start
+            examples = len(steps) * self.config.batch
+            self.train_seconds += elapsed
+            self.train_examples += examples
+            record.update(examples_per_s=examples / elapsed, step_time_s=elapsed / len(steps))
+        self.writer.append(record)
+        self.trainer._emit("metrics", steps[-1], **{k: v for k, v in record.items() if k != "step"})
+
+    def check_finite(self, steps: list[int], values: list[dict]) -> None:
+        """NonFiniteError at the first step whose loss or gradient norms are not finite.
+
+        It names the first non-finite gradient when that step computed gradient norms (a logging
+        step), else the first non-finite parameter of the current state, read on the host only now.
+        """
+        for step, metrics in zip(steps, values):
+            grads_finite = np.isfinite(metrics.get("grad_sq_norms", np.zeros(0)))
+            if np.isfinite(metrics["loss"]) and grads_finite.all():
+                continue
+            params = self.mode.export_state(self.state).params
+            params_finite = [bool(np.all(np.isfinite(leaf))) for leaf in jax.tree.leaves(jax.device_get(params))]
+            culprit = first_non_finite(params, grads_finite, params_finite)
+            if culprit and culprit.startswith("parameter") and steps[-1] != step:
+                culprit += f" (read after step {steps[-1]})"
+            loss = float(metrics["loss"])
+            where = f"; first non-finite: {culprit}" if culprit else ""
+            raise NonFiniteError(
+                f"step {step}: loss is {loss}{where}. Lower the learning rate (now {self.config.lr}), check the "
+                "data for NaN/inf, or use fp32 if this is bf16"
+            )
+
+    def report_sync(self, batch: Any) -> None:
+        """Gradient-sync diagnostics on this step's batch (see :mod:`workbench.training.sync_diagnostics`)."""
+        report = sync_report(self.mode, self.state, batch).to_json()
+        record = {"step": self.step, **{f"sync_{k}": v for k, v in report.items()}}
+        self.writer.append(record)
+        self.trainer._emit("sync", self.step, **report)
+
+    def evaluate(self) -> None:
+        if self.eval_batches is None:
+            return
+        total, queue = None, InFlight()
+        for batch in self.eval_batches():
+            sums = self.mode.eval_sums(self.state, self.mode.place_batch(batch))
+            queue.add(sums)  # each batch's evaluation is independent of the others: bound the queue
+            total = sums if total is None else add_sums(total, sums)
+        if total is None:
+            return
+        total = jax.device_get(total)
+        weight = float(total["weight"]) or 1.0
+        self.evals = {k: float(v) / weight for k, v in total["metrics"].items()}
+        record = {"step": self.step, **{f"eval_{k}": v for k, v in self.evals.items()}}
+        self.writer.append(record)
+        self.trainer._emit("eval", self.step, **{k: v for k, v in record.items() if k != "step"})
+
+    def summary(self, status: str, error: str | None) -> dict[str, Any]:
+        config = self.config
+        result = {
+            "model": config.model, "data": config.data, "mode": config.mode, "mesh": _mesh_json(config.mesh),
+            "steps": self.step, "final_loss": self.last.get("loss"),
+            "eval": dict(self.evals) or None,
+            "examples_per_s": self.train_examples / self.train_seconds if self.train_seconds else None,
+            "compile_s": self.compile_s,
+        }
+        if error is not None:
+            result["error"] = error
+        return result
+
+    def exported_state(self) -> TrainState | None:
+        return self.mode.export_state(self.state) if self.state is not None else None
+
+
+def _mesh_json(mesh: str) -> dict[str, int]:
+    from ..layout.mesh import parse_mesh
+
+    return parse_mesh(mesh).axes

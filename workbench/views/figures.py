@@ -1,0 +1,359 @@
+"""Plotly figures of layouts: the array's tiling beside the device mesh, and bytes per device.
+
+:func:`layout_figure` draws two things side by side. Left, the array: each block a rectangle in the
+:func:`~workbench.views.colors.device_color` of the device holding it; a block held by several devices
+(replication) is split into thin stripes, one per holder, so every holder's colour shows. Right, the
+mesh: first axis as rows, the other axes flattened into columns, each device in its own colour.
+Hovering shows holders, mesh coordinates, index ranges and bytes.
+
+Arrays of 3 or more dimensions are drawn as small multiples: the last two dimensions are the picture,
+and there is one small panel per distinct block of the leading dimensions (at most ``max_panels``; the
+title says how many were left out). We chose this over a 3-D plot because blocks are boxes in a grid,
+and flat panels show every block without occlusion or camera controls. A 1-D array is one row of
+blocks, a scalar one cell.
+
+Every panel is one ``Heatmap`` trace (stripes are its cells), not one shape per device, so a
+1,024-device mesh builds in well under a second and keeps per-cell hover text. Output is
+deterministic: the same layout gives the same figure data. Plotly is imported only here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .colors import PALETTE, device_color, palette_index
+from ..layout.array_layout import ArrayLayout, DeviceSlice, Interval
+from ..layout.tree_layout import TreeLayout
+from .text import (
+    describe_array,
+    format_bytes,
+    format_bytes_exact,
+    format_coords,
+    format_device_ids,
+    format_index,
+    format_shape,
+)
+
+MAX_HOLDERS_IN_HOVER = 8  # a fully replicated array on 1,024 devices would otherwise list 1,024 per cell
+MAX_TICKS = 16
+MAX_LABELLED_CELLS = 256  # beyond this, cell labels overlap: hover still names every device
+# A replicated block cycles through its holders' colours at least this many times' worth of stripes, so
+# it reads as a striped (shared) block and never as clean shards of the next dimension.
+MIN_STRIPES_PER_BLOCK = 12
+MAX_OUTLINED_BLOCKS = 256
+PANEL_COLUMNS = 4
+BAR_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
+
+# Heatmap cells carry palette positions; this step colour scale maps each position to its exact colour.
+_DEVICE_COLORSCALE = [
+    [edge / len(PALETTE), color]
+    for number, color in enumerate(PALETTE)
+    for edge in (number, number + 1)
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Block:
+    """One block of a panel: its rows and columns in the picture, its full index, and its holders."""
+
+    rows: Interval
+    columns: Interval
+    index: tuple[Interval, ...]
+    holders: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Panel:
+    title: str
+    blocks: tuple[_Block, ...]
+
+
+def _picture_axes(index: tuple[Interval, ...]) -> tuple[Interval, Interval]:
+    """The (rows, columns) a block covers in the picture: the last two dimensions; 1-D is one row."""
+    if not index:
+        return (0, 1), (0, 1)
+    if len(index) == 1:
+        return (0, 1), index[0]
+    return index[-2], index[-1]
+
+
+def _panels(layout: ArrayLayout, max_panels: int) -> tuple[list[_Panel], int]:
+    """The small multiples (one panel for rank <= 2) and how many leading-dimension blocks exist."""
+    groups: dict[tuple[Interval, ...], list[_Block]] = {}
+    for index, holders in layout.holders().items():
+        rows, columns = _picture_axes(index)
+        groups.setdefault(index[:-2], []).append(_Block(rows, columns, index, tuple(holders)))
+    keys = sorted(groups)
+    panels = []
+    for key in keys[:max_panels]:
+        title = "x[" + ", ".join([f"{a}:{b}" for a, b in key] + [":", ":"]) + "]" if key else "array blocks by device"
+        panels.append(_Panel(title, tuple(sorted(groups[key], key=lambda b: (b.rows, b.columns)))))
+    return panels, len(keys)
+
+
+def _edges(intervals: Sequence[Interval], stripes: int = 1) -> list[float]:
+    """Cell edges for sorted intervals, each split into ``stripes`` equal parts."""
+    edges = []
+    for start, stop in intervals:
+        edges += [start + (stop - start) * k / stripes for k in range(stripes)]
+    return [*edges, intervals[-1][1]]
+
+
+def _color_heatmap(
+    device_ids: list[list[int]], x_edges, y_edges, hover: list[list[str]], labels: list[list[str]] | None = None,
+    *, xgap: bool = True,
+) -> go.Heatmap:
+    """A grid of cells, each in its device's colour (the id rides along as ``customdata``).
+
+    Cells are labelled with their device id, or with ``labels`` where given, while labels fit.
+    """
+    if labels is None:
+        labels = [[str(d) for d in row] for row in device_ids]
+    labelled = sum(1 for row in labels for label in row if label) <= MAX_LABELLED_CELLS
+    return go.Heatmap(
+        z=[[palette_index(d) + 0.5 for d in row] for row in device_ids],
+        x=x_edges,
+        y=y_edges,
+        zmin=0,
+        zmax=len(PALETTE),
+        colorscale=_DEVICE_COLORSCALE,
+        showscale=False,
+        customdata=device_ids,
+        text=labels,
+        texttemplate="%{text}" if labelled else None,
+        hovertext=hover,
+        hovertemplate="%{hovertext}<extra></extra>",
+        xgap=1 if xgap and len(x_edges) <= 65 else 0,
+        ygap=1 if len(y_edges) <= 65 else 0,
+    )
+
+
+def _holders_text(holders: Sequence[int], devices: Mapping[int, DeviceSlice]) -> str:
+    shown = [f"  {d} ({format_coords(devices[d].coords)})" for d in holders[:MAX_HOLDERS_IN_HOVER]]
+    if len(holders) > MAX_HOLDERS_IN_HOVER:
+        shown.append(f"  … and {len(holders) - MAX_HOLDERS_IN_HOVER:,} more")
+    return f"held by {len(holders):,} device{'s' if len(holders) != 1 else ''}:<br>" + "<br>".join(shown)
+
+
+def _stripes_per_block(replication: int) -> int:
+    """Cells across one block: one per holder, repeated so a shared block reads as striped."""
+    if replication == 1:
+        return 1
+    return replication * max(1, math.ceil(MIN_STRIPES_PER_BLOCK / replication))
+
+
+def _tiling_trace(panel: _Panel, layout: ArrayLayout, devices: Mapping[int, DeviceSlice]) -> go.Heatmap:
+    """One panel of the array: each block a cell, or, when replicated, stripes cycling through its holders.
+
+    A replicated block is labelled once (its holders and ``×replication``) on its middle stripe.
+    """
+    holders_per_block = len(panel.blocks[0].holders)  # every block has `replication` holders
+    stripes = _stripes_per_block(holders_per_block)
+    row_ranges = sorted({b.rows for b in panel.blocks})
+    column_ranges = sorted({b.columns for b in panel.blocks})
+    row_of = {r: n for n, r in enumerate(row_ranges)}
+    column_of = {c: n for n, c in enumerate(column_ranges)}
+    width = len(column_ranges) * stripes
+    ids = [[0] * width for _ in row_ranges]
+    hover = [[""] * width for _ in row_ranges]
+    labels = [[""] * width for _ in row_ranges]
+    shard = f"shard {format_shape(layout.shard_shape)}, {format_bytes_exact(layout.bytes_per_device)}"
+    for block in panel.blocks:
+        about = f"block {format_index(block.index)}<br>{shard}<br>{_holders_text(block.holders, devices)}"
+        row, first = row_of[block.rows], column_of[block.columns] * stripes
+        for stripe in range(stripes):
+            device = block.holders[stripe % holders_per_block]
+            ids[row][first + stripe] = device
+            hover[row][first + stripe] = f"<b>device {device}</b> ({format_coords(devices[device].coords)})<br>{about}"
+        label = str(block.holders[0]) if holders_per_block == 1 else f"{format_device_ids(block.holders)} ×{holders_per_block}"
+        labels[row][first + stripes // 2] = label
+    return _color_heatmap(
+        ids, _edges(column_ranges, stripes), _edges(row_ranges), hover, labels, xgap=holders_per_block == 1
+    )
+
+
+def _block_outlines(panel: _Panel) -> list[dict]:
+    """White rectangles around each block: striped cells have no gaps, so borders show the blocks."""
+    if len(panel.blocks[0].holders) == 1 or len(panel.blocks) > MAX_OUTLINED_BLOCKS:
+        return []
+    return [
+        dict(type="rect", x0=b.columns[0], x1=b.columns[1], y0=b.rows[0], y1=b.rows[1], line=dict(color="white", width=2))
+        for b in panel.blocks
+    ]
+
+
+def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict]:
+    """The device mesh as a grid trace, with x and y axis settings (ticks naming axes and coordinates)."""
+    names, sizes = layout.mesh.names, layout.mesh.sizes
+    rows, columns = sizes[0], math.prod(sizes[1:])
+    devices = layout.devices
+    shard = f"shard {format_shape(layout.shard_shape)}, {format_bytes_exact(layout.bytes_per_device)}"
+    ids, hover = [], []
+    for row in range(rows):
+        cells = devices[row * columns : (row + 1) * columns]  # row-major: the first axis varies slowest
+        ids.append([d.device_id for d in cells])
+        hover.append(
+            [f"<b>device {d.device_id}</b><br>{format_coords(d.coords)}<br>holds {format_index(d.index)}<br>{shard}" for d in cells]
+        )
+    trace = _color_heatmap(ids, list(range(columns + 1)), list(range(rows + 1)), hover)
+
+    def ticks(count: int, label) -> dict:
+        step = max(1, math.ceil(count / MAX_TICKS))
+        chosen = sorted(set(range(0, count, step)) | {count - 1})
+        return dict(tickmode="array", tickvals=[n + 0.5 for n in chosen], ticktext=[label(n) for n in chosen])
+
+    other_axes = names[1:]
+    column_coords = [devices[c].coords for c in range(columns)]
+    x_axis = dict(
+        title=" × ".join(other_axes) if other_axes else "",
+        **ticks(columns, lambda c: ", ".join(f"{a}={column_coords[c][a]}" for a in other_axes)),
+    )
+    # Row labels on the right: on the left they would crowd the last array panel.
+    y_axis = dict(title=names[0], side="right", autorange="reversed", **ticks(rows, lambda r: f"{names[0]}={r}"))
+    return trace, x_axis, y_axis
+
+
+def _tiling_axes(layout: ArrayLayout) -> tuple[dict, dict]:
+    rank = len(layout.shape)
+    if rank == 0:
+        hidden = dict(showticklabels=False, ticks="", title="scalar")
+        return hidden, dict(hidden, title="", autorange="reversed")
+    x_axis = dict(title=f"dimension {rank - 1}")
+    if rank == 1:
+        return x_axis, dict(showticklabels=False, ticks="", autorange="reversed")
+    return x_axis, dict(title=f"dimension {rank - 2}", autorange="reversed")
+
+
+def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: int = 16) -> go.Figure:
+    """A figure of a layout: the array's blocks by device (left) and the device mesh (right).
+
+    See the module docstring for how replication, 3-D+ arrays and scalars are drawn. Every cell's
+    hover text names its device, the block's holders with their mesh coordinates, the index ranges and
+    bytes.
+
+    Args:
+        layout: from :func:`~workbench.layout.array_layout.layout_array`; abstract meshes of any size work.
+        title: the figure title (default: array, mesh, spec, shard and bytes per device).
+        max_panels: most small multiples drawn for a 3-D+ array.
+
+    Example:
+        >>> fig = layout_figure(layout_array((8, 16, 32), "data=2,model=4", "data, None, model"))
+        >>> len(fig.data)  # two leading-dimension blocks, then the mesh
+        3
+    """
+    devices = {d.device_id: d for d in layout.devices}
+    panels, total = _panels(layout, max_panels)
+    panel_columns = min(len(panels), PANEL_COLUMNS)
+    panel_rows = math.ceil(len(panels) / panel_columns)
+    specs = [[{} if r * panel_columns + c < len(panels) else None for c in range(panel_columns)] for r in range(panel_rows)]
+    specs[0].append({"rowspan": panel_rows})
+    for row in specs[1:]:
+        row.append(None)
+    titles = [p.title for p in panels[:panel_columns]] + [f"device mesh {layout.mesh}"]
+    titles += [p.title for p in panels[panel_columns:]]
+    figure = make_subplots(
+        rows=panel_rows,
+        cols=panel_columns + 1,
+        specs=specs,
+        column_widths=[0.58 / panel_columns] * panel_columns + [0.42],
+        subplot_titles=titles,
+        horizontal_spacing=0.06 if panel_columns == 1 else 0.04,
+        vertical_spacing=min(0.08, 0.3 / panel_rows),
+    )
+    x_axis, y_axis = _tiling_axes(layout)
+    for number, panel in enumerate(panels):
+        row, column = divmod(number, panel_columns)
+        figure.add_trace(_tiling_trace(panel, layout, devices), row=row + 1, col=column + 1)
+        for outline in _block_outlines(panel):
+            figure.add_shape(outline, row=row + 1, col=column + 1)
+        # Axis titles once per panel column and row, not on every small multiple.
+        bottom_of_column = number + panel_columns >= len(panels)
+        figure.update_xaxes(x_axis if bottom_of_column else {**x_axis, "title": ""}, row=row + 1, col=column + 1)
+        figure.update_yaxes(y_axis if column == 0 else {**y_axis, "title": ""}, row=row + 1, col=column + 1)
+    grid, grid_x, grid_y = _mesh_grid(layout)
+    figure.add_trace(grid, row=1, col=panel_columns + 1)
+    figure.update_xaxes(grid_x, row=1, col=panel_columns + 1)
+    figure.update_yaxes(grid_y, row=1, col=panel_columns + 1)
+
+    if title is None:
+        title = (
+            f"{describe_array(layout)}<br><sup>shard {format_shape(layout.shard_shape)}, "
+            f"{format_bytes(layout.bytes_per_device)} per device, replication {layout.replication}</sup>"
+        )
+    if total > len(panels):
+        title += f"<br><sup>showing {len(panels)} of {total} blocks of the leading dimensions</sup>"
+    figure.update_layout(
+        title=dict(text=title, x=0.01),
+        height=max(380, 260 * panel_rows + 140),
+        width=1100,
+        margin=dict(t=110 if total > len(panels) else 90),
+        plot_bgcolor="white",
+    )
+    return figure
+
+
+def _bar_series(memory: TreeLayout | Mapping[int, int], depth: int) -> tuple[list[int], dict[str, list[int]]]:
+    """Device ids and, per stacked series, bytes per device."""
+    if isinstance(memory, TreeLayout):
+        ids = sorted(memory.per_device_bytes)
+        # Specs divide evenly, so each group weighs the same on every device.
+        return ids, {group: [n] * len(ids) for group, n in memory.group_bytes_per_device(depth).items()}
+    ids = sorted(memory)
+    return ids, {"bytes": [memory[d] for d in ids]}
+
+
+def memory_bar_figure(
+    memory: TreeLayout | Mapping[int, int],
+    *,
+    depth: int = 1,
+    capacity_bytes: int | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """Bytes per device as bars in each device's colour.
+
+    A :class:`~workbench.layout.tree_layout.TreeLayout` is stacked by the first ``depth`` path components
+    (e.g. ``params`` and ``opt_state``, told apart by hatching); a dict ``{device_id: bytes}`` gives one
+    bar per device. ``capacity_bytes`` draws the device's memory as a dashed line.
+
+    Example:
+        >>> fig = memory_bar_figure({0: 2048, 1: 1024})
+        >>> list(fig.data[0].y)
+        [2048, 1024]
+    """
+    ids, series = _bar_series(memory, depth)
+    labels = [str(d) for d in ids]
+    colors = [device_color(d) for d in ids]
+    figure = go.Figure()
+    for number, (name, values) in enumerate(series.items()):
+        figure.add_trace(
+            go.Bar(
+                x=labels,
+                y=values,
+                name=name,
+                marker=dict(color=colors, pattern=dict(shape=BAR_PATTERNS[number % len(BAR_PATTERNS)])),
+                hovertext=[f"device {d}: {name} {format_bytes_exact(v)}" for d, v in zip(ids, values)],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    if capacity_bytes is not None:
+        figure.add_hline(
+            y=capacity_bytes,
+            line_dash="dash",
+            annotation_text=f"capacity {format_bytes(capacity_bytes)}",
+            annotation_position="top left",
+        )
+    totals = [sum(values[i] for values in series.values()) for i in range(len(ids))]
+    figure.update_layout(
+        barmode="stack",
+        title=title or f"bytes per device (most: {format_bytes_exact(max(totals, default=0))})",
+        xaxis=dict(title="device", type="category"),
+        yaxis=dict(title="bytes per device"),
+        showlegend=len(series) > 1,
+        plot_bgcolor="white",
+    )
+    return figure
