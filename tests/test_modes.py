@@ -174,7 +174,7 @@ BAD_PLANS = [
     ("tp", {"mesh": "data=8"}, "needs a mesh axis 'model'"),
     ("dp-tp", {"mesh": "model=2", "tp_rules": tuple(tensor_parallel_rules("mlp"))}, "needs a mesh axis 'data'"),
     ("dp", {"mesh": "data=4,model=2"}, "dp-tp"),
-    ("dp-pmap", {"mesh": "data=4,model=2"}, "pmap maps one axis"),
+    ("dp-pmap", {"mesh": "data=4,model=2"}, "uses only mesh axes .data."),
     ("dp", {"global_batch": 100}, "96 or 104"),
     ("dp", {"accum": 3}, "3 microbatches"),
     ("simulated", {"global_batch": 12}, "8 or 16"),

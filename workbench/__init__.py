@@ -89,6 +89,9 @@ from .training.models import tensor_parallel_rules as tensor_parallel_rules
 from .training.models import model_config_for_data as model_config_for_data
 from .training.modes import FAULTS as FAULTS
 from .training.modes import mode_class as mode_class
+from .training.modes import MeshFit as MeshFit
+from .training.modes import MeshFix as MeshFix
+from .training.modes import mesh_fit as mesh_fit
 from .training.modes import MODES as MODES
 from .training.modes import StepPlan as StepPlan
 from .training.modes import TrainState as TrainState

@@ -21,8 +21,10 @@ Example:
 from __future__ import annotations
 
 from ...errors import WorkbenchError
-from .base import ParallelMode, StepPlan
+from ...layout.mesh import MODEL_AXIS, parse_mesh
+from .base import ParallelMode, StepPlan, check_declaration
 from .core import PRECISIONS, TrainState
+from .declaration import CollectiveNeed, MeshFit, MeshFix
 from .dp import DataParallel
 from .dp_pmap import PmapDataParallel
 from .dp_shard_map import ShardMapDataParallel
@@ -46,8 +48,12 @@ _REGISTRY: dict[str, type[ParallelMode]] = {
         DataTensorParallel,
     )
 }
+for _cls in _REGISTRY.values():
+    check_declaration(_cls)  # a mode that leaves a fact undeclared fails at import, naming it
+
 MODES: tuple[str, ...] = tuple(_REGISTRY)
-DATA_PARALLEL_MODES: tuple[str, ...] = ("single", "simulated", "dp", "dp-shard-map", "dp-pmap", "fsdp")
+# The modes that split only the batch (and perhaps the state) over 'data': no layer is split.
+DATA_PARALLEL_MODES: tuple[str, ...] = tuple(name for name, cls in _REGISTRY.items() if MODEL_AXIS not in cls.axes)
 
 
 def mode_class(name: str) -> type[ParallelMode]:
@@ -62,9 +68,27 @@ def build_mode(name: str, plan: StepPlan) -> ParallelMode:
 
     Example:
         >>> build_mode("tp", StepPlan(g, loss, tx, "data=8", 64))  # doctest: +SKIP
-        MeshError: mode 'tp' needs a mesh axis 'model', but mesh data=8 has data: use e.g. --mesh model=2
+        MeshError: mode 'tp' needs a mesh axis 'model', but mesh data=8 has data: use e.g. --mesh model=8
     """
     return mode_class(name)(plan)
+
+
+def mesh_fit(mode: str, mesh) -> MeshFit:
+    """Whether ``mode`` trains on ``mesh`` (any size: only the axes are judged), with one-click fixes.
+
+    The fixes are a mode that uses exactly the mesh's split axes, if one exists, and the same number of
+    devices arranged over the axes ``mode`` uses. Trainer, planner and widgets all ask this.
+
+    Example:
+        >>> fit = mesh_fit("dp", "data=4,model=2")
+        >>> fit.ok, [(f.mode, f.mesh) for f in fit.fixes]
+        (False, [('dp-tp', None), (None, 'data=8')])
+    """
+    shape = parse_mesh(mesh)
+    split = {name for name, size in shape.axes.items() if size > 1}
+    alternative = next((name for name, cls in _REGISTRY.items()
+                        if not cls.one_device and set(cls.axes) == split and name != mode), None)
+    return mode_class(mode).fit_mesh(shape, alternative)
 
 
 def modes_supporting(fault: str) -> tuple[str, ...]:
@@ -83,6 +107,7 @@ def describe_modes() -> dict[str, str]:
 
 
 __all__ = [
-    "DATA_PARALLEL_MODES", "FAULTS", "Fault", "MODES", "PRECISIONS", "ParallelMode", "StepPlan", "TrainState", "build_mode",
-    "describe_modes", "mode_class", "modes_supporting",
+    "DATA_PARALLEL_MODES", "FAULTS", "CollectiveNeed", "Fault", "MODES", "MeshFit", "MeshFix", "PRECISIONS",
+    "ParallelMode", "StepPlan", "TrainState", "build_mode", "describe_modes", "mesh_fit", "mode_class",
+    "modes_supporting",
 ]

@@ -1,26 +1,23 @@
-"""The shape every parallel mode has, and the jit-with-shardings mode most of them are.
+"""The shape every parallel mode has: what it declares about itself, and what a built mode offers.
 
-A mode is built from a :class:`StepPlan` (model graph, loss, optimizer, mesh, batch size, accumulation,
-precision). Building checks the plan and raises before anything compiles. A built mode then offers:
+A mode class *declares* its facts as class attributes (see :class:`ParallelMode`): the mesh axes it
+uses, where the batch and the state go, how gradients are combined, the collectives of a step and the
+teaching faults it can carry. Everything else asks the class: the mesh and batch checks below, the
+planner, the ledger's theory, the widgets and the reference check. A built mode (from a
+:class:`StepPlan`) then places state and batches, runs steps and reports its layout.
 
-* ``place_state(state)`` / ``place_batch(batch)``: put a host state or NumPy batch where it computes;
-* ``step(state, batch, diagnostics=False) -> (state, metrics)``: one update, metrics left on the
-  device: the loss, plus gradient norms with ``diagnostics`` (a second compiled variant, used by the
-  trainer at logging steps only, so ordinary steps cost what a hand-written step costs);
-* ``eval_sums(state, batch)``: weighted loss sums without gradients (see :mod:`.core`);
-* ``export_state(state)``: the state in the plain form every mode shares (for comparison, saving);
-* ``state_layout(state)``: the :class:`~workbench.layout.tree_layout.TreeLayout` of the placed state.
+:class:`ShardedJitMode` implements a built mode for modes that are one ``jax.jit`` with shardings.
 
-:class:`ShardedJitMode` implements all of it for modes that are one ``jax.jit`` with input and output
-shardings: a subclass names its batch spec and state layout, nothing else. The compiled step is made once
-per built mode: a trainer that keeps the mode keeps the compiled step.
+Example:
+    >>> DataParallel.axes, DataParallel.state_placement, [c.kind for c in DataParallel.collectives]  # doctest: +SKIP
+    (('data',), 'replicate', ['all-reduce'])
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
-import math
 from typing import Any, ClassVar
 
 import jax
@@ -28,12 +25,15 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ...errors import MeshError, WorkbenchError, nearest_multiples
-from ...layout.mesh import MeshShape, build_mesh, parse_mesh
+from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, parse_mesh
+from ...layout.rules import RuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
-from .faults import check_faults
 from .core import TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
+from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, fit_mesh
+from .faults import FAULTS, check_faults
 
-DATA_AXIS, MODEL_AXIS = "data", "model"
+PLACEMENTS = ("replicate", "shard", "tensor-parallel")
+GRADIENT_SYNCS = ("none", "loop", "compiler", "shard_map", "pmap")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -44,7 +44,7 @@ class StepPlan:
         graphdef: the model's ``nnx`` graph definition (``nnx.split``).
         loss: ``(model, batch) -> (loss, aux)``.
         optimizer: an optax transformation.
-        mesh: the mesh description, e.g. ``"data=8"`` (a ``MeshShape``, text, dict or ``Mesh``).
+        mesh: the mesh as a :class:`~workbench.MeshShape` (text, a dict or a ``Mesh`` are parsed once, here).
         global_batch: examples per step over all devices and microbatches.
         accum: microbatches per step (gradients summed, one synchronisation, one update).
         precision: ``"fp32"`` or ``"bf16"`` (bfloat16 compute, float32 master weights).
@@ -55,38 +55,20 @@ class StepPlan:
     graphdef: Any
     loss: Any
     optimizer: Any
-    mesh: Any = "data=8"
+    mesh: MeshShape = MeshShape((DATA_AXIS,), (8,))
     global_batch: int = 256
     accum: int = 1
     precision: str = "fp32"
     tp_rules: tuple = ()
     faults: tuple = ()
 
+    def __post_init__(self):
+        if not isinstance(self.mesh, MeshShape):  # parsed at the boundary, once
+            object.__setattr__(self, "mesh", parse_mesh(self.mesh))
+
     @property
     def mesh_shape(self) -> MeshShape:
-        return parse_mesh(self.mesh)
-
-
-def axis_size(plan: StepPlan, axis: str, mode: str, example: str) -> int:
-    """The size of ``axis`` in the plan's mesh; a MeshError naming the mode when the mesh lacks it."""
-    shape = plan.mesh_shape
-    if axis not in shape.names:
-        raise MeshError(
-            f"mode {mode!r} needs a mesh axis {axis!r}, but mesh {shape} has {', '.join(shape.names)}: "
-            f"use e.g. --mesh {example}"
-        )
-    return shape.axis_size(axis)
-
-
-def only_axes(plan: StepPlan, allowed: tuple[str, ...], mode: str, instead: str) -> None:
-    """MeshError when the mesh splits devices over an axis ``mode`` does not use (size > 1)."""
-    extra = {n: s for n, s in plan.mesh_shape.axes.items() if n not in allowed and s > 1}
-    if extra:
-        name, size = next(iter(extra.items()))
-        raise MeshError(
-            f"mode {mode!r} uses only mesh axes {', '.join(repr(a) for a in allowed)}, but mesh {plan.mesh_shape} "
-            f"also splits {size} devices over {name!r}: {instead}"
-        )
+        return self.mesh
 
 
 def check_batch(plan: StepPlan, parts: int, what: str) -> None:
@@ -101,17 +83,6 @@ def check_batch(plan: StepPlan, parts: int, what: str) -> None:
             f"global batch {plan.global_batch} does not split into {split} ({unit} equal parts): "
             f"use a batch of {nearest} (a multiple of {unit})"
         )
-
-
-def check_data_parallel(plan: StepPlan, mode: str, other_axes: str) -> int:
-    """The checks every 1-D data-parallel mode makes; returns the ``data`` axis size.
-
-    ``other_axes`` is the advice given when the mesh also splits devices over another axis.
-    """
-    size = axis_size(plan, DATA_AXIS, mode, "data=8")
-    only_axes(plan, (DATA_AXIS,), mode, other_axes)
-    check_batch(plan, size, f"{size} devices of 'data'")
-    return size
 
 
 def training_mesh(shape: MeshShape) -> Mesh:
@@ -141,33 +112,118 @@ def step_sums(plan: StepPlan, params: Any, other: Any, batch: Any) -> dict[str, 
     )
 
 
-class ParallelMode:
-    """Base of every mode: the plan, checked; subclasses fill in the methods listed in the module doc."""
+def placement_argument(state_placement: str, tp_rules: Any) -> Any:
+    """What :func:`~workbench.layout.tree_layout.layout_tree` takes to place a state as declared:
+    ``"replicate"``, ``"shard"`` (largest divisible dimension over ``data``) or the model's rule table."""
+    return RuleTable(list(tp_rules)) if state_placement == "tensor-parallel" else state_placement
+
+
+class ParallelMode(abc.ABC):
+    """A parallel mode: its declaration (class attributes, the one place each fact is written) and
+    the methods a built mode has. A new mode is one subclass in one file, plus its test.
+
+    Declaration:
+        name, summary: the mode's name and one line for menus and ``--help``.
+        sharded: what is split over devices, in words.
+        axes: the mesh axes it uses.
+        mesh_example: a mesh it trains on, e.g. ``"data=8"`` (fixes are derived from it).
+        one_device: it computes on one device (``single``, ``simulated``).
+        other_axes: what it does with mesh axes it does not use: ``"replicate"`` (their devices hold
+            copies and repeat the work: it trains, with a warning), ``"ignore"`` (one device) or ``"refuse"``.
+        batch_axis: the axis the global batch is split over; None: every device sees the whole batch.
+        state_placement: ``"replicate"``, ``"shard"`` (over ``data``) or ``"tensor-parallel"`` (the model's rules).
+        stacked_state: the placed state holds one stacked copy per device (``pmap``).
+        gradient_sync: where gradients are combined: ``none``, ``loop``, ``compiler``, ``shard_map``, ``pmap``.
+        collectives: the :class:`CollectiveNeed` of one step (what the compiled step must show).
+        supported_faults: teaching faults it can carry; ``fault_reasons`` says, for every other fault,
+            why it cannot.
+    """
 
     name: ClassVar[str]
-    summary: ClassVar[str]  # one line for menus and --help
-    # Teaching faults this mode can write into its step; losing the optimizer state is possible anywhere.
-    supported_faults: ClassVar[tuple[str, ...]] = ("optimizer-reset",)
-    # Where the gradient is combined: "none" (one device), "loop", "compiler", "shard_map" or "pmap".
-    # The reference check uses it to rank causes (a double count under check_vma needs shard_map).
+    summary: ClassVar[str]
+    sharded: ClassVar[str]
+    axes: ClassVar[tuple[str, ...]]
+    mesh_example: ClassVar[str]
+    one_device: ClassVar[bool] = False
+    other_axes: ClassVar[str] = "replicate"
+    batch_axis: ClassVar[str | None] = DATA_AXIS
+    state_placement: ClassVar[str] = "replicate"
+    stacked_state: ClassVar[bool] = False
     gradient_sync: ClassVar[str] = "compiler"
+    collectives: ClassVar[tuple[CollectiveNeed, ...]] = ()
+    supported_faults: ClassVar[tuple[str, ...]] = ("optimizer-reset",)
+    fault_reasons: ClassVar[dict[str, str]] = {}
 
     def __init__(self, plan: StepPlan):
         check_precision(plan.precision)
-        self.faults = check_faults(plan.faults, self.name, self.supported_faults)
+        self.faults = check_faults(plan.faults, self.name, self.supported_faults, self.fault_reasons)
         self.plan = dataclasses.replace(plan, faults=self.faults) if self.faults != plan.faults else plan
-        self.check(plan)
+        self.check(self.plan)
+
+    # --- derived from the declaration ----------------------------------------------------------------
+
+    @classmethod
+    def fit_mesh(cls, mesh: Any, alternative: str | None = None) -> MeshFit:
+        """Whether this mode trains on ``mesh``, with the fixes to offer when not (see :func:`.fit_mesh`)."""
+        return fit_mesh(cls.name, cls.axes, other_axes=cls.other_axes, mesh=mesh, example=cls.mesh_example,
+                        alternative=alternative)
+
+    @classmethod
+    def batch_parts(cls, mesh: MeshShape) -> int:
+        """How many equal parts each (micro)batch is split into: the size of ``batch_axis``."""
+        return mesh.axis_size(cls.batch_axis) if cls.batch_axis else 1
 
     @classmethod
     def check(cls, plan: StepPlan) -> None:
         """Raise a WorkbenchError (before anything is compiled) if this mode cannot run ``plan``."""
+        from . import mesh_fit  # the registry knows which mode to offer instead
+
+        fit = mesh_fit(cls.name, plan.mesh)
+        if not fit.ok:
+            raise MeshError(fit.message)
+        if cls.state_placement == "tensor-parallel" and not plan.tp_rules:
+            raise WorkbenchError(
+                f"mode {cls.name!r} splits layers over the 'model' axis, but this model has no splittable layer pair "
+                "(a single linear layer has none): choose mlp, cnn or transformer, or a data-parallel mode"
+            )
+        parts = cls.batch_parts(plan.mesh)
+        where = "1 device" if cls.batch_axis is None and cls.one_device else (
+            "the whole batch on each device" if cls.batch_axis is None else f"{parts} parts over {cls.batch_axis!r}")
+        check_batch(plan, parts, where)
 
     @property
     def data_parallel_size(self) -> int:
         """How many parts each global batch is split into across devices (1: not split)."""
-        return 1
+        return self.batch_parts(self.plan.mesh)
+
+    @property
+    def batch_spec(self) -> PartitionSpec:
+        return PartitionSpec(self.batch_axis) if self.batch_axis else PartitionSpec()
+
+    # --- what a built mode does ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def place_state(self, state: TrainState) -> TrainState:
+        """A host state placed where this mode computes on it."""
+
+    @abc.abstractmethod
+    def place_batch(self, batch: Any) -> Any:
+        """A global NumPy batch placed (or cut) as this mode reads it."""
+
+    @abc.abstractmethod
+    def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
+        """One update: ``(new_state, metrics)``, metrics left on the device."""
+
+    @abc.abstractmethod
+    def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
+        """Weighted loss sums without gradients (see :mod:`.core`)."""
+
+    @abc.abstractmethod
+    def state_layout(self, state: TrainState) -> TreeLayout:
+        """The :class:`~workbench.TreeLayout` of the (exported) state as this mode places it."""
 
     def export_state(self, state: TrainState) -> TrainState:
+        """The state in the plain form every mode shares (for comparison, saving)."""
         return state
 
     def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
@@ -187,19 +243,32 @@ class ParallelMode:
         compile time is reported with the first's instead of slowing the first logging interval.
         """
 
-    def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
-        raise NotImplementedError
+
+def check_declaration(cls: type[ParallelMode]) -> None:
+    """TypeError naming what a mode class leaves undeclared or declares wrongly (checked at registration)."""
+    missing = [a for a in ("name", "summary", "sharded", "axes", "mesh_example") if not hasattr(cls, a)]
+    problems = [f"declares no {a}" for a in missing]
+    if cls.state_placement not in PLACEMENTS:
+        problems.append(f"state_placement {cls.state_placement!r} is not one of {PLACEMENTS}")
+    if cls.other_axes not in OTHER_AXES:
+        problems.append(f"other_axes {cls.other_axes!r} is not one of {tuple(OTHER_AXES)}")
+    if cls.gradient_sync not in GRADIENT_SYNCS:
+        problems.append(f"gradient_sync {cls.gradient_sync!r} is not one of {GRADIENT_SYNCS}")
+    unexplained = [f for f in FAULTS if f not in cls.supported_faults and f not in cls.fault_reasons]
+    if unexplained:
+        problems.append(f"gives no reason in fault_reasons why it cannot carry {', '.join(unexplained)}")
+    if not missing and cls.batch_axis is not None and cls.batch_axis not in cls.axes:
+        problems.append(f"splits the batch over {cls.batch_axis!r}, which is not one of its axes {cls.axes}")
+    if problems:
+        raise TypeError(f"mode class {cls.__name__}: " + "; ".join(problems))
 
 
 class ShardedJitMode(ParallelMode):
     """A mode that is one ``jax.jit`` with shardings: the compiler inserts every collective.
 
-    Subclasses set ``batch_spec`` and ``state_placement`` (any ``specs`` argument of
-    :func:`~workbench.layout.tree_layout.layout_tree`), and may override :meth:`compute_params` (FSDP gathers).
+    Its batch spec and state layout follow from the declaration (``batch_axis``, ``state_placement``);
+    a subclass may override :meth:`compute_params` (what the forward pass uses) or ``_step_fn``.
     """
-
-    batch_spec: ClassVar[PartitionSpec] = PartitionSpec(DATA_AXIS)
-    state_placement: ClassVar[Any] = "replicate"
 
     def __init__(self, plan: StepPlan):
         super().__init__(plan)
@@ -208,19 +277,11 @@ class ShardedJitMode(ParallelMode):
         self._eval = None
 
     def build_mesh(self, plan: StepPlan) -> Mesh:
-        return training_mesh(plan.mesh_shape)
-
-    @property
-    def data_parallel_size(self) -> int:
-        axes = [a for a in self.batch_spec if a is not None]
-        return math.prod(self.mesh.shape[a] for a in axes)
-
-    def placement(self) -> Any:
-        """The ``layout_tree`` argument that places the state."""
-        return self.state_placement
+        return training_mesh(plan.mesh)
 
     def state_layout(self, state: TrainState) -> TreeLayout:
-        return layout_tree(state, self.mesh, self.placement(), data_axis=DATA_AXIS)
+        placement = placement_argument(self.state_placement, self.plan.tp_rules)
+        return layout_tree(state, self.mesh, placement, data_axis=DATA_AXIS)
 
     def state_shardings(self, state: TrainState) -> Any:
         specs = iter(leaf.layout.spec for leaf in self.state_layout(state).leaves)

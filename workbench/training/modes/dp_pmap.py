@@ -26,20 +26,32 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ...errors import MeshError
 from ...layout.mesh import build_mesh
 from ...layout.tree_layout import TreeLayout, layout_tree
-from .base import DATA_AXIS, ParallelMode, StepPlan, axis_size, check_batch, only_axes, step_sums
+from .base import DATA_AXIS, ParallelMode, StepPlan, step_sums
 from .core import TrainState, finish_step, means, weighted_sums
+from .dp import GRADIENT_ALL_REDUCE
 
 
 class PmapDataParallel(ParallelMode):
     name = "dp-pmap"
     summary = "legacy jax.pmap: stacked replicas, batch reshaped to (devices, B/devices, ...), pmean"
+    sharded = "the batch, over 'data'; every device keeps a stacked copy of the state (legacy pmap)"
+    axes = (DATA_AXIS,)
+    mesh_example = "data=8"
+    batch_axis = DATA_AXIS
+    state_placement = "replicate"
+    other_axes = "refuse"  # pmap maps one axis of devices
     stacked_state = True  # row i of every state leaf is replica i's copy
-    supported_faults = ("skip-sync", "psum", "optimizer-reset")
     gradient_sync = "pmap"
+    collectives = (GRADIENT_ALL_REDUCE,)
+    supported_faults = ("skip-sync", "psum", "optimizer-reset")
+    fault_reasons = {
+        "per-shard-update": "each device updates once with its own shard; the per-shard loop is shown in simulated",
+        "vma-double-count": "pmap does not pre-sum gradients (no check_vma): the trap needs shard_map",
+    }
 
     def __init__(self, plan: StepPlan):
         super().__init__(plan)
-        self.devices = jax.devices()[: axis_size(plan, DATA_AXIS, self.name, "data=8")]
+        self.devices = jax.devices()[: self.data_parallel_size]
         self.mesh = build_mesh({DATA_AXIS: len(self.devices)}, axis_types="auto", devices=self.devices)
         # Metrics and eval sums are identical on every device after pmean/psum: return one copy.
         self._steps = {
@@ -53,18 +65,13 @@ class PmapDataParallel(ParallelMode):
 
     @classmethod
     def check(cls, plan: StepPlan) -> None:
-        size = axis_size(plan, DATA_AXIS, cls.name, "data=8")
-        only_axes(plan, (DATA_AXIS,), cls.name, "pmap maps one axis: use 'dp-tp' for a 2-D mesh")
-        if size > len(jax.devices()):
+        super().check(plan)
+        size = cls.batch_parts(plan.mesh)
+        if size > len(jax.devices()):  # pmap's own error for this is a cryptic squeeze
             raise MeshError(
                 f"mode 'dp-pmap' maps over {size} devices but JAX has {len(jax.devices())}: "
                 f"use --mesh data={len(jax.devices())} or fewer"
             )
-        check_batch(plan, size, f"{size} devices of 'data'")
-
-    @property
-    def data_parallel_size(self) -> int:
-        return len(self.devices)
 
     def _local_step(self, state: TrainState, shard: Any, diagnostics: bool):
         sums = step_sums(self.plan, state.params, state.other, shard)  # this device's local gradient

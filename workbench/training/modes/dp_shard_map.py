@@ -25,21 +25,26 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from ..data_parallel import reduce_gradients
-from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel, step_sums
+from .base import DATA_AXIS, ShardedJitMode, step_sums
 from .core import TrainState, as_per_device, finish_step, means
+from .dp import GRADIENT_ALL_REDUCE
 
 
 class ShardMapDataParallel(ShardedJitMode):
     name = "dp-shard-map"
     summary = "jax.shard_map, per-device gradients, an explicit pmean (correct under check_vma=True)"
-    batch_spec = PartitionSpec(DATA_AXIS)
+    sharded = "the batch, over 'data'; parameters and optimizer state replicated; the pmean is written by hand"
+    axes = (DATA_AXIS,)
+    mesh_example = "data=8"
+    batch_axis = DATA_AXIS
     state_placement = "replicate"
-    supported_faults = ("psum", "vma-double-count", "optimizer-reset")
     gradient_sync = "shard_map"
-
-    @classmethod
-    def check(cls, plan: StepPlan) -> None:
-        check_data_parallel(plan, cls.name, "drop that axis (this mode maps over 'data' only)")
+    collectives = (GRADIENT_ALL_REDUCE,)
+    supported_faults = ("psum", "vma-double-count", "optimizer-reset")
+    fault_reasons = {
+        "skip-sync": "its one program always averages; leaving the pmean out is shown with dp-pmap's replicas",
+        "per-shard-update": "it computes all shards at once, so there is no per-shard loop to update in",
+    }
 
     def _local_sums(self, params: Any, other: Any, shard: Any) -> dict[str, Any]:
         if "vma-double-count" not in self.faults:

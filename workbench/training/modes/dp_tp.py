@@ -8,26 +8,25 @@ gradient all-reduce across copies (within a column, over ``data``).
 
 from __future__ import annotations
 
-from typing import Any
-
-from jax.sharding import PartitionSpec
-
-from ...layout.rules import RuleTable
-from .base import DATA_AXIS, MODEL_AXIS, ShardedJitMode, StepPlan, axis_size, check_batch, only_axes
-from .tp import check_tensor_parallel
+from ...layout.mesh import DATA_AXIS, MODEL_AXIS
+from .base import ShardedJitMode
+from .declaration import CollectiveNeed
+from .dp import NO_HAND_WRITTEN_SYNC
+from .tp import ACTIVATION_ALL_REDUCE
 
 
 class DataTensorParallel(ShardedJitMode):
     name = "dp-tp"
     summary = "2-D mesh: batch split over 'data', layers split over 'model'"
-    batch_spec = PartitionSpec(DATA_AXIS)
-
-    @classmethod
-    def check(cls, plan: StepPlan) -> None:
-        check_tensor_parallel(plan, cls.name)
-        size = axis_size(plan, DATA_AXIS, cls.name, "data=4,model=2")
-        only_axes(plan, (DATA_AXIS, MODEL_AXIS), cls.name, "drop that axis")
-        check_batch(plan, size, f"{size} rows of 'data'")
-
-    def placement(self) -> Any:
-        return RuleTable(list(self.plan.tp_rules))
+    sharded = "the batch over 'data' and the layers' weights over 'model', on a 2-D mesh"
+    axes = (DATA_AXIS, MODEL_AXIS)
+    mesh_example = "data=4,model=2"
+    batch_axis = DATA_AXIS
+    state_placement = "tensor-parallel"
+    gradient_sync = "compiler"
+    collectives = (
+        ACTIVATION_ALL_REDUCE,
+        CollectiveNeed("all-reduce", DATA_AXIS, "whole-gradients",
+                       "gradients of each device's share of the parameters, over 'data': depends on the model split"),
+    )
+    fault_reasons = NO_HAND_WRITTEN_SYNC

@@ -32,19 +32,21 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ...errors import WorkbenchError
 
 
 @dataclasses.dataclass(frozen=True)
 class Fault:
-    """A teaching fault: its name, what goes wrong, why, and the fix."""
+    """A teaching fault: its name, what goes wrong, why, the fix, and where the mistake can be written:
+    ``written_in`` lists the gradient syncs (a mode's ``gradient_sync``) whose code can contain it."""
 
     name: str
     summary: str
     explanation: str
     fix: str
+    written_in: tuple[str, ...] = ("none", "loop", "compiler", "shard_map", "pmap")
 
 
 FAULTS: dict[str, Fault] = {
@@ -59,6 +61,7 @@ FAULTS: dict[str, Fault] = {
             "replica you save decides which model you get.",
             "Average the gradients over the data axis before the update: grads = lax.pmean(grads, 'data') "
             "(or let jit insert the all-reduce: mode 'dp').",
+            written_in=('loop', 'shard_map', 'pmap'),
         ),
         Fault(
             "psum",
@@ -68,6 +71,7 @@ FAULTS: dict[str, Fault] = {
             "Adam divides the scale away almost exactly, which is why this bug hides for so long.",
             "Average the gradients with pmean over the data axis (lax.pmean(grads, 'data')), or divide the "
             "psum by the axis size.",
+            written_in=('loop', 'shard_map', 'pmap'),
         ),
         Fault(
             "per-shard-update",
@@ -76,6 +80,7 @@ FAULTS: dict[str, Fault] = {
             "made N small-batch updates in sequence instead of one update with the averaged gradient. "
             "It trains, but as a small-batch run with N times the steps, and no longer as data parallelism.",
             "Sum (or average) the shards' gradients first, then call the optimizer once per step.",
+            written_in=('loop',),
         ),
         Fault(
             "vma-double-count",
@@ -87,6 +92,7 @@ FAULTS: dict[str, Fault] = {
             "Mark the parameters per-device before differentiating, params = lax.pcast(params, 'data', "
             "to='varying'), then pmean the gradients; or drop the pmean and divide the already-summed "
             "gradient by the axis size.",
+            written_in=('shard_map',),
         ),
         Fault(
             "optimizer-reset",
@@ -101,11 +107,13 @@ FAULTS: dict[str, Fault] = {
 }
 
 
-def check_faults(faults: Iterable[str], mode: str, supported: Iterable[str]) -> tuple[str, ...]:
+def check_faults(
+    faults: Iterable[str], mode: str, supported: Iterable[str], reasons: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
     """``faults`` as a tuple, or a WorkbenchError naming the unknown or unsupported one and the fix.
 
     Example:
-        >>> check_faults(["psum"], "dp", ("optimizer-reset",))
+        >>> check_faults(["psum"], "dp", ("optimizer-reset",), {"psum": "it has no hand-written gradient reduction"})
         Traceback (most recent call last):
         ...
         workbench.errors.WorkbenchError: fault 'psum' does not apply to mode 'dp' (it has no hand-written gradient reduction): use it in mode simulated, dp-shard-map or dp-pmap
@@ -121,22 +129,11 @@ def check_faults(faults: Iterable[str], mode: str, supported: Iterable[str]) -> 
             from . import modes_supporting
 
             where = modes_supporting(fault)
-            raise WorkbenchError(
-                f"fault {fault!r} does not apply to mode {mode!r} ({_why_not(fault)}): use it in mode "
-                f"{_or_list(where)}"
-            )
+            why = (reasons or {}).get(fault, "it does not apply there")
+            raise WorkbenchError(f"fault {fault!r} does not apply to mode {mode!r} ({why}): use it in mode {_or_list(where)}")
     if len(set(faults)) != len(faults):
         raise WorkbenchError(f"faults {list(faults)} name one fault twice: list each once")
     return faults
-
-
-def _why_not(fault: str) -> str:
-    return {
-        "skip-sync": "its replicas cannot drift apart: they are one copy, or synchronised by the compiler",
-        "psum": "it has no hand-written gradient reduction",
-        "per-shard-update": "it computes all shards at once, so there is no per-shard loop to update in",
-        "vma-double-count": "it differentiates outside shard_map, where check_vma does not apply",
-    }.get(fault, "it does not apply there")
 
 
 def _or_list(names: tuple[str, ...]) -> str:

@@ -24,8 +24,10 @@ import jax
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from .base import DATA_AXIS, ShardedJitMode, StepPlan, check_data_parallel, step_sums
+from .base import DATA_AXIS, ShardedJitMode, step_sums
 from .core import TrainState, as_per_device, finish_step, means
+from .declaration import CollectiveNeed
+from .dp import NO_HAND_WRITTEN_SYNC
 
 
 REPLICATED = -1
@@ -39,13 +41,24 @@ def _sharded_dim(spec: PartitionSpec) -> int:
 class FullyShardedDataParallel(ShardedJitMode):
     name = "fsdp"
     summary = "batch split over 'data'; parameters and optimizer state sharded over it too, gathered to compute"
-    batch_spec = PartitionSpec(DATA_AXIS)
+    sharded = "the batch, parameters and optimizer state, all over 'data' (each device stores 1/N)"
+    axes = (DATA_AXIS,)
+    mesh_example = "data=8"
+    batch_axis = DATA_AXIS
     state_placement = "shard"
     gradient_sync = "shard_map"
-
-    @classmethod
-    def check(cls, plan: StepPlan) -> None:
-        check_data_parallel(plan, cls.name, "drop that axis (fsdp shards over 'data' only)")
+    collectives = (
+        CollectiveNeed("all-gather", DATA_AXIS, "sharded-parameters", "parameters, gathered to compute"),
+        CollectiveNeed("reduce-scatter", DATA_AXIS, "sharded-gradients",
+                       "gradients, summed with each device keeping its own shard"),
+        CollectiveNeed("all-reduce", DATA_AXIS, "whole-gradients",
+                       "the loss, and the gradients of parameters too small to split (kept whole on every device)"),
+    )
+    fault_reasons = {
+        **NO_HAND_WRITTEN_SYNC,
+        "psum": "its gradients are reduce-scattered leaf by leaf; the psum mistake is shown in dp-shard-map",
+        "vma-double-count": "it marks the gathered parameters per-device by design; the trap is shown in dp-shard-map",
+    }
 
     def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
         param_specs = jax.tree.map(lambda s: s.spec, self.state_shardings(state).params)

@@ -19,19 +19,31 @@ from typing import Any
 
 import jax
 from ...layout.tree_layout import TreeLayout, layout_tree
-from .base import DATA_AXIS, ParallelMode, StepPlan, axis_size, check_batch, single_device_mesh, step_sums
+from .base import DATA_AXIS, ParallelMode, StepPlan, single_device_mesh, step_sums
 from .core import TrainState, add_sums, finish_step, means, weighted_sums
 
 
 class SimulatedDataParallel(ParallelMode):
     name = "simulated"
     summary = "one device, a Python loop over N shards, gradients averaged, one update"
-    supported_faults = ("psum", "per-shard-update", "optimizer-reset")
+    sharded = "nothing: one device loops over N batch shards, as N devices would, then updates once"
+    axes = (DATA_AXIS,)  # its size is the number of simulated devices
+    mesh_example = "data=8"
+    one_device = True
+    other_axes = "ignore"
+    batch_axis = DATA_AXIS
+    state_placement = "replicate"
     gradient_sync = "loop"
+    collectives = ()  # the loop's sum is the all-reduce, written out on one device
+    supported_faults = ("psum", "per-shard-update", "optimizer-reset")
+    fault_reasons = {
+        "skip-sync": "its loop has one copy of the parameters, so there are no replicas to drift apart",
+        "vma-double-count": "it differentiates outside shard_map, where check_vma does not apply",
+    }
 
     def __init__(self, plan: StepPlan):
         super().__init__(plan)
-        self.shards = axis_size(plan, DATA_AXIS, self.name, "data=8")
+        self.shards = self.data_parallel_size
         self.device = jax.devices()[0]
         # What one simulated device computes: weighted gradient sums of its shard.
         self._shard_sums = jax.jit(lambda state, shard: step_sums(plan, state.params, state.other, shard))
@@ -49,15 +61,6 @@ class SimulatedDataParallel(ParallelMode):
                 plan.graphdef, plan.loss, plan.precision, state.params, state.other, batch, with_grads=False
             )
         )
-
-    @classmethod
-    def check(cls, plan: StepPlan) -> None:
-        size = axis_size(plan, DATA_AXIS, cls.name, "data=8")
-        check_batch(plan, size, f"{size} simulated devices")
-
-    @property
-    def data_parallel_size(self) -> int:
-        return self.shards
 
     def place_state(self, state: TrainState) -> TrainState:
         return jax.device_put(state, self.device)

@@ -9,17 +9,25 @@ from __future__ import annotations
 
 from jax.sharding import Mesh
 
-from .base import ShardedJitMode, StepPlan, check_batch, single_device_mesh
+from .base import ShardedJitMode, StepPlan, single_device_mesh
+
+_ONE_DEVICE = "it computes on one device, so there is nothing to synchronise"
 
 
 class SingleDevice(ShardedJitMode):
     name = "single"
     summary = "one device, the whole batch: the reference every mode is checked against"
+    sharded = "nothing: one device holds everything and computes the whole batch"
+    axes = ()
+    mesh_example = "data=1"
+    one_device = True
+    other_axes = "ignore"
+    batch_axis = None
+    state_placement = "replicate"
     gradient_sync = "none"
-
-    @classmethod
-    def check(cls, plan: StepPlan) -> None:
-        check_batch(plan, 1, "1 device")
+    collectives = ()
+    fault_reasons = {"skip-sync": _ONE_DEVICE, "psum": _ONE_DEVICE, "vma-double-count": _ONE_DEVICE,
+                     "per-shard-update": "it does not split the batch into shards"}
 
     def build_mesh(self, plan: StepPlan) -> Mesh:
         # A one-device mesh keeps the code path of the other jit modes; nothing is split.

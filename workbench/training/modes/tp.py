@@ -10,36 +10,25 @@ which gives each device whole heads, and the output projection by rows. The mode
 
 from __future__ import annotations
 
-from typing import Any
+from ...layout.mesh import MODEL_AXIS
+from .base import ShardedJitMode
+from .declaration import CollectiveNeed
+from .dp import NO_HAND_WRITTEN_SYNC
 
-from jax.sharding import PartitionSpec
-
-from ...errors import WorkbenchError
-from ...layout.rules import RuleTable
-from .base import MODEL_AXIS, ShardedJitMode, StepPlan, axis_size, check_batch, only_axes
-
-
-def check_tensor_parallel(plan: StepPlan, mode: str) -> int:
-    """The model-axis size; WorkbenchError when the model has no layer to split."""
-    size = axis_size(plan, MODEL_AXIS, mode, "model=2" if mode == "tp" else "data=4,model=2")
-    if not plan.tp_rules:
-        raise WorkbenchError(
-            f"mode {mode!r} splits layers over the 'model' axis, but this model has no splittable layer pair "
-            "(a single linear layer has none): choose mlp, cnn or transformer, or a data-parallel mode"
-        )
-    return size
+ACTIVATION_ALL_REDUCE = CollectiveNeed(
+    "all-reduce", MODEL_AXIS, "activations",
+    "activations after each row-parallel layer, over 'model': depends on the batch size and the layer widths",
+)
 
 
 class TensorParallel(ShardedJitMode):
     name = "tp"
     summary = "layers split over 'model' (column-/row-parallel pairs); each device sees the whole batch"
-    batch_spec = PartitionSpec()
-
-    @classmethod
-    def check(cls, plan: StepPlan) -> None:
-        check_tensor_parallel(plan, cls.name)
-        only_axes(plan, (MODEL_AXIS,), cls.name, "use mode 'dp-tp' for a data x model mesh")
-        check_batch(plan, 1, "the whole batch on each device")
-
-    def placement(self) -> Any:
-        return RuleTable(list(self.plan.tp_rules))
+    sharded = "the layers' weights, over 'model' (column- then row-parallel); every device sees the whole batch"
+    axes = (MODEL_AXIS,)
+    mesh_example = "model=2"
+    batch_axis = None
+    state_placement = "tensor-parallel"
+    gradient_sync = "compiler"
+    collectives = (ACTIVATION_ALL_REDUCE,)
+    fault_reasons = {**NO_HAND_WRITTEN_SYNC, "skip-sync": "it has no replicas: each device holds its own part"}
