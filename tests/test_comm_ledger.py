@@ -274,8 +274,8 @@ def test_theory_per_mode():
     for mode in ("dp", "dp-shard-map", "dp-pmap"):
         assert [(e["kind"], e["bytes"]) for e in theoretical_collectives(mode, 100)] == [("all-reduce", 100)]
     assert [(e["kind"], e["bytes"]) for e in theoretical_collectives("fsdp", 100)] == [
-        ("all-gather", 100), ("reduce-scatter", 100)]
-    assert all(e["bytes"] is None and "not modelled" in e["what"] for e in theoretical_collectives("tp", 100))
+        ("all-gather", 100), ("reduce-scatter", 100), ("all-reduce", None)]  # the leaves too small to split
+    assert [(e["carries"], e["bytes"]) for e in theoretical_collectives("tp", 100)] == [("activations", None)]
     with pytest.raises(wb.WorkbenchError, match="unknown mode 'ddp': choose one of"):
         theoretical_collectives("ddp", 100)
 

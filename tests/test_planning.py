@@ -21,7 +21,7 @@ from workbench.analysis.cost_model import (
 from workbench.errors import MeshError, WorkbenchError
 from workbench.training.models import abstract_model, param_count
 from workbench.training.modes import MODES
-from workbench.analysis.planning import PLANNED_MODES, parse_byte_size, plan_training
+from workbench.analysis.planning import parse_byte_size, plan_training
 from workbench.training.config import make_optimizer
 from workbench.layout.tree_layout import layout_tree
 
@@ -141,7 +141,7 @@ def test_fsdp_matches_the_layout_engine_exactly():
 def test_tensor_parallel_activation_all_reduces():
     plan = plan_training("transformer", SMALL_LM, "data=2,model=4", "dp-tp", global_batch=8, seq_len=16, hardware=TOY)
     by_what = {c.what.split(" ")[0]: c for c in plan.collectives}
-    blocks = by_what["block"]
+    blocks = by_what["activations"]
     # 2 forward + 2 backward per block, of the (B_local, T, d_model) activations in bf16.
     assert (blocks.count, blocks.bytes, blocks.axes, blocks.group_size) == (4 * 2, 4 * 16 * 64 * 2, ("model",), 4)
     assert by_what["gradients"].bytes == plan.grads_bytes and by_what["gradients"].axes == ("data",)
@@ -150,7 +150,6 @@ def test_tensor_parallel_activation_all_reduces():
 
 
 def test_every_mode_can_be_planned():
-    assert set(MODES) <= set(PLANNED_MODES)
     meshes = {"tp": "model=2", "dp-tp": "data=4,model=2"}
     for mode in MODES:
         plan = plan_training("mlp", {}, meshes.get(mode, "data=8"), mode, hardware="cpu")

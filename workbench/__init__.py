@@ -92,6 +92,7 @@ from .training.modes import mode_class as mode_class
 from .training.modes import MeshFit as MeshFit
 from .training.modes import MeshFix as MeshFix
 from .training.modes import mesh_fit as mesh_fit
+from .training.modes import DATA_PARALLEL_MODES as DATA_PARALLEL_MODES
 from .training.modes import MODES as MODES
 from .training.modes import StepPlan as StepPlan
 from .training.modes import TrainState as TrainState
@@ -116,6 +117,9 @@ from .layout.specs import validate_spec as validate_spec
 from .training.config import OPTIMIZERS as OPTIMIZERS
 from .training.config import TrainConfig as TrainConfig
 from .training.config import make_optimizer as make_optimizer
+from .training.step import BuiltStep as BuiltStep
+from .training.step import CustomModel as CustomModel
+from .training.step import build_step as build_step
 from .training.sync_diagnostics import SyncReport as SyncReport
 from .training.sync_diagnostics import noise_scale as noise_scale
 from .training.sync_diagnostics import sync_report as sync_report

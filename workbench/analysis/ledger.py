@@ -85,7 +85,6 @@ from ..views.text import _align_columns, format_bytes, format_shape
 KINDS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 MEMORY_LABEL = "compiler estimate (XLA memory analysis), bytes per device"
 PREDICTION_LABEL = "layout engine prediction: parameters + optimizer state, bytes per device"
-NOT_MODELLED = "not modelled here: depends on the batch size and the layer widths"
 
 # opcode as printed -> (kind, is an async start)
 _OPCODES = {**{k: (k, False) for k in KINDS}, **{f"{k}-start": (k, True) for k in KINDS}}
@@ -638,42 +637,21 @@ def float_param_bytes(params: Any) -> int:
     return total
 
 
-_GRADIENT_ALL_REDUCE = "gradients, summed over 'data' (each device then applies the same update)"
-_TP_ACTIVATIONS = f"activations after each row-parallel layer, over 'model': {NOT_MODELLED}"
-
-
 def theoretical_collectives(mode_name: str, param_bytes: int) -> list[dict]:
-    """What ``mode_name`` must communicate per step, per device, in theory (bytes as in the module doc).
+    """What ``mode_name`` must communicate per step, per device, in theory: its declared collectives
+    (:attr:`~workbench.training.modes.base.ParallelMode.collectives`), sized from the parameter bytes.
 
     ``param_bytes`` is the bytes of the floating-point parameters (:func:`float_param_bytes`). Entries
-    are ``{"kind", "bytes", "axes", "what"}``; ``bytes`` is None where the figure depends on more than the
-    parameters (tensor parallelism's activations: not modelled here).
+    are ``{"kind", "bytes", "axes", "carries", "what"}``; ``bytes`` is None where the figure depends on
+    more than the parameters (activations, or the leaves a split leaves whole).
 
     Example:
         >>> theoretical_collectives("fsdp", 1000)[0]["kind"], theoretical_collectives("single", 1000)
         ('all-gather', [])
     """
-    from ..training.modes import MODES  # here, not at the top: the modes pull in flax and optax
+    from ..training.modes import mode_class  # here, not at the top: the modes pull in flax and optax
 
-    if mode_name in ("single", "simulated"):
-        return []  # one device: nothing to exchange
-    if mode_name in ("dp", "dp-shard-map", "dp-pmap"):
-        return [{"kind": "all-reduce", "bytes": param_bytes, "axes": ["data"], "what": _GRADIENT_ALL_REDUCE}]
-    if mode_name == "fsdp":
-        return [
-            {"kind": "all-gather", "bytes": param_bytes, "axes": ["data"], "what": "parameters, gathered to compute"},
-            {"kind": "reduce-scatter", "bytes": param_bytes, "axes": ["data"],
-             "what": "gradients, summed with each device keeping its own shard"},
-        ]
-    if mode_name == "tp":
-        return [{"kind": "all-reduce", "bytes": None, "axes": ["model"], "what": _TP_ACTIVATIONS}]
-    if mode_name == "dp-tp":
-        return [
-            {"kind": "all-reduce", "bytes": None, "axes": ["model"], "what": _TP_ACTIVATIONS},
-            {"kind": "all-reduce", "bytes": None, "axes": ["data"],
-             "what": "gradients of each device's share of the parameters, over 'data': depends on the model split"},
-        ]
-    raise WorkbenchError(f"unknown mode {mode_name!r}: choose one of {', '.join(MODES)}")
+    return [need.to_json(param_bytes) for need in mode_class(mode_name).collectives]
 
 
 def compare_with_theory(ledger: CommLedger, mode_name: str, param_bytes: int) -> dict[str, dict]:

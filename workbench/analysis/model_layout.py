@@ -166,6 +166,7 @@ def model_layout(
 
     from ..training.models import abstract_model
     from ..training.config import make_optimizer
+    from ..training.modes import mode_class
 
     mesh_shape = parse_mesh(mesh)
     data_options, batch_shapes = _data_shapes(model, batch)
@@ -177,7 +178,7 @@ def model_layout(
     target = abstract_mesh(mesh_shape)
     params_layout = layout_tree(params, target, table)
     opt_layout = layout_tree(opt_state, target, table)
-    batch_axis = "data" if plan.data_parallel_size > 1 and "data" in mesh_shape.names else None
+    batch_axis = mode_class(mode).batch_axis if plan.data_parallel_size > 1 else None  # as the mode splits it
     batch_layout = layout_tree(
         batch_shapes, target, {name: ((batch_axis,) if batch_axis else ()) for name in batch_shapes}
     )

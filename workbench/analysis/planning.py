@@ -15,8 +15,9 @@ The layout it chose exports as code: :meth:`TrainingPlan.rules_code` is a ``(reg
 table a production script can paste, and applying it with :func:`~workbench.layout.tree_layout.layout_tree`
 reproduces the plan's bytes exactly (the planner checks this itself).
 
-Modes whose axes are a subset of the mesh's are planned anyway (the trainer refuses them): devices
-along the unused axes hold copies and do the same work, and the plan says so in its notes.
+A mode and mesh are judged as the trainer judges them (:func:`~workbench.mesh_fit`): a pair that
+cannot train raises the trainer's error; devices along axes the mode does not use hold copies and do
+the same work, and the plan says so in its notes.
 
 Example:
     >>> plan = plan_training("transformer", {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000},
@@ -46,13 +47,12 @@ from .cost_model import (
 )
 from ..errors import MeshError, WorkbenchError, nearest_multiples
 from ..layout.lint import DEFAULT_MIN_BYTES, LayoutWarning, lint_layout, lint_text
-from ..layout.mesh import MeshShape, abstract_mesh, parse_mesh
+from ..layout.mesh import DATA_AXIS, MODEL_AXIS, MeshShape, abstract_mesh, parse_mesh
 from ..layout.rules import RuleTable
 from ..layout.specs import entry_axes, format_spec, spec_entries, spec_to_json
 from ..layout.tree_layout import TreeLayout, layout_tree
 from ..views.text import format_bytes
 
-DATA_AXIS, MODEL_AXIS = "data", "model"
 # Examples (sequences for the transformer) per data-parallel replica when no global batch is given:
 # small enough to fit activations of a 1B model on a 16 GiB chip at the preset's 128 tokens.
 DEFAULT_EXAMPLES_PER_REPLICA = 16
@@ -60,29 +60,6 @@ GRADIENT_BYTES = 4  # float32: gradients arrive in the master weights' dtype und
 COMPUTE_BYTES = {"fp32": 4, "bf16": 2}
 _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]i?b|b)?\s*", re.IGNORECASE)
 _UNITS = {"b": 1, **{f"{p}b": 1000**i for i, p in enumerate("kmgtp", 1)}, **{f"{p}ib": 1024**i for i, p in enumerate("kmgtp", 1)}}
-
-
-@dataclasses.dataclass(frozen=True)
-class _ModeShape:
-    """What the planner needs to know about a mode: placement, where the batch goes, which axes it uses."""
-
-    placement: str  # "replicate", "shard" or "tensor-parallel"
-    batch_axis: str | None  # the axis the batch is split over (None: every device sees the whole batch)
-    axes: tuple[str, ...]  # the mesh axes the mode needs (and uses)
-    one_device: bool = False  # single/simulated: one device computes everything
-
-
-_MODE_SHAPES = {
-    "single": _ModeShape("replicate", None, (), one_device=True),
-    "simulated": _ModeShape("replicate", None, (), one_device=True),
-    "dp": _ModeShape("replicate", DATA_AXIS, (DATA_AXIS,)),
-    "dp-shard-map": _ModeShape("replicate", DATA_AXIS, (DATA_AXIS,)),
-    "dp-pmap": _ModeShape("replicate", DATA_AXIS, (DATA_AXIS,)),
-    "fsdp": _ModeShape("shard", DATA_AXIS, (DATA_AXIS,)),
-    "tp": _ModeShape("tensor-parallel", None, (MODEL_AXIS,)),
-    "dp-tp": _ModeShape("tensor-parallel", DATA_AXIS, (DATA_AXIS, MODEL_AXIS)),
-}
-PLANNED_MODES: tuple[str, ...] = tuple(_MODE_SHAPES)
 
 
 def parse_byte_size(value: Any, what: str = "device memory") -> int:
@@ -379,7 +356,9 @@ def format_seconds(seconds: float) -> str:
 
 
 def _transient_words(mode: str, precision: str) -> str:
-    if mode == "fsdp":
+    from ..training.modes import mode_class
+
+    if mode_class(mode).state_placement == "shard":
         return "the whole float32 parameter tree gathered for the step" + (" plus its bf16 copy" if precision == "bf16" else "")
     return "the bf16 compute copy of the parameters" if precision == "bf16" else "none (fp32 computes on the master weights)"
 
@@ -466,34 +445,15 @@ def _own_model(model: Any, model_options: Any) -> Any:
 # --- the plan --------------------------------------------------------------------------------------
 
 
-def _check_mesh(mesh: MeshShape, mode: str, shape: _ModeShape) -> list[str]:
-    """MeshError when the mesh lacks an axis the mode needs; notes for axes it leaves idle."""
-    for axis in shape.axes:
-        if axis not in mesh.names:
-            example = "data=4,model=2" if mode == "dp-tp" else f"{axis}=8"
-            raise MeshError(
-                f"mode {mode!r} needs a mesh axis {axis!r}, but mesh {mesh} has {', '.join(mesh.names)}: "
-                f"use e.g. --mesh {example}"
-            )
-    if shape.one_device:
-        idle = mesh.size - 1
-        return [f"mode {mode!r} computes on one device: the mesh's other {idle:,} devices stay idle"] if idle else []
-    extra = {n: s for n, s in mesh.axes.items() if n not in shape.axes and s > 1}
-    if not extra:
-        return []
-    names = " x ".join(f"{n}={s}" for n, s in extra.items())
-    copies = math.prod(extra.values())
-    if MODEL_AXIS in extra:
-        advice = "use dp-tp to split layers over 'model'"
-    elif DATA_AXIS in extra and mode == "tp":
-        advice = "use dp-tp to split the batch over 'data'"
-    else:
-        advice = "drop those axes"
-    return [
-        f"mode {mode!r} uses only {', '.join(repr(a) for a in shape.axes)}: the {names} devices hold {copies} "
-        f"identical copies and compute the same batch (the trainer refuses this mesh; {advice}, or fold the "
-        f"devices into the axes the mode uses)"
-    ]
+def _check_mesh(mesh: MeshShape, mode: str) -> list[str]:
+    """The trainer's own verdict on ``mode`` x ``mesh`` (:func:`~workbench.mesh_fit`): its MeshError
+    when the mode cannot train there, else notes for devices that only repeat others' work or stay idle."""
+    from ..training.modes import mesh_fit
+
+    fit = mesh_fit(mode, mesh)
+    if not fit.ok:
+        raise MeshError(fit.message)
+    return [fit.message] if fit.level == "warning" or "idle" in fit.message else []
 
 
 def _batch(global_batch: int | None, parts: int) -> int:
@@ -533,59 +493,60 @@ def _seq_len(model: str, seq_len: int | None, options: dict[str, Any]) -> int | 
     return seq_len
 
 
+def _split_over(leaf, axis: str) -> bool:
+    return any(axis in entry_axes(entry) for entry in spec_entries(leaf.layout.spec))
+
+
+def _needs(mode_cls, custom: bool) -> list:
+    """The collectives to price: the mode's declaration; with your own rule table, the data-axis ones
+    follow the table (leaves split over 'data' are gathered and reduce-scattered, the rest all-reduced),
+    and activations are not estimated (the table's split is unknown to the model)."""
+    from ..training.modes.fsdp import FullyShardedDataParallel
+
+    needs = list(mode_cls.collectives)
+    if custom:
+        needs = [n for n in needs if n.carries != "activations" and n.axis != DATA_AXIS]
+        if mode_cls.batch_axis == DATA_AXIS and not mode_cls.one_device:
+            needs += list(FullyShardedDataParallel.collectives)
+    return needs
+
+
 def _step_collectives(
-    shape: _ModeShape, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
-    block_activation: int | None, n_layers: int, notes: list[str], explain_whole: bool = True,
+    mode_cls, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
+    block_activation: int | None, n_layers: int, notes: list[str], custom: bool = False,
 ) -> tuple[list[PlannedCollective], int]:
-    """The collectives of one step in theory, and the per-device gradient bytes synchronised over 'data'.
+    """The mode's declared collectives (:attr:`ParallelMode.collectives`), sized from the layout and
+    priced with the ring model, and the per-device gradient bytes synchronised over 'data'.
 
-    * replicated state (dp and friends): one all-reduce of every gradient over ``data``;
-    * fsdp: an all-gather of the sharded parameters (once: autodiff keeps the gathered copy for the
-      backward pass) and its transpose, a reduce-scatter of their gradients; leaves left whole are
-      all-reduced;
-    * tensor parallelism (transformer): per block, one all-reduce of the activations after each
-      row-parallel layer (attention out, MLP down) forward and one for the input gradient of each
-      column-parallel layer backward, 4 per block; plus dp-tp's gradient all-reduce over ``data``.
-
-    Each kind is priced as one bucketed collective (XLA combines small ones), with the ring model.
+    Sizes by what each carries: the gradients of leaves not split over the axis (their per-device
+    bytes); leaves split over the axis, gathered or reduce-scattered whole; a transformer block's
+    activations, 4 times per block (2 forward, 2 backward). XLA combines small collectives, so each kind
+    is priced as one bucketed collective.
     """
     collectives: list[PlannedCollective] = []
-
-    def add(kind: str, what: str, nbytes: int, axis: str, count: int) -> None:
-        group = mesh.axis_size(axis)
+    synced = 0
+    for need in _needs(mode_cls, custom):
+        group = mesh.axis_size(need.axis) if need.axis in mesh.names else 1
+        split = [leaf for leaf in params_layout.leaves if _split_over(leaf, need.axis)]
+        split_bytes = sum(leaf.layout.bytes_per_device for leaf in split)
+        count = 1
+        if need.carries in ("sharded-parameters", "sharded-gradients"):
+            nbytes = split_bytes * group
+        elif need.carries in ("gradients", "whole-gradients"):
+            nbytes = params_layout.bytes_per_device - split_bytes
+        else:  # activations
+            nbytes, count = block_activation or 0, 4 * n_layers
+        if need.axis == DATA_AXIS and need.carries != "sharded-parameters":
+            synced += nbytes
         if nbytes > 0 and group > 1 and count > 0:
-            collectives.append(
-                PlannedCollective(kind, what, int(nbytes), (axis,), group, count, collective_time(kind, nbytes, group, hw))
-            )
-
-    if shape.one_device:
-        return collectives, 0
-    if shape.placement == "replicate":
-        add("all-reduce", "gradients", params_layout.bytes_per_device, DATA_AXIS, 1)
-        return collectives, params_layout.bytes_per_device
-    if shape.placement == "shard":
-        data_size = mesh.axis_size(DATA_AXIS)
-        on_data = [
-            leaf for leaf in params_layout.leaves
-            if any(DATA_AXIS in entry_axes(entry) for entry in spec_entries(leaf.layout.spec))
-        ]
-        shards = sum(leaf.layout.bytes_per_device for leaf in on_data)
-        gathered, whole = shards * data_size, params_layout.bytes_per_device - shards  # full leaves; the rest
-        add("all-gather", "parameters (once, kept for the backward pass)", gathered, DATA_AXIS, 1)
-        add("reduce-scatter", "gradients of the sharded parameters", gathered, DATA_AXIS, 1)
-        add("all-reduce", "gradients of the parameters left whole" if explain_whole
-            else "gradients of the parameters not split over 'data'", whole, DATA_AXIS, 1)
-        if whole and explain_whole:
-            notes.append(f"{len(params_layout.replicated_leaves)} parameter(s) have no dimension divisible by "
-                         f"data={data_size} and stay whole on every device (their gradients are all-reduced)")
-        return collectives, gathered + whole
-    if block_activation is not None:
-        what = "block activations (2 forward + 2 backward per block)"
-        add("all-reduce", what, block_activation, MODEL_AXIS, 4 * n_layers)
-    if shape.batch_axis is None:
-        return collectives, 0
-    add("all-reduce", "gradients", params_layout.bytes_per_device, DATA_AXIS, 1)
-    return collectives, params_layout.bytes_per_device
+            what = need.what.split(":")[0]
+            collectives.append(PlannedCollective(need.kind, what, int(nbytes), (need.axis,), group, count,
+                                                 collective_time(need.kind, nbytes, group, hw)))
+    whole = [leaf for leaf in params_layout.leaves if not _split_over(leaf, DATA_AXIS)]
+    if mode_cls.state_placement == "shard" and whole and not custom:
+        notes.append(f"{len(whole)} parameter(s) have no dimension divisible by data={mesh.axis_size(DATA_AXIS)} "
+                     "and stay whole on every device (their gradients are all-reduced)")
+    return collectives, synced
 
 
 def _activation_bytes(model: Any, examples: int, seq_len: int, split: int, compute_bytes: int) -> int:
@@ -657,19 +618,18 @@ def plan_training(
 
     from ..training.models import abstract_model, model_class, model_config, param_count, parse_model_options
     from ..training.modes import PRECISIONS, mode_class
+    from ..training.modes.base import placement_argument
     from ..training.config import make_optimizer
 
     hw = lookup_hardware(hardware)
     memory = hw.memory_bytes if device_memory is None else parse_byte_size(device_memory)
     compute_time(0.0, hw, utilisation)  # checks utilisation now, not when the plan is printed
-    mode_class(mode)  # unknown mode: the modes' own message, listing them
-    if mode not in _MODE_SHAPES:
-        raise WorkbenchError(f"mode {mode!r} has no planner yet: plan one of {', '.join(PLANNED_MODES)}")
-    shape = _MODE_SHAPES[mode]
+    declared = mode_class(mode)  # unknown mode: the modes' own message, listing them
     if precision not in PRECISIONS:
         raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
-    mesh_shape = parse_mesh(mesh)
-    notes = _check_mesh(mesh_shape, mode, shape)
+    mesh_shape = parse_mesh(mesh)  # parsed once, here; everything below takes the record
+    notes = _check_mesh(mesh_shape, mode)
+    tensor_parallel = declared.state_placement == "tensor-parallel"
     registered = isinstance(model, str)
     custom_rules = RuleTable(rules) if rules is not None else None
     if registered:
@@ -683,7 +643,7 @@ def plan_training(
         notes.append(f"compute of your {model} is estimated as 6 FLOPs per parameter per "
                      f"{'token' if seq_len else 'example'}; its activations are not estimated")
     tp_rules = []
-    if shape.placement == "tensor-parallel" and custom_rules is None:
+    if tensor_parallel and custom_rules is None:
         from ..training.models import tensor_parallel_rules
 
         tp_rules = tensor_parallel_rules(model, MODEL_AXIS) if registered else []
@@ -699,16 +659,15 @@ def plan_training(
     target = abstract_mesh(mesh_shape)
     if custom_rules is not None:
         placement, kind = custom_rules, "custom"
-    else:
-        placement = {"replicate": "replicate", "shard": "shard", "tensor-parallel": RuleTable(tp_rules)}[shape.placement]
-        kind = shape.placement
+    else:  # exactly what the mode builds (ShardedJitMode.state_layout), from the same declaration
+        placement, kind = placement_argument(declared.state_placement, tp_rules), declared.state_placement
     params_layout = layout_tree(params, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
     opt_layout = layout_tree(opt_state, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
     warnings = lint_layout(params_layout, min_bytes=lint_min_bytes, optimizer_state=opt_layout)
     table = _export_table(kind, tp_rules, [(params, params_layout), (opt_state, opt_layout)], target, custom_rules)
 
-    data_size = mesh_shape.axis_size(shape.batch_axis) if shape.batch_axis else 1
-    model_size = mesh_shape.axis_size(MODEL_AXIS) if shape.placement == "tensor-parallel" else 1
+    data_size = 1 if declared.one_device else declared.batch_parts(mesh_shape)
+    model_size = mesh_shape.axis_size(MODEL_AXIS) if tensor_parallel else 1
     batch = _batch(global_batch, data_size)
     examples = batch // data_size
     n_params = param_count(abstract)
@@ -727,18 +686,14 @@ def plan_training(
     compute_bytes = COMPUTE_BYTES[precision]
     # (B_local, T, d_model) activations summed over 'model' after each row-parallel layer of a block
     block_activation = examples * seq_len * abstract.d_model * compute_bytes if is_lm else None
-    sync_shape = shape
-    if custom_rules is not None and shape.batch_axis == DATA_AXIS and not shape.one_device:
-        # Any table: leaves sharded over 'data' are gathered and reduce-scattered, the rest all-reduced.
-        sync_shape = dataclasses.replace(shape, placement="shard")
     collectives, sync_bytes = _step_collectives(
-        sync_shape, mesh_shape, params_layout, hw, block_activation if custom_rules is None else None,
-        abstract.n_layers if is_lm else 0, notes, explain_whole=custom_rules is None,
+        declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if is_lm else 0, notes,
+        custom=custom_rules is not None,
     )
-    if not is_lm and shape.placement == "tensor-parallel" and model_size > 1:
+    if not is_lm and tensor_parallel and model_size > 1:
         notes.append(f"the activation all-reduces after {model!r}'s row-parallel layers are not estimated "
                      "(only the transformer's are)")
-    if is_lm and shape.placement == "tensor-parallel" and abstract.blocks[0].attn.n_heads % model_size:
+    if is_lm and tensor_parallel and abstract.blocks[0].attn.n_heads % model_size:
         notes.append(f"n_heads={abstract.blocks[0].attn.n_heads} does not divide by model={model_size}: "
                      "devices would split heads; choose n_heads divisible by the model axis")
 
@@ -749,7 +704,7 @@ def plan_training(
             tokens, hw, bytes_per_param=GRADIENT_BYTES, flops_per_param_per_token=flops / tokens / synced_params,
             group_size=data_size, utilisation=utilisation, unit="tokens" if seq_len else "examples",
         )
-    elif not shape.one_device:
+    elif not declared.one_device:
         notes.append("no gradient synchronisation over 'data': the compute-bound test does not apply (tp's "
                      "activation all-reduces grow with the batch as its compute does)")
 
@@ -760,7 +715,7 @@ def plan_training(
         if registered:
             notes.append(f"activations of {model!r} are not estimated (small for this model at these batch sizes)")
     full_params = params_layout.total_bytes
-    if shape.placement == "shard":
+    if declared.state_placement == "shard":
         transient = full_params + (full_params // 2 if precision == "bf16" else 0)
         notes.append("the workbench's fsdp gathers the whole parameter tree for the step; production FSDP "
                      "gathers a layer at a time and needs only the largest layer's share")
@@ -783,6 +738,6 @@ def plan_training(
 
 
 __all__ = [
-    "DEFAULT_EXAMPLES_PER_REPLICA", "PLANNED_MODES", "PlannedCollective", "TrainingPlan", "format_seconds",
+    "DEFAULT_EXAMPLES_PER_REPLICA", "PlannedCollective", "TrainingPlan", "format_seconds",
     "parse_byte_size", "plan_training",
 ]

@@ -37,7 +37,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -50,7 +49,7 @@ from .ledger import Collective, CommLedger, float_param_bytes, ledger_for_mode
 from ..errors import WorkbenchError
 from ..training.modes import StepPlan, build_mode
 from ..training.modes.base import ParallelMode, step_sums
-from ..training.modes.core import TrainState, init_state, means
+from ..training.modes.core import TrainState, means
 from ..training.modes.faults import FAULTS
 from ..training.sync_diagnostics import SyncReport, state_divergence, sync_report
 
@@ -60,13 +59,7 @@ UPDATE_TOLERANCE = 1e-2  # parameter difference, as a fraction of the reference'
 EXPLAINED = 0.1  # a replayed fault explains a mismatch when its residual is under 10% of it
 LOCAL_NORM_MATCH = 1e-3  # relative: "the applied gradient's norm is one replica's local norm"
 
-# The faults that sum N gradients, ranked by where the step combines them: a double count by jax.grad
-# needs check_vma, i.e. shard_map; a pmap or a Python loop can only have summed by hand.
-_SUMMED = {
-    "shard_map": ("vma-double-count", "psum"),
-    "pmap": ("psum",),
-    "loop": ("psum",),
-}
+_SUMMING = ("vma-double-count", "psum")  # the faults that sum N gradients where their mean belongs
 _UNSYNCED = ("skip-sync", "per-shard-update")
 
 
@@ -101,6 +94,9 @@ class CheckReport:
     mode: str
     mesh: dict[str, int]
     steps: int
+    precision: str  # what was checked: the step's own compute precision, accumulation and global batch
+    accum: int
+    batch: int
     problems: tuple[Finding, ...]
     grad_scale: float
     grad_norm: float
@@ -128,6 +124,9 @@ class CheckReport:
             "mode": self.mode,
             "mesh": dict(self.mesh),
             "steps": self.steps,
+            "precision": self.precision,
+            "accum": self.accum,
+            "batch": self.batch,
             "verdict": self.verdict,
             "problems": [p.to_json() for p in self.problems],
             "grad_scale": self.grad_scale,
@@ -152,6 +151,8 @@ class CheckReport:
         replicas = ", ".join(f"{n:.4g}" for n in self.sync.per_replica_grad_norms)
         lines = [
             f"{self.mode} on {_mesh_text(self.mesh)}, {self.steps} steps against 'single': {self.verdict.upper()}",
+            f"  step checked       {self.precision}, batch {self.batch}"
+            + (f" in {self.accum} microbatches" if self.accum > 1 else ""),
             f"  gradient scale     {self.grad_scale:.6f}  (applied {self.grad_norm:.6g}, reference "
             f"{self.reference_grad_norm:.6g}; 1.000000 expected)",
             f"  parameter diff     {', '.join(f'{d:.3g}' for d in self.param_diffs)}  (per step; the reference "
@@ -295,7 +296,8 @@ def _summed_causes(mode, reduced_ratio: float | None) -> tuple[str, ...]:
     The ledger tells them apart when there is one: a double count reduces the gradient twice (jax.grad's
     implicit psum, then the pmean), so the step all-reduces about twice the gradient bytes.
     """
-    plausible = _SUMMED.get(mode.gradient_sync, ("psum", "vma-double-count"))
+    sync = getattr(mode, "gradient_sync", None)  # a user's own step may not say: then any sum is plausible
+    plausible = tuple(f for f in _SUMMING if sync in FAULTS[f].written_in) or ("psum", "vma-double-count")
     if reduced_ratio is not None and len(plausible) > 1:
         twice = abs(reduced_ratio - 2.0) < abs(reduced_ratio - 1.0)
         return ("vma-double-count", "psum") if twice else ("psum", "vma-double-count")
@@ -401,8 +403,11 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     )
     return CheckReport(
         mode=mode.name,
-        mesh=dict(mode.plan.mesh_shape.axes),
+        mesh=dict(mode.plan.mesh.axes),
         steps=len(batches),
+        precision=mode.plan.precision,
+        accum=mode.plan.accum,
+        batch=mode.plan.global_batch,
         problems=tuple(f for f in found if f is not None),
         grad_scale=scale,
         grad_norm=applied,
@@ -417,45 +422,56 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     )
 
 
-def run_check(
-    mode: str,
-    *,
-    model: str = "mlp",
-    mesh: str = "data=4",
-    faults: Sequence[str] | str = (),
-    steps: int = MIN_STEPS,
-    batch: int = 64,
-    lr: float = 1e-3,
-    optimizer: str = "adam",
-    data: str | None = None,
-    seed: int = 0,
-    model_options: dict | None = None,
-    ledger: bool = True,
-) -> CheckReport:
-    """Build ``model`` on its data, mode ``mode`` on ``mesh`` with ``faults``, and :func:`reference_check` it.
+def check_built_step(built, *, steps: int | None = None, ledger: bool = True) -> CheckReport:
+    """:func:`reference_check` of a :class:`~workbench.training.step.BuiltStep` on its own first batches:
+    the step exactly as it trains (accumulation, precision, data and model options, faults, custom model).
 
+    Example:
+        >>> check_built_step(build_step(TrainConfig(mode="dp", accum=2, precision="bf16"))).verdict  # doctest: +SKIP
+        'ok'
+    """
+    from ..training.config import check_positive
+
+    steps = MIN_STEPS if steps is None else steps
+    check_positive("steps", steps, "--steps 3", integer=True)
+    if steps < MIN_STEPS:
+        raise WorkbenchError(f"steps={steps} is too few: the reference check needs at least {MIN_STEPS}, e.g. --steps 3")
+    return reference_check(built.mode, built.state, built.first_batches(steps), ledger=ledger)
+
+
+def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **options: Any) -> CheckReport:
+    """The reference check of a training configuration: built by the trainer's own
+    :func:`~workbench.training.step.build_step`, so what is checked is exactly what would train.
+
+    ``config`` is a :class:`~workbench.TrainConfig`; a :class:`~workbench.Trainer` (its own step, custom
+    model included); a :class:`~workbench.BuiltStep`; or a mode name with the config's fields as keywords
+    (``model``, ``mesh``, ``faults``, ``batch``, ``lr``, ``optimizer``, ``data``, ``seed``, ``accum``,
+    ``precision``, ``model_options``, ...; defaults for a quick check: mesh ``data=4``, batch 64, Adam).
     Everything is checked before anything compiles; a bad value raises a WorkbenchError naming it.
 
     Example:
         >>> run_check("dp", mesh="data=8").verdict  # doctest: +SKIP
         'ok'
+        >>> run_check(TrainConfig(mode="fsdp", precision="bf16", accum=2, batch=64)).verdict  # doctest: +SKIP
+        'ok'
     """
-    from ..training.data import load_dataset
-    from ..training.models import model_class, model_config_for_data
-    from ..training.config import check_positive, make_optimizer
+    from ..training.config import TrainConfig
+    from ..training.models import model_class
+    from ..training.step import build_step
+    from .model_layout import default_data
 
-    check_positive("steps", steps, "--steps 3", integer=True)
-    check_positive("batch", batch, "--batch 64", integer=True)
-    if steps < MIN_STEPS:
-        raise WorkbenchError(f"steps={steps} is too few: the reference check needs at least {MIN_STEPS}, e.g. --steps 3")
-    default_data = {"regression": "regression", "classification": "digits", "language": "text"}
-    dataset = load_dataset(data or default_data[model_class(model).DATA_KIND], seed=seed)
-    config = model_config_for_data(model, dataset, **(model_options or {}))
-    net = config.build(seed=seed)
-    tx = make_optimizer(optimizer, lr)
-    graphdef, state = init_state(net, tx)
-    tp_rules = tuple(type(net).tensor_parallel_rules())
-    built = build_mode(mode, StepPlan(graphdef, type(net).loss, tx, mesh, batch, faults=faults, tp_rules=tp_rules))
-    batches = list(itertools.islice(dataset.batches(batch, seed=seed, drop_remainder=True), steps))  # repeats epochs
-    return reference_check(built, state, batches, ledger=ledger)
-
+    if isinstance(config, str):
+        options = {"mesh": "data=4", "batch": 64, "optimizer": "adam", "lr": 1e-3, **options}
+        model = options.setdefault("model", "mlp")
+        model_class(model)  # an unknown model: its own message, before the data is chosen
+        if options.get("data") is None:
+            options["data"] = default_data(model)
+        options["model_options"] = dict(options.get("model_options") or {})
+        config = TrainConfig(mode=config, **options)
+    elif options:
+        raise WorkbenchError(f"run_check(config, ...) takes no other settings ({', '.join(options)}): "
+                             "put them in the TrainConfig")
+    if hasattr(config, "build") and callable(config.build):  # a Trainer: exactly the step it trains
+        config = config.build()
+    built = config if hasattr(config, "mode") and hasattr(config, "first_batches") else build_step(config)
+    return check_built_step(built, steps=steps, ledger=ledger)

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 
 from ..errors import WorkbenchError
-from ..layout.mesh import parse_mesh
+from ..layout.mesh import MeshShape, parse_mesh
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 _OPTAX = {"sgd": optax.sgd, "adam": optax.adam, "adamw": optax.adamw}
@@ -155,6 +155,11 @@ class TrainConfig:
         check_positive("lr", self.lr, "1e-3")
         faults = check_faults(self.faults, self.mode, mode_class(self.mode).supported_faults)
         return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr), faults=faults)
+
+    @property
+    def mesh_shape(self) -> MeshShape:
+        """The mesh as a record (``mesh`` stays text: it is what ``config.json`` stores)."""
+        return parse_mesh(self.mesh)
 
     def to_json(self) -> dict[str, Any]:
         """The config as a JSON-able dict (what ``config.json`` stores)."""

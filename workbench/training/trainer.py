@@ -42,15 +42,14 @@ import jax
 import numpy as np
 from flax import nnx
 
-from .data import load_dataset
 from ..errors import WorkbenchError
 from .in_flight import InFlight
-from .modes import StepPlan, build_mode
-from .modes.core import LossFn, TrainState, add_sums, first_non_finite, init_state
-from .models import model_class, model_config_for_data, param_count
+from .modes.core import LossFn, TrainState, add_sums, first_non_finite
+from .models import param_count
 from .runs import RunWriter
+from .step import BuiltStep, CustomModel, build_step
 from .sync_diagnostics import sync_report
-from .config import TrainConfig, make_optimizer
+from .config import TrainConfig
 
 EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "paused", "resumed", "end")
 STATUSES = ("idle", "running", "paused", "finished", "stopped", "failed")
@@ -121,18 +120,12 @@ class Trainer:
         config = dataclasses.replace(config or TrainConfig(), **overrides)
         if model is not None:
             config = dataclasses.replace(config, model=f"custom:{type(model).__name__}")
-            if loss is None and not hasattr(type(model), "loss"):
-                raise WorkbenchError(
-                    f"model {type(model).__name__} is not a workbench model, so the trainer needs its loss: "
-                    "pass loss=fn with fn(model, batch) -> (loss, aux)"
-                )
-            if batches is None:
-                raise WorkbenchError("a custom model needs custom data: pass batches=fn(seed) -> iterator of batches")
         self.config = config.checked()
         self.run_root = run_root
-        self._custom = (model, loss, batches, eval_batches, tuple(tp_rules or ()))
-        self._custom_initial = nnx.split(model) if model is not None else None
-        self._modes: dict[tuple, Any] = {}
+        self._custom = None
+        if model is not None or batches is not None:
+            self._custom = CustomModel(model, loss, batches, eval_batches, tuple(tp_rules or ()))
+        self._modes: dict[tuple, Any] = {}  # built modes by compile key: a new lr or seed reuses one
         self._subscribers: list[Callable[[TrainEvent], None]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -227,57 +220,21 @@ class Trainer:
                 "call stop() and wait(), or use another Trainer"
             )
 
-    def _data(self):
-        """(model config or None, train batches factory, eval batches factory, dataset or None)."""
-        config = self.config
-        model, _, batches, eval_batches, _ = self._custom
-        if batches is not None:
-            train = batches if callable(batches) else (lambda seed, it=iter(batches): it)
-            evaluate = eval_batches if callable(eval_batches) or eval_batches is None else (lambda b=eval_batches: b)
-            model_cfg = None if model is not None else self._registered_model_without_data()
-            return model_cfg, train, evaluate, None
-        dataset = load_dataset(config.data, seed=config.seed, **config.data_options)
-        model_cfg = model_config_for_data(config.model, dataset, **config.model_options)
-        train = lambda seed: dataset.batches(config.batch, seed=seed, drop_remainder=config.drop_remainder)  # noqa: E731
-        return model_cfg, train, (lambda: dataset.eval_batches(config.batch)), dataset
-
-    def _registered_model_without_data(self):
-        from .models import model_config
-
-        return model_config(self.config.model, **self.config.model_options)
-
-    def _model_and_loss(self, model_cfg):
-        model, loss, _, _, tp_rules = self._custom
-        if model is not None:
-            graphdef, state = self._custom_initial
-            fresh = nnx.merge(graphdef, state)  # every run starts from the model as it was given
-            return fresh, loss or type(model).loss, tp_rules
-        built = model_cfg.build(seed=self.config.seed)
-        return built, type(built).loss, tuple(model_class(model_cfg.name).tensor_parallel_rules())
+    def build(self) -> BuiltStep:
+        """The step this trainer's next run trains (:func:`~workbench.training.step.build_step`), with its
+        built modes kept: what :meth:`check` checks and the ledger compiles is exactly what is trained."""
+        return build_step(self.config, custom=self._custom, modes=self._modes)
 
     def _prepare(self, steps: int | None, name: str | None):
         config = self.config
         if steps is not None:
             config = self.config = dataclasses.replace(config, steps=steps).checked()
-        model_cfg, train_batches, eval_batches, dataset = self._data()
-        model, loss, tp_rules = self._model_and_loss(model_cfg)
-        optimizer = make_optimizer(config.optimizer, config.lr)
-        graphdef, state = init_state(model, optimizer)
-        key = (
-            config.mode, config.mesh, config.batch, config.accum, config.precision, config.optimizer, config.faults,
-            str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules,
-        )
-        if key not in self._modes:
-            plan = StepPlan(
-                graphdef, loss, optimizer, config.mesh, config.batch, config.accum, config.precision, tp_rules,
-                config.faults,
-            )
-            self._modes[key] = build_mode(config.mode, plan)  # raises on a bad combination, before writing
-        mode = self._modes[key]
+        built = self.build()  # raises on a bad combination, before anything is written
+        dataset = built.dataset
         record = {
             **config.to_json(),
-            "model_options": model_cfg.options if model_cfg else config.model_options,
-            "param_count": param_count(model),
+            "model_options": built.model_options,
+            "param_count": param_count(built.model),
             "data_description": dataset.description if dataset else "custom batches",
             "unigram_entropy": dataset.unigram_entropy() if dataset and dataset.kind == "language" else None,
             "devices": f"{len(jax.devices())} x {jax.devices()[0].platform}",
@@ -286,7 +243,7 @@ class Trainer:
         writer = RunWriter(self.run_root, name, record)
         self.run_name, self.run_path = writer.name, writer.path
         self.history, self._summary, self._control = [], None, _Control()
-        return writer, mode, state, train_batches, eval_batches, dataset
+        return writer, built.mode, built.state, built.train_batches, built.eval_batches, dataset
 
     # --- the training thread ---------------------------------------------------------------------
 
@@ -474,7 +431,7 @@ class _Loop:
     def summary(self, status: str, error: str | None) -> dict[str, Any]:
         config = self.config
         result = {
-            "model": config.model, "data": config.data, "mode": config.mode, "mesh": _mesh_json(config.mesh),
+            "model": config.model, "data": config.data, "mode": config.mode, "mesh": config.mesh_shape.axes,
             "steps": self.step, "final_loss": self.last.get("loss"),
             "eval": dict(self.evals) or None,
             "examples_per_s": self.train_examples / self.train_seconds if self.train_seconds else None,
@@ -486,9 +443,3 @@ class _Loop:
 
     def exported_state(self) -> TrainState | None:
         return self.mode.export_state(self.state) if self.state is not None else None
-
-
-def _mesh_json(mesh: str) -> dict[str, int]:
-    from ..layout.mesh import parse_mesh
-
-    return parse_mesh(mesh).axes

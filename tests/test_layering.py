@@ -1,0 +1,68 @@
+"""The package's layers: imports point one way (layout <- views, training <- analysis <- cli), the engine
+never imports the UI, and `import workbench` stays free of ipywidgets and plotly."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINE = ROOT / "workbench"
+# What each layer may import from the engine, besides itself and the top-level helper modules.
+BASE = {"errors", "devices", "formatting", "compile_cache"}
+ALLOWED = {
+    "layout": BASE,
+    "views": BASE | {"layout"},
+    "training": BASE | {"layout"},
+    "analysis": BASE | {"layout", "training"},
+}
+
+
+def _engine_imports(path: Path) -> set[str]:
+    """The top-level workbench parts (``layout``, ``training``, ...) a module imports, also lazily."""
+    package = path.relative_to(ENGINE).parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the module's package
+                base = list(package[: len(package) - (node.level - 1)])
+                target = base + (node.module.split(".") if node.module else [])
+                names = [target[0]] if target else [alias.name for alias in node.names]
+            elif node.module and node.module.split(".")[0] == "workbench":
+                parts = node.module.split(".")[1:]
+                names = parts[:1] or [alias.name for alias in node.names]
+            else:
+                continue
+            found.update(names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("workbench."))
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layers_import_only_what_is_below_them(layer):
+    wrong = {}
+    for path in sorted((ENGINE / layer).rglob("*.py")):
+        bad = _engine_imports(path) - ALLOWED[layer] - {layer}
+        if bad:
+            wrong[str(path.relative_to(ROOT))] = sorted(bad)
+    assert wrong == {}
+
+
+def test_the_engine_never_imports_the_ui():
+    for path in ENGINE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+        assert not {m for m in modules if m.split(".")[0] in ("ipywidgets", "widgets")}, path
+
+
+def test_import_workbench_loads_no_ipywidgets_and_no_plotly():
+    code = ("import sys, workbench; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'ipywidgets', 'plotly', 'widgets'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"

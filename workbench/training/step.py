@@ -1,0 +1,142 @@
+"""One way to build a training step from a :class:`~workbench.TrainConfig`: data, model, optimizer,
+state and the parallel mode, checked before anything compiles.
+
+The trainer, the reference check, the communication ledger and the CLI all call :func:`build_step`, so
+what is checked or compiled is exactly what is trained: the same accumulation, precision, data and
+model options, faults and custom model.
+
+Example:
+    >>> built = build_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
+    >>> state, metrics = built.mode.step(built.mode.place_state(built.state),
+    ...                                  built.mode.place_batch(built.first_batches(1)[0]))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import jax
+from flax import nnx
+
+from ..errors import MeshError, WorkbenchError
+from .config import TrainConfig, make_optimizer
+from .data import Dataset, load_dataset
+from .models import model_class, model_config, model_config_for_data
+from .modes import ParallelMode, StepPlan, build_mode, mode_class, mesh_fit
+from .modes.base import training_mesh
+from .modes.core import LossFn, TrainState, init_state
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CustomModel:
+    """A user's own model and data for :func:`build_step`: the module (None: ``config.model`` on your
+    batches; every build starts from the module's parameters as given), its loss, its batches
+    (``seed -> iterator`` or an iterable used once), held-out batches and tensor-parallel rules."""
+
+    module: nnx.Module | None
+    loss: LossFn | None
+    batches: Callable[[int], Iterator[Any]] | Iterable[Any]
+    eval_batches: Callable[[], Iterable[Any]] | Iterable[Any] | None = None
+    tp_rules: tuple = ()
+
+    def __post_init__(self):
+        if self.module is not None and self.loss is None and not hasattr(type(self.module), "loss"):
+            raise WorkbenchError(
+                f"model {type(self.module).__name__} is not a workbench model, so the trainer needs its loss: "
+                "pass loss=fn with fn(model, batch) -> (loss, aux)"
+            )
+        if self.batches is None:
+            raise WorkbenchError("a custom model needs custom data: pass batches=fn(seed) -> iterator of batches")
+        initial = nnx.split(self.module) if self.module is not None else None
+        object.__setattr__(self, "initial", initial)  # the user's later in-place changes do not leak in
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BuiltStep:
+    """What :func:`build_step` made: the checked ``config``, the built ``mode`` (its compiled step is
+    made once and kept with it), the host ``state`` to start from, the ``model`` and its ``loss``,
+    ``train_batches(seed)`` and ``eval_batches()`` (None without held-out data), the ``dataset`` (None for
+    custom batches) and the resolved ``model_options``."""
+
+    config: TrainConfig
+    mode: ParallelMode
+    state: TrainState
+    model: nnx.Module
+    loss: LossFn
+    train_batches: Callable[[int], Iterator[Any]]
+    eval_batches: Callable[[], Iterable[Any]] | None
+    dataset: Dataset | None
+    model_options: dict[str, Any]
+
+    def first_batches(self, count: int) -> list[Any]:
+        """The first ``count`` global batches this step trains on (seed ``config.seed``)."""
+        return list(itertools.islice(self.train_batches(self.config.seed), count))
+
+
+def check_mesh_for_training(config: TrainConfig) -> None:
+    """The mode x mesh verdict and the device count, before any data or model is loaded."""
+    fit = mesh_fit(config.mode, config.mesh)
+    if not fit.ok:
+        raise MeshError(fit.message)
+    if not mode_class(config.mode).one_device:
+        training_mesh(fit.mesh)  # a mesh larger than the machine: says how to get the devices
+
+
+def _data(config: TrainConfig, custom: CustomModel | None):
+    """(model config or None, train batches factory, eval batches factory, dataset or None)."""
+    if custom is not None:
+        batches, evaluate = custom.batches, custom.eval_batches
+        train = batches if callable(batches) else (lambda seed, it=iter(batches): it)
+        held_out = evaluate if callable(evaluate) or evaluate is None else (lambda b=evaluate: b)
+        return None, train, held_out, None
+    dataset = load_dataset(config.data, seed=config.seed, **config.data_options)
+    model_cfg = model_config_for_data(config.model, dataset, **config.model_options)
+    train = lambda seed: dataset.batches(config.batch, seed=seed, drop_remainder=config.drop_remainder)  # noqa: E731
+    return model_cfg, train, (lambda: dataset.eval_batches(config.batch)), dataset
+
+
+def build_step(
+    config: TrainConfig, *, custom: CustomModel | None = None, modes: dict | None = None
+) -> BuiltStep:
+    """Build everything one training step needs from ``config`` (checked first; a bad value raises a
+    WorkbenchError naming it before anything compiles).
+
+    Args:
+        config: the run's settings.
+        custom: your own model, loss and batches instead of ``config.model`` and ``config.data``.
+        modes: a dict kept between calls to reuse built modes (and their compiled steps) when only the
+            learning rate, seed or schedule changed.
+
+    Example:
+        >>> built = build_step(TrainConfig(mode="fsdp", mesh="data=8", batch=64, precision="bf16", accum=2))  # doctest: +SKIP
+        >>> built.mode.plan.precision, built.mode.plan.accum  # doctest: +SKIP
+        ('bf16', 2)
+    """
+    config = config.checked()
+    check_mesh_for_training(config)
+    model_cfg, train, evaluate, dataset = _data(config, custom)
+    if custom is not None and custom.module is not None:
+        graphdef, params = custom.initial
+        model, loss, tp_rules = nnx.merge(graphdef, params), custom.loss or type(custom.module).loss, custom.tp_rules
+        options = dict(config.model_options)
+    else:
+        model_cfg = model_cfg or model_config(config.model, **config.model_options)
+        model = model_cfg.build(seed=config.seed)
+        loss, tp_rules = type(model).loss, tuple(model_class(model_cfg.name).tensor_parallel_rules())
+        options = model_cfg.options
+    optimizer = make_optimizer(config.optimizer, config.lr)
+    graphdef, state = init_state(model, optimizer)
+    key = (config.mode, config.mesh, config.batch, config.accum, config.precision, config.optimizer, config.faults,
+           str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules)
+    modes = {} if modes is None else modes
+    if key not in modes:
+        plan = StepPlan(graphdef, loss, optimizer, config.mesh, config.batch, config.accum, config.precision,
+                        tp_rules, config.faults)
+        modes[key] = build_mode(config.mode, plan)
+    return BuiltStep(config, modes[key], state, model, loss, train, evaluate, dataset, options)
+
+
+__all__ = ["BuiltStep", "CustomModel", "build_step", "check_mesh_for_training"]
