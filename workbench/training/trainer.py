@@ -292,56 +292,75 @@ class _Loop:
         self.train_seconds = 0.0
         self.train_examples = 0
         self.traceback = None
+        self.interval_start = time.perf_counter()
 
     def run(self) -> str:
-        config, emit = self.config, self.trainer._emit
-        emit("start", 0, mode=config.mode, mesh=config.mesh, steps=config.steps, run_dir=str(self.writer.path))
+        config = self.config
+        self.trainer._emit("start", 0, mode=config.mode, mesh=config.mesh, steps=config.steps,
+                           run_dir=str(self.writer.path))
         self.state = self.mode.place_state(self.initial)
         batches = iter(self.train_batches(config.seed))
-        interval_start = time.perf_counter()
+        self.restart_interval()
         while self.step < config.steps:
-            control = self.trainer._control
-            if control.stop.is_set():
-                self.flush(interval_start)
+            if self.stop_requested():
                 return "stopped"
-            if control.pause.is_set():
-                self.flush(interval_start)
-                if self.wait_while_paused() == "stop":
-                    return "stopped"
-                interval_start = time.perf_counter()
-            try:
-                batch = next(batches)
-            except StopIteration:
-                raise WorkbenchError(
-                    f"the training batches ran out after {self.step} steps of {config.steps}: give more data "
-                    "(an iterator that repeats) or fewer steps"
-                ) from None
-            first = time.perf_counter()
-            step = self.step + 1
-            logging = step == 1 or step % config.log_every == 0 or step == config.steps
-            placed = self.mode.place_batch(batch)
-            self.state, metrics = self.mode.step(self.state, placed, diagnostics=logging)
-            self.step = step
-            self.pending.append((self.step, metrics))
-            self.in_flight.add(metrics["loss"])
-            if self.step == 1:
-                self.mode.precompile(self.state, placed)  # the ordinary step, compiled while step 1 runs
-                jax.block_until_ready(metrics["loss"])  # the one early sync: compile time, shown once
-                self.compile_s = time.perf_counter() - first
-                self.trainer._emit("compiled", 1, compile_s=round(self.compile_s, 3))
-                self.flush(None)
-                interval_start = time.perf_counter()
-            elif self.step % config.log_every == 0 or self.step == config.steps:
-                self.flush(interval_start)
-                interval_start = time.perf_counter()
-            if self.step > 1 and config.sync_every and self.step % config.sync_every == 0:
-                self.report_sync(batch)  # on its own schedule, not only where a logging step falls
-                interval_start = time.perf_counter()
-            if config.eval_every and self.step % config.eval_every == 0 and self.step < config.steps:
-                self.evaluate()
-                interval_start = time.perf_counter()
+            batch = self.next_batch(batches)
+            self.train_step(batch)
+            self.side_work(batch)
         self.evaluate()
         return "finished"
+
+    def restart_interval(self) -> None:
+        """Start timing training anew: work between steps (logging, diagnostics, evaluation, a pause)
+        never counts in examples/s."""
+        self.interval_start = time.perf_counter()
+
+    def stop_requested(self) -> bool:
+        """Act on Stop and Pause at this step boundary; True when the run must end."""
+        control = self.trainer._control
+        if control.stop.is_set():
+            self.flush()
+            return True
+        if control.pause.is_set():
+            self.flush()
+            return self.wait_while_paused() == "stop"
+        return False
+
+    def next_batch(self, batches: Iterator[Any]) -> Any:
+        try:
+            return next(batches)
+        except StopIteration:
+            raise WorkbenchError(
+                f"the training batches ran out after {self.step} steps of {self.config.steps}: give more data "
+                "(an iterator that repeats) or fewer steps"
+            ) from None
+
+    def train_step(self, batch: Any) -> None:
+        """One step, dispatched without waiting; metrics are read only at logging steps."""
+        config, first = self.config, time.perf_counter()
+        step = self.step + 1
+        logging = step == 1 or step % config.log_every == 0 or step == config.steps
+        placed = self.mode.place_batch(batch)
+        self.state, metrics = self.mode.step(self.state, placed, diagnostics=logging)
+        self.step = step
+        self.pending.append((step, metrics))
+        self.in_flight.add(metrics["loss"])
+        if step == 1:
+            self.mode.precompile(self.state, placed)  # the ordinary step, compiled while step 1 runs
+            jax.block_until_ready(metrics["loss"])  # the one early sync: compile time, shown once
+            self.compile_s = time.perf_counter() - first
+            self.trainer._emit("compiled", 1, compile_s=round(self.compile_s, 3))
+            self.flush(timed=False)
+        elif logging:
+            self.flush()
+
+    def side_work(self, batch: Any) -> None:
+        """Gradient-sync diagnostics and evaluation, each on its own schedule."""
+        config = self.config
+        if self.step > 1 and config.sync_every and self.step % config.sync_every == 0:
+            self.report_sync(batch)
+        if config.eval_every and self.step % config.eval_every == 0 and self.step < config.steps:
+            self.evaluate()
 
     def wait_while_paused(self) -> str:
         control = self.trainer._control
@@ -354,9 +373,10 @@ class _Loop:
             return "stop"
         self.trainer._status = "running"
         self.trainer._emit("resumed", self.step)
+        self.restart_interval()
         return "resume"
 
-    def flush(self, interval_start: float | None) -> None:
+    def flush(self, timed: bool = True) -> None:
         """Read the pending metrics (one host sync), check them, log one record and emit it.
 
         The record holds the mean loss over the interval's steps and the gradient norm of the last
@@ -373,14 +393,15 @@ class _Loop:
         if "grad_norm" in values[-1]:
             record["grad_norm"] = float(values[-1]["grad_norm"])
         self.last = {"loss": float(values[-1]["loss"])}
-        if interval_start is not None:
-            elapsed = time.perf_counter() - interval_start
+        if timed:
+            elapsed = time.perf_counter() - self.interval_start
             examples = len(steps) * self.config.batch
             self.train_seconds += elapsed
             self.train_examples += examples
             record.update(examples_per_s=examples / elapsed, step_time_s=elapsed / len(steps))
         self.writer.append(record)
         self.trainer._emit("metrics", steps[-1], **{k: v for k, v in record.items() if k != "step"})
+        self.restart_interval()
 
     def check_finite(self, steps: list[int], values: list[dict]) -> None:
         """NonFiniteError at the first step whose loss or gradient norms are not finite.
@@ -410,6 +431,7 @@ class _Loop:
         record = {"step": self.step, **{f"sync_{k}": v for k, v in report.items()}}
         self.writer.append(record)
         self.trainer._emit("sync", self.step, **report)
+        self.restart_interval()
 
     def evaluate(self) -> None:
         if self.eval_batches is None:
@@ -427,6 +449,7 @@ class _Loop:
         record = {"step": self.step, **{f"eval_{k}": v for k, v in self.evals.items()}}
         self.writer.append(record)
         self.trainer._emit("eval", self.step, **{k: v for k, v in record.items() if k != "step"})
+        self.restart_interval()
 
     def summary(self, status: str, error: str | None) -> dict[str, Any]:
         config = self.config
