@@ -19,14 +19,7 @@ from workbench import WorkbenchError, build_mesh, layout_array, layout_tree, par
 from workbench.views.colors import PALETTE, device_color, text_color_for
 from workbench.views.jax_picture import JaxPicture, capture_visualize_sharding
 from workbench.views.figures import layout_figure, memory_bar_figure
-from workbench.views.text import (
-    format_bytes,
-    format_bytes_exact,
-    format_device_ids,
-    layout_table,
-    tiling_picture,
-    tree_table,
-)
+from workbench.views.text import format_device_ids, layout_table, tiling_picture, tree_table
 
 BIG_MESH = "data=64,model=16"  # 1,024 devices: far more than the 8 simulated ones
 
@@ -109,16 +102,6 @@ def test_same_device_same_colour_across_arrays_and_views():
 
 
 # --- text formatters -----------------------------------------------------------------------------------
-
-
-def test_format_bytes():
-    assert format_bytes(0) == "0 B"
-    assert format_bytes(1023) == "1023 B"
-    assert format_bytes(1024) == "1.0 KiB"
-    assert format_bytes(5 * 2**20 + 2**19) == "5.5 MiB"
-    assert format_bytes(3 * 2**30) == "3.0 GiB"
-    assert format_bytes_exact(2048) == "2.0 KiB (2,048 B)"
-    assert format_bytes_exact(12) == "12 B"
 
 
 def test_format_device_ids():

@@ -80,7 +80,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..layout.mesh import parse_mesh
-from ..views.text import _align_columns, format_bytes, format_shape
+from ..formatting import align_columns, format_bytes, format_shape
 
 KINDS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 MEMORY_LABEL = "compiler estimate (XLA memory analysis), bytes per device"
@@ -730,7 +730,7 @@ def ledger_table(ledger: CommLedger) -> str:
              ",".join(c.axes) or "-", _shapes_text(c.shapes)]
             for c in ledger.collectives
         ]
-        lines += _align_columns(["kind", "count", "bytes", "total", "dtype", "axes", "shapes"], rows, right=(1, 2, 3))
+        lines += align_columns(["kind", "count", "bytes", "total", "dtype", "axes", "shapes"], rows, right=(1, 2, 3))
         count = sum(c.count for c in ledger.collectives)
         lines.append(
             f"total per device per step: {format_bytes(ledger.total_bytes)} in {count} collective{'s' * (count != 1)}"

@@ -50,7 +50,7 @@ from ..layout.mesh import MeshShape, abstract_mesh, parse_mesh
 from ..layout.rules import RuleTable
 from ..layout.specs import entry_axes, format_spec, spec_entries, spec_to_json
 from ..layout.tree_layout import TreeLayout, layout_tree
-from ..views.text import format_bytes
+from ..formatting import align_columns, format_bytes, format_seconds
 
 DATA_AXIS, MODEL_AXIS = "data", "model"
 # Examples (sequences for the transformer) per data-parallel replica when no global batch is given:
@@ -328,14 +328,13 @@ class TrainingPlan:
             lines.append(f"  {label:<17} {shown:>13}  {words}")
         lines += ["", "collectives per step (ring model)"]
         if self.collectives:
-            table = [("kind", "what", "axes", "group", "count", "bytes each", "time")]
-            for c in self.collectives:
-                table.append((c.kind, c.what, ",".join(c.axes), str(c.group_size), f"{c.count:,}",
-                              format_bytes(c.bytes), format_seconds(c.time_s)))
-            widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-            for row in table:  # words left-aligned, numbers right-aligned
-                cells = (cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-                lines.append("  " + "  ".join(cells))
+            rows = [
+                [c.kind, c.what, ",".join(c.axes), str(c.group_size), f"{c.count:,}", format_bytes(c.bytes),
+                 format_seconds(c.time_s)]
+                for c in self.collectives
+            ]
+            headers = ["kind", "what", "axes", "group", "count", "bytes each", "time"]
+            lines += ["  " + line for line in align_columns(headers, rows, right=range(3, 7))]  # numbers right-aligned
         else:
             lines.append("  none")
         lines += [
@@ -361,21 +360,6 @@ def _string_literal(text: str) -> str:
     if "'" not in text and "\n" not in text and not text.endswith("\\"):
         return f"r'{text}'"
     return repr(text)
-
-
-def format_seconds(seconds: float) -> str:
-    """``12.3 ms``, ``4.56 s``, ``789 us``.
-
-    Example:
-        >>> format_seconds(0.0123), format_seconds(4.56), format_seconds(7.89e-4)
-        ('12.3 ms', '4.56 s', '789 us')
-    """
-    if seconds == 0:
-        return "0 s"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
 
 
 def _transient_words(mode: str, precision: str) -> str:
@@ -783,6 +767,6 @@ def plan_training(
 
 
 __all__ = [
-    "DEFAULT_EXAMPLES_PER_REPLICA", "PLANNED_MODES", "PlannedCollective", "TrainingPlan", "format_seconds",
-    "parse_byte_size", "plan_training",
+    "DEFAULT_EXAMPLES_PER_REPLICA", "PLANNED_MODES", "PlannedCollective", "TrainingPlan", "parse_byte_size",
+    "plan_training",
 ]

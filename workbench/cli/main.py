@@ -197,7 +197,7 @@ def _cmd_runs(args) -> int:
 
 def _cmd_cache(args) -> int:
     from ..compile_cache import clear_compilation_cache, compilation_cache_info
-    from ..views.text import format_bytes
+    from ..formatting import format_bytes
 
     freed = clear_compilation_cache() if args.clear else None
     info = compilation_cache_info()

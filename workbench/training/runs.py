@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunError
+from ..formatting import align_columns
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -581,13 +582,7 @@ def compare_table(
     rows = compare_runs(runs, keys, run_root)
     columns = list(rows[0]) if rows else ["name", "status"]
     cells = [[_cell(row[c]) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(columns)]
     # Columns of numbers are right-aligned so their digits line up; a column with any text is left-aligned.
     present = [[row[c] for row in rows if row[c] is not None] for c in columns]
-    numeric = [bool(values) and all(map(_is_number, values)) for values in present]
-
-    def line(texts: list[str]) -> str:
-        parts = (t.rjust(w) if right else t.ljust(w) for t, w, right in zip(texts, widths, numeric))
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(texts) for texts in cells)])
+    numeric = [number for number, values in enumerate(present) if values and all(map(_is_number, values))]
+    return "\n".join(align_columns(columns, cells, right=numeric))

@@ -29,15 +29,8 @@ from plotly.subplots import make_subplots
 from .colors import PALETTE, device_color, palette_index
 from ..layout.array_layout import ArrayLayout, DeviceSlice, Interval
 from ..layout.tree_layout import TreeLayout
-from .text import (
-    describe_array,
-    format_bytes,
-    format_bytes_exact,
-    format_coords,
-    format_device_ids,
-    format_index,
-    format_shape,
-)
+from ..formatting import format_bytes, format_bytes_exact, format_shape
+from .text import describe_array, format_coords, format_device_ids, format_index
 
 MAX_HOLDERS_IN_HOVER = 8  # a fully replicated array on 1,024 devices would otherwise list 1,024 per cell
 MAX_TICKS = 16

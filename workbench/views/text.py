@@ -11,46 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ..errors import WorkbenchError
+from ..formatting import align_columns, format_bytes, format_bytes_exact, format_shape
 from ..layout.array_layout import ArrayLayout, Interval
 from ..layout.specs import format_spec
 from ..layout.tree_layout import TreeLayout
 
-BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 ELLIPSIS = "…"
 
 
-# --- small formatters, shared with the other views -------------------------------------------------
-
-
-def format_bytes(n: int) -> str:
-    """Bytes in binary units: ``B`` below 1 KiB, else one decimal.
-
-    Example:
-        >>> format_bytes(512), format_bytes(2048), format_bytes(3 * 2**30 // 2)
-        ('512 B', '2.0 KiB', '1.5 GiB')
-    """
-    value = float(n)
-    for unit in BYTE_UNITS:
-        if abs(value) < 1024 or unit == BYTE_UNITS[-1]:
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_bytes_exact(n: int) -> str:
-    """Human units plus the exact count, e.g. ``2.0 KiB (2,048 B)``; bytes alone below 1 KiB.
-
-    Example:
-        >>> format_bytes_exact(2048)
-        '2.0 KiB (2,048 B)'
-    """
-    human = format_bytes(n)
-    return human if human.endswith(" B") else f"{human} ({n:,} B)"
-
-
-def format_shape(shape: Sequence[int]) -> str:
-    """``[4, 16, 8]``; a scalar is ``[]``."""
-    return "[" + ", ".join(str(s) for s in shape) + "]"
+# --- small formatters of layout parts (bytes, shapes, tables: workbench.formatting) --------------------
 
 
 def format_index(index: Sequence[Interval]) -> str:
@@ -102,18 +71,6 @@ def format_device_ids(ids: Iterable[int], max_chars: int = 16) -> str:
 def describe_array(layout: ArrayLayout) -> str:
     """One line naming the array, its mesh and its spec: ``float32[8, 16] on data=2,model=4 as data, model``."""
     return f"{layout.dtype}{format_shape(layout.shape)} on {layout.mesh} as {format_spec(layout.spec)}"
-
-
-def _align_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:
-    """Header, rule and rows padded into columns; columns in ``right`` are right-aligned (numbers)."""
-    right = set(right)
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
-        return "  ".join(padded).rstrip()
-
-    return [line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
 def _elide(count: int, limit: int | None) -> list[int | None]:
@@ -175,7 +132,7 @@ def layout_table(layout: ArrayLayout, *, max_devices: int | None = 16) -> str:
     for position in shown:  # only the rows shown: a 1,024-device table stays cheap
         device = layout.device_slice(position)
         rows.append([str(device.device_id), format_coords(device.coords), format_index(device.index), shard])
-    lines = _align_columns(["device", "coords", "index", "shard shape"], rows, right=[0])
+    lines = align_columns(["device", "coords", "index", "shard shape"], rows, right=[0])
     if hidden:
         lines.insert(2 + head, f"{ELLIPSIS} {hidden:,} more devices {ELLIPSIS}")  # after header, rule, head rows
     return "\n".join([*layout_header(layout), "", *lines])
@@ -207,7 +164,7 @@ def tree_table(tree: TreeLayout) -> str:
         ]
         for row in tree.rows()
     ]
-    lines = _align_columns(headers, rows, right=[5, 6])
+    lines = align_columns(headers, rows, right=[5, 6])
     lines += [
         "",
         f"per device   {format_bytes_exact(tree.bytes_per_device)} on each of {tree.mesh.size:,} devices ({tree.mesh})",
