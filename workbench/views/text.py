@@ -203,6 +203,27 @@ def _box_grid(column_headers: Sequence[str], row_headers: Sequence[str], cells: 
     return lines
 
 
+def _holders_label(holders: Sequence[int], num_devices: int, max_label: int) -> str:
+    """A box's label: its device; ``all 8 devices`` for the whole array; else its holders and ``×copies``."""
+    if len(holders) == 1:
+        return str(holders[0])
+    if len(holders) == num_devices:
+        return f"all {num_devices:,} devices"
+    count = f"({len(holders)})"
+    ids = format_device_ids(holders, max_label).removesuffix(count)  # a shortened list ends with the count: say it once
+    return f"{ids} ×{len(holders):,}"
+
+
+def _replication_line(layout: ArrayLayout) -> list[str]:
+    """A line saying what a box held by several devices means: copies, never a finer split."""
+    if layout.replication == 1:
+        return []
+    if layout.is_fully_replicated:
+        return [f"replicated: the whole array on each of the {layout.num_devices:,} devices, one box"]
+    copies = layout.replication
+    return [f"replication {copies}: each box is held whole by {copies:,} devices (×{copies:,}), not split between them"]
+
+
 def _axis_line(role: str, dim: int, size: int, blocks: int) -> str:
     piece = size // blocks if blocks else size
     return f"{role}: dimension {dim} ({size}) in {blocks} block{'s' if blocks != 1 else ''} of {piece}"
@@ -212,7 +233,9 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
     """A plain-text picture of a 0-D, 1-D or 2-D array's blocks, each labelled with the devices holding it.
 
     Rows are dimension 0 and columns dimension 1 (a 1-D array is one row, a scalar one box). Row and
-    column headers give each block's ``start:stop`` range. Long lists of holders are shortened by
+    column headers give each block's ``start:stop`` range. A block held by several devices is labelled
+    with its holders and the copy count (``0,4 ×2``), a fully replicated array is one box (``all 8
+    devices``), and a line above the grid says so. Long lists of holders are shortened by
     :func:`format_device_ids` (``0-7``, ``0,8,16,…(64)``); more than ``max_rows`` row blocks or
     ``max_columns`` column blocks are elided around a ``⋮`` / ``…`` line, keeping the last one. Works on
     abstract meshes of any size.
@@ -238,8 +261,9 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
         )
     holders = layout.holders()
     if rank == 0:
-        label = format_device_ids(holders[()], max_label)
-        return "\n".join([describe_array(layout), "scalar: one block, on every device", *_box_grid([""], [""], [[label]])])
+        label = _holders_label(holders[()], layout.num_devices, max_label)
+        grid = _box_grid([""], [""], [[label]])
+        return "\n".join([describe_array(layout), "scalar: one block, on every device", *grid])
 
     # Distinct [start, stop) ranges per dimension, in order: the grid's rows and columns.
     ranges = [sorted({index[dim] for index in holders}) for dim in range(rank)]
@@ -254,7 +278,7 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
         if row is None:
             return "⋮"
         key = (row_ranges[row], column_ranges[column]) if rank == 2 else (column_ranges[column],)
-        return format_device_ids(holders[key], max_label)
+        return _holders_label(holders[key], layout.num_devices, max_label)
 
     def range_text(ranges_of_dim, number):
         return ELLIPSIS if number is None else f"{ranges_of_dim[number][0]}:{ranges_of_dim[number][1]}"
@@ -271,4 +295,5 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
         row_headers = [""]
         axes = _axis_line("columns", 0, layout.shape[0], layout.shards_per_dim[0])
     cells = [[cell(r, c) for c in columns] for r in rows]
-    return "\n".join([describe_array(layout), axes, *_box_grid(column_headers, row_headers, cells)])
+    grid = _box_grid(column_headers, row_headers, cells)
+    return "\n".join([describe_array(layout), axes, *_replication_line(layout), *grid])
