@@ -68,6 +68,7 @@ def test_inspect_huge_abstract_mesh(capsys):
         (["inspect", "--mesh", "data=2", "--shape", "8", "--spec", "batch"], "'batch'"),
         (["inspect", "--mesh", "data=2", "--shape", "8", "--dtype", "float33"], "'float33'"),
         (["inspect", "--mesh", "data=2", "--shape", "8", "--spec", "data,,"], "empty entry"),
+        (["inspect", "--mesh", "data=4,model=2", "--shape", "16", "--spec", "(data, model)"], "write '(data, model),'"),
         (["inspect", "--shape", "8"], "--mesh"),
         (["frobnicate"], "invalid choice"),
         ([], "required"),
