@@ -20,9 +20,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from .exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
 TABLE_WIDTH = 120  # `workbench runs` fits its default table in this many characters
 
 

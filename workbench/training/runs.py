@@ -39,7 +39,7 @@ from ..formatting import align_columns
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
-STATUSES = ("finished", "stopped", "failed")
+END_STATUSES = ("finished", "stopped", "failed")  # how a run can end; the trainer adds its live states
 INCOMPLETE = "incomplete"  # the status of a run with no summary.json: crashed, or still running
 # The config fields compare_runs shows, in this order, when at least one run has them.
 COMPARED_CONFIG = ("model", "data", "mode", "mesh", "optimizer", "lr", "batch", "steps")
@@ -299,8 +299,8 @@ class RunWriter:
             >>> run.finish("finished", final_loss=0.012, steps_done=1000)  # doctest: +SKIP
         """
         self._check_open("finish it again")
-        if status not in STATUSES:
-            raise RunError(f"run status {status!r} is not one of {', '.join(STATUSES)}: e.g. run.finish('finished')")
+        if status not in END_STATUSES:
+            raise RunError(f"run status {status!r} is not one of {', '.join(END_STATUSES)}: e.g. run.finish('finished')")
         encoded = _encode(summary, "summary")  # before anything changes: a bad value leaves the run open to retry
         _write_atomically(self.path / SUMMARY_FILE, {"status": status, **encoded, "ended": _iso(_utc_now())})
         self._status = status

@@ -48,12 +48,12 @@ from .in_flight import InFlight
 from .modes import StepPlan, build_mode
 from .modes.core import LossFn, TrainState, add_sums, first_non_finite, init_state
 from .models import model_class, model_config_for_data, param_count
-from .runs import RunWriter
+from .runs import END_STATUSES, RunWriter
 from .sync_diagnostics import sync_report
 from .config import TrainConfig, make_optimizer
 
 EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "paused", "resumed", "end")
-STATUSES = ("idle", "running", "paused", "finished", "stopped", "failed")
+STATUSES = ("idle", "running", "paused", *END_STATUSES)
 
 
 class TrainerBusyError(WorkbenchError):
