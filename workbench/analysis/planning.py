@@ -1,22 +1,9 @@
 """Production planning on abstract meshes: will a model train in a mode on a mesh, and what will a step cost?
 
-:func:`plan_training` answers before any device exists or any byte is allocated. It builds the model's
-parameters as ``ShapeDtypeStruct`` leaves (``nnx.eval_shape``) and the optimizer state with
-``jax.eval_shape``, lays both out on an abstract mesh the way the parallel mode would (``dp`` and
-friends replicate; ``fsdp`` shards each leaf's largest divisible dimension over ``data``; ``tp`` and
-``dp-tp`` apply the model's tensor-parallel rule table), and then adds up:
-
-* **memory per device**: parameters, gradients (float32, laid out like the parameters: mixed precision
-  casts them back), optimizer state, and rough transients (activations, gathered or cast parameters);
-* **collectives per step** in theory, priced with the ring formulas of :mod:`workbench.analysis.cost_model`;
-* **compute per step** from the model's analytic FLOPs at an assumed utilisation (MFU).
-
-The layout it chose exports as code: :meth:`TrainingPlan.rules_code` is a ``(regex, PartitionSpec)``
-table a production script can paste, and applying it with :func:`~workbench.layout.tree_layout.layout_tree`
-reproduces the plan's bytes exactly (the planner checks this itself).
-
-Modes whose axes are a subset of the mesh's are planned anyway (the trainer refuses them): devices
-along the unused axes hold copies and do the same work, and the plan says so in its notes.
+:func:`plan_training` lays out the model's parameters and optimizer state (shapes only, nothing allocated)
+the way the mode would, and adds up memory per device, the collectives a step runs (ring model) and its
+compute time into a :class:`TrainingPlan`, whose :meth:`~TrainingPlan.rules_code` exports the layout as a
+rule table to paste. What it assumes and adds up: docs/design/production-planning.md.
 
 Example:
     >>> plan = plan_training("transformer", {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000},
