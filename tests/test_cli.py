@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import pathlib
 import subprocess
 import sys
@@ -68,6 +69,7 @@ def test_inspect_huge_abstract_mesh(capsys):
         (["inspect", "--mesh", "data=2", "--shape", "8", "--spec", "batch"], "'batch'"),
         (["inspect", "--mesh", "data=2", "--shape", "8", "--dtype", "float33"], "'float33'"),
         (["inspect", "--mesh", "data=2", "--shape", "8", "--spec", "data,,"], "empty entry"),
+        (["inspect", "--mesh", "data=4,model=2", "--shape", "16", "--spec", "(data, model)"], "write '(data, model),'"),
         (["inspect", "--shape", "8"], "--mesh"),
         (["frobnicate"], "invalid choice"),
         ([], "required"),
@@ -100,3 +102,21 @@ def test_output_piped_into_a_closed_reader_exits_quietly():
         shell=True, capture_output=True, text=True, env=env, timeout=120,
     )
     assert piped.stdout == '{"shape": ' and "Traceback" not in piped.stderr
+
+
+def test_exit_statuses_are_defined_once():
+    # Every subcommand imports them from cli/exit_codes.py: a second definition could drift from it.
+    from workbench.cli import exit_codes
+
+    cli = pathlib.Path(exit_codes.__file__).parent
+    for path in cli.glob("*.py"):
+        if path.name != "exit_codes.py":
+            assert not re.search(r"^EXIT_\w+\s*[,=]", path.read_text(), re.MULTILINE), path.name
+    assert (exit_codes.EXIT_OK, exit_codes.EXIT_FAILED, exit_codes.EXIT_BAD_INPUT, exit_codes.EXIT_INTERRUPTED) == (0, 1, 2, 130)
+
+
+def test_the_trainer_states_end_as_runs_do():
+    from workbench.training import runs, trainer
+
+    assert runs.END_STATUSES == ("finished", "stopped", "failed")
+    assert trainer.STATUSES == ("idle", "running", "paused", *runs.END_STATUSES)

@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from workbench.errors import RunError, WorkbenchError
-from workbench.training.runs import Run, RunWriter, compare_runs, compare_table, list_runs, load_run
+from workbench.training.runs import (
+    Run,
+    RunWriter,
+    choose_columns,
+    compare_runs,
+    compare_table,
+    list_runs,
+    load_run,
+)
 
 CONFIG = {"model": "mlp", "data": "digits", "mode": "dp", "mesh": "data=8", "lr": 0.001, "batch": 64, "steps": 3}
 
@@ -386,3 +394,99 @@ def test_compare_table(three_runs):
 
 def test_compare_table_of_no_runs(tmp_path):
     assert compare_table([], run_root=tmp_path).splitlines() == ["name  status", "----  ------"]
+
+
+# --- the `workbench runs` table: the useful columns by default, the rest on request ---------------------------
+
+# What a trainer logs (see workbench.training.trainer): loss and speed per interval, gradient-sync diagnostics,
+# evaluation. With the config fields that is 24 columns, about 320 characters a line.
+LOGGED = [
+    {"step": 100, "loss": 0.31, "grad_norm": 0.8139, "examples_per_s": 52490.0, "step_time_s": 0.004877},
+    {"step": 100, "sync_replicas": 8, "sync_synced_grad_norm": 0.7859, "sync_replica_divergence": 0.0,
+     "sync_per_replica_batch": 31.4, "sync_global_batch": 256, "sync_noise_scale": 113.2, "sync_suggested_batch": 113},
+    {"step": 100, "eval_accuracy": 0.8806, "eval_loss": 0.9966},
+]
+
+
+@pytest.fixture
+def realistic_runs(tmp_path):
+    for model, mode, mesh in [("transformer", "dp-shard-map", "data=4,model=2"), ("mlp", "dp", "data=8"),
+                              ("cnn", "fsdp", "data=8"), ("transformer", "dp-tp", "data=2,model=4")]:
+        config = {**CONFIG, "model": model, "mode": mode, "mesh": mesh, "optimizer": "adamw", "steps": 100}
+        write_run(tmp_path, f"{model}-{mode}-20261122-183117", config, LOGGED)  # the trainer's default names
+    write_run(tmp_path, "crashed-run", CONFIG, LOGGED[:1], status=None)
+    return tmp_path
+
+
+def run_cli(capsys, *argv):
+    from workbench.cli.main import main
+
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_runs_default_table_fits_120_characters_and_says_what_is_left_out(capsys, realistic_runs):
+    status, out, err = run_cli(capsys, "runs", "--run-dir", str(realistic_runs))
+    assert status == 0 and err == ""
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 120
+    header = lines[0].split()
+    assert header == ["name", "status", "mode", "mesh", "model", "loss", "eval_accuracy"]  # all that fits
+    short = realistic_runs / "short"
+    for number in range(3):
+        write_run(short, f"run-{number}", CONFIG, LOGGED)
+    status, out, _ = run_cli(capsys, "runs", "--run-dir", str(short))
+    assert max(map(len, out.splitlines())) <= 120  # shorter names leave room for more
+    assert out.splitlines()[0].split() == [
+        "name", "status", "mode", "mesh", "model", "loss", "eval_accuracy", "eval_loss", "examples_per_s", "last_step", "data"
+    ]
+    assert len(lines) == 2 + 5 + 1  # header, rule, five runs, the note
+    assert lines[-1].startswith(f"({24 - len(header)} more columns: --all-columns shows every one")
+    assert lines[2].split()[:5] == ["transformer-dp-shard-map-20261122-183117", "finished", "dp-shard-map",
+                                    "data=4,model=2", "transformer"]
+    assert max(map(len, compare_table(list_runs(realistic_runs)).splitlines())) > 300  # what it was before
+
+
+def test_runs_all_columns_shows_every_column(capsys, realistic_runs):
+    status, out, _ = run_cli(capsys, "runs", "--run-dir", str(realistic_runs), "--all-columns")
+    assert status == 0
+    header, rule, *rows = out.splitlines()
+    assert header.split() == list(compare_runs(list_runs(realistic_runs))[0]) and len(header.split()) == 24
+    assert len(rows) == 5 and "more columns" not in out
+
+
+def test_runs_columns_picks_them_in_order_for_the_table_and_json(capsys, realistic_runs):
+    status, out, _ = run_cli(capsys, "runs", "--run-dir", str(realistic_runs), "--columns", "name, sync_noise_scale,loss")
+    assert status == 0
+    header, rule, *rows = out.splitlines()
+    assert header.split() == ["name", "sync_noise_scale", "loss"] and len(rows) == 5
+    assert rows[-1].split() == ["crashed-run", "-", "0.31"]
+    status, out, _ = run_cli(capsys, "runs", "--run-dir", str(realistic_runs), "--columns", "name,loss", "--json")
+    assert json.loads(out)["runs"][0] == {"name": "transformer-dp-shard-map-20261122-183117", "loss": 0.31}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--columns", "name,acuracy"], "unknown column 'acuracy': these runs have name, status, model"),
+        (["--columns", " , "], "--columns ' , ' names no column"),
+        (["--columns", "name", "--all-columns"], "not allowed with argument --columns"),
+    ],
+)
+def test_runs_bad_columns_are_one_line_and_exit_2(capsys, realistic_runs, argv, message):
+    status, out, err = run_cli(capsys, "runs", "--run-dir", str(realistic_runs), *argv)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err
+
+
+def test_choose_columns():
+    rows = compare_runs([Run("a-run", None, {"model": "mlp"}, [{"step": 3, "loss": 0.5}], None)])
+    assert choose_columns(rows, ["loss", "name"]) == ["loss", "name"]
+    assert choose_columns(rows, ["name", "bogus", "loss"], skip_missing=True) == ["name", "loss"]
+    with pytest.raises(RunError, match="unknown column 'bogus': these runs have name, status, model, last_step, loss"):
+        choose_columns(rows, ["name", "bogus"])
+    # Widths name 5, model 5, status 10 ("incomplete"), loss 4, two spaces apart: status does not fit in 18
+    # after name and model, loss still does.
+    assert choose_columns(rows, ["name", "model", "status", "loss"], max_width=18) == ["name", "model", "loss"]
+    assert choose_columns(rows, ["name", "status"], max_width=1) == ["name"]  # the name always stays

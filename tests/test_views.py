@@ -16,17 +16,10 @@ from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 
 from workbench import WorkbenchError, build_mesh, layout_array, layout_tree, parse_spec
-from workbench.views.colors import PALETTE, device_color, text_color_for
+from workbench.views.colors import PALETTE, SHARED_COLORS, device_color, text_color_for
 from workbench.views.jax_picture import JaxPicture, capture_visualize_sharding
-from workbench.views.figures import layout_figure, memory_bar_figure
-from workbench.views.text import (
-    format_bytes,
-    format_bytes_exact,
-    format_device_ids,
-    layout_table,
-    tiling_picture,
-    tree_table,
-)
+from workbench.views.figures import block_label, layout_figure, memory_bar_figure
+from workbench.views.text import format_device_ids, layout_table, tiling_picture, tree_table
 
 BIG_MESH = "data=64,model=16"  # 1,024 devices: far more than the 8 simulated ones
 
@@ -47,6 +40,15 @@ def heatmap_cells(trace):
             assert trace.colorscale[2 * index][1] == trace.colorscale[2 * index + 1][1]
             cells.append((int(device), trace.colorscale[2 * index][1], hover))
     return cells
+
+
+def cell_colours(trace):
+    """Each cell's colour, row by row, read through the trace's colour scale (z is a position + 0.5)."""
+    return [[trace.colorscale[2 * int(z)][1] for z in row] for row in trace.z]
+
+
+def cell_labels(trace):
+    return [list(row) for row in trace.text]
 
 
 def tiling_traces(figure):
@@ -83,6 +85,13 @@ def test_device_colors_are_distinct_hex_and_cycle():
     assert device_color(3) == device_color(3 + len(PALETTE))
 
 
+def test_shared_block_greys_are_no_device_colour_and_carry_readable_labels():
+    assert len(set(SHARED_COLORS)) == 2 and not set(SHARED_COLORS) & set(PALETTE)
+    for grey in SHARED_COLORS:
+        assert text_color_for(grey) == "#000000"
+        assert (relative_luminance(grey) + 0.05) / 0.05 >= 4.5  # WCAG AA for black labels
+
+
 def test_text_color_contrasts_with_every_palette_colour():
     assert text_color_for("#f0e442") == "#000000"
     assert text_color_for("#332288") == "#ffffff"
@@ -94,7 +103,7 @@ def test_text_color_contrasts_with_every_palette_colour():
 
 def test_same_device_same_colour_across_arrays_and_views():
     matrix = layout_array((8, 16), "data=2,model=4", "data, model")
-    vector = layout_array((16,), "data=2,model=4", "model")
+    vector = layout_array((16,), "data=2,model=4", "(model, data),")  # 8 blocks, one device each
     colours = {}
     for layout in (matrix, vector):
         for trace in layout_figure(layout).data:
@@ -109,16 +118,6 @@ def test_same_device_same_colour_across_arrays_and_views():
 
 
 # --- text formatters -----------------------------------------------------------------------------------
-
-
-def test_format_bytes():
-    assert format_bytes(0) == "0 B"
-    assert format_bytes(1023) == "1023 B"
-    assert format_bytes(1024) == "1.0 KiB"
-    assert format_bytes(5 * 2**20 + 2**19) == "5.5 MiB"
-    assert format_bytes(3 * 2**30) == "3.0 GiB"
-    assert format_bytes_exact(2048) == "2.0 KiB (2,048 B)"
-    assert format_bytes_exact(12) == "12 B"
 
 
 def test_format_device_ids():
@@ -226,11 +225,24 @@ def test_tiling_picture_labels_each_block_with_its_device():
 
 def test_tiling_picture_of_replicated_1d_and_scalar():
     vector = tiling_picture(layout_array((16,), "data=2,model=4", "data"))
-    assert picture_cells(vector) == [["0-3", "4-7"]]
+    assert picture_cells(vector) == [["0-3 ×4", "4-7 ×4"]]  # two blocks, four copies of each
+    assert "replication 4: each box is held whole by 4 devices (×4), not split between them" in vector.splitlines()
     scalar = tiling_picture(layout_array((), "data=2,model=4"))
-    assert picture_cells(scalar) == [["0-7"]]
+    assert picture_cells(scalar) == [["all 8 devices"]]
     strided = tiling_picture(layout_array((16,), BIG_MESH, "model"))
-    assert picture_cells(strided)[0][0] == "0,16,32,…(64)"
+    assert picture_cells(strided)[0][0] == "0,16,32,… ×64"  # the shortened list names the count once
+    assert tiling_picture(layout_array((), "data=1")).splitlines()[-2] == "│ 0 │"  # one device: no copies
+
+
+def test_tiling_picture_of_a_replicated_bias_is_one_box_saying_so():
+    bias = tiling_picture(layout_array((16,), "data=8", ""))
+    assert picture_cells(bias) == [["all 8 devices"]]
+    assert bias.splitlines()[1:3] == [
+        "columns: dimension 0 (16) in 1 block of 16",
+        "replicated: the whole array on each of the 8 devices, one box",
+    ]
+    sharded = tiling_picture(layout_array((16,), "data=8", "data"))
+    assert picture_cells(sharded) == [[str(d) for d in range(8)]] and "replicat" not in sharded
 
 
 def test_tiling_picture_elides_large_meshes_but_keeps_the_last_block():
@@ -240,7 +252,7 @@ def test_tiling_picture_elides_large_meshes_but_keeps_the_last_block():
     assert len(cells[0]) == 9 and cells[0][7] == "…"  # 64 column blocks (data): 7, a gap, the last
     assert cells[0][:3] == ["0", "16", "32"] and cells[15][-1] == "1023"
     rows = picture_cells(tiling_picture(layout_array((1024,  8), BIG_MESH, "data")))
-    assert len(rows) == 17 and rows[15] == ["⋮"] and rows[16] == ["1008-1023"]
+    assert len(rows) == 17 and rows[15] == ["⋮"] and rows[16] == ["1008-1023 ×16"]
 
 
 def test_tiling_picture_refuses_3d():
@@ -342,40 +354,79 @@ def test_layout_figure_small_multiples_grid_and_elision():
     assert "showing 16 of 64" in figure.layout.title.text
 
 
-def test_layout_figure_stripes_replicated_blocks():
+def test_layout_figure_draws_a_replicated_bias_as_one_grey_block_with_a_big_label():
+    # The bug: P() on data=8 was 16 stripes in the 8 device colours, read as "sharded in 16 blocks".
+    figure = layout_figure(layout_array((16,), "data=8", ""))
+    tiling, grid = figure.data
+    assert list(tiling.x) == [0, 16] and list(tiling.y) == [0, 1]  # one cell: the whole array
+    assert cell_labels(tiling) == [["whole array on every device (×8)"]]
+    assert tiling.texttemplate == "%{text}" and tiling.textfont.size == 20
+    assert cell_colours(tiling) == [[SHARED_COLORS[0]]]
+    assert "held by 8 devices" in tiling.hovertext[0][0] and "block [0:16]" in tiling.hovertext[0][0]
+    assert len(figure.layout.shapes) == 0
+    assert "the whole array on each of the 8 devices (grey)" in figure.layout.title.text
+    # The mesh beside it still shows every device in its own colour.
+    assert [colour for _, colour, _ in heatmap_cells(grid)] == [device_color(d) for d in range(8)]
+
+
+def test_layout_figure_draws_a_partly_replicated_array_as_its_blocks_with_holders_and_copies():
+    # P('data') on data=4,model=2: 4 blocks, each held by the 2 devices of one 'data' row.
+    figure = layout_figure(layout_array((16,), "data=4,model=2", "data"))
+    tiling = tiling_traces(figure)[0]
+    assert list(tiling.x) == [0, 4, 8, 12, 16]  # 4 cells, no stripes
+    assert cell_labels(tiling) == [[f"on devices {2 * b},{2 * b + 1}<br>2 copies" for b in range(4)]]
+    assert [list(map(int, row)) for row in tiling.customdata] == [[0, 2, 4, 6]]  # a click shows a holder
+    colours = cell_colours(tiling)[0]
+    assert set(colours) <= set(SHARED_COLORS) and not set(colours) & set(PALETTE)
+    assert all(left != right for left, right in zip(colours, colours[1:]))  # neighbours stay apart
+    assert tiling.textfont.size is None  # only the whole-array label is big
+    assert "each block on 2 devices (grey)" in figure.layout.title.text
+
+
+def test_layout_figure_of_replicated_rows_of_a_matrix():
     layout = layout_array((8, 16), "data=2,model=4", "model")
-    tiling = tiling_traces(layout_figure(layout))[0]
-    # 4 row blocks, each held by 2 devices: stripes cycle through the holders (12 per block), so a shared
-    # block reads as striped, never as two clean shards of dimension 1.
-    ids = [list(map(int, row)) for row in tiling.customdata]
-    assert ids == [[0, 4] * 6, [1, 5] * 6, [2, 6] * 6, [3, 7] * 6]
-    assert list(tiling.y) == [0, 2, 4, 6, 8]
-    assert tiling.x[0] == 0 and tiling.x[-1] == 16 and len(tiling.x) == 13
-    assert tiling.xgap == 0  # no gaps inside a striped block ...
-    outlines = [shape for shape in layout_figure(layout).layout.shapes]
-    assert len(outlines) == 4 and {(o.y0, o.y1) for o in outlines} == {(0, 2), (2, 4), (4, 6), (6, 8)}  # ... outlines instead
-    # One label per block, naming its holders and the replication.
-    assert [[label for label in row if label] for row in tiling.text] == [["0,4 ×2"], ["1,5 ×2"], ["2,6 ×2"], ["3,7 ×2"]]
-    cells = heatmap_cells(tiling)
-    assert all(colour == device_color(device) for device, colour, _ in cells)
-    zero = next(h for d, _, h in cells if d == 0)
-    assert "held by 2 devices" in zero and "4 (data=1, model=0)" in zero and "block [0:2, 0:16]" in zero
+    figure = layout_figure(layout)
+    tiling = tiling_traces(figure)[0]
+    assert list(tiling.y) == [0, 2, 4, 6, 8] and list(tiling.x) == [0, 16]
+    assert cell_labels(tiling) == [[f"on devices {m},{m + 4}<br>2 copies"] for m in range(4)]
+    assert [c[0] for c in cell_colours(tiling)] == [SHARED_COLORS[0], SHARED_COLORS[1]] * 2
+    assert len(figure.layout.shapes) == 0
+    top = tiling.hovertext[0][0]
+    assert "held by 2 devices" in top and "4 (data=1, model=0)" in top and "block [0:2, 0:16]" in top
 
 
 def test_sharded_and_replicated_layouts_look_different():
     sharded = tiling_traces(layout_figure(layout_array((8, 16), "data=2,model=4", "data, model")))[0]
     replicated = tiling_traces(layout_figure(layout_array((8, 16), "data=2,model=4", "data, None")))[0]
     assert [list(map(int, r)) for r in sharded.customdata] == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert [[label for label in row if label] for row in replicated.text] == [["0-3 ×4"], ["4-7 ×4"]]
-    assert [list(map(int, r)) for r in replicated.customdata] == [[0, 1, 2, 3] * 3, [4, 5, 6, 7] * 3]
+    assert cell_colours(sharded) == [[device_color(d) for d in row] for row in ([0, 1, 2, 3], [4, 5, 6, 7])]
+    assert cell_labels(sharded) == [["0", "1", "2", "3"], ["4", "5", "6", "7"]]
+    assert cell_labels(replicated) == [["on devices 0-3<br>4 copies"], ["on devices 4-7<br>4 copies"]]
+    assert cell_colours(replicated) == [[SHARED_COLORS[0]], [SHARED_COLORS[1]]]
 
 
-def test_layout_figure_scalar_is_one_striped_cell():
+def test_block_label():
+    assert block_label([5], 8) == "5"
+    assert block_label(range(8), 8) == "whole array on every device (×8)"
+    assert block_label(range(0, 1024, 64), 1024) == "on devices 0,64,128,…(16)<br>16 copies"
+
+
+def test_layout_figure_scalar_is_one_grey_cell():
     tiling = tiling_traces(layout_figure(layout_array((), "data=2,model=4")))
     assert len(tiling) == 1
-    assert [list(map(int, row)) for row in tiling[0].customdata] == [list(range(8)) * 2]
-    assert [label for label in tiling[0].text[0] if label] == ["0-7 ×8"]
+    assert cell_labels(tiling[0]) == [["whole array on every device (×8)"]]
+    assert cell_colours(tiling[0]) == [[SHARED_COLORS[0]]]
     assert list(tiling[0].y) == [0, 1]
+    one_device = tiling_traces(layout_figure(layout_array((), "data=1")))[0]
+    assert cell_labels(one_device) == [["0"]] and cell_colours(one_device) == [[device_color(0)]]
+
+
+def test_layout_figure_labels_only_what_fits():
+    # Two lines a label: 8 rows of them fit down the panel, 64 do not.
+    few = tiling_traces(layout_figure(layout_array((1024, 1024), "data=128,model=8", "model")))[0]
+    many = tiling_traces(layout_figure(layout_array((1024, 1024), BIG_MESH, "data")))[0]
+    assert few.texttemplate == "%{text}" and many.texttemplate is None
+    assert len(many.text) == 64  # hover and labels are still there for a zoomed-in view
 
 
 def test_layout_figure_device_grid():
@@ -430,15 +481,22 @@ def test_every_device_is_drawn_in_its_colour_with_its_block(data):
     mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes))
     layout = layout_array(tuple(shape), mesh, parse_spec(list(entries)))
     figure = layout_figure(layout, max_panels=10**6)
-    cells = [cell for trace in tiling_traces(figure) for cell in heatmap_cells(trace)]
-    assert sorted({d for d, _, _ in cells}) == list(range(layout.num_devices))
-    # Replicated blocks repeat their holders' stripes equally often.
-    counts = {d: sum(1 for c in cells if c[0] == d) for d in range(layout.num_devices)}
-    assert len(set(counts.values())) == 1
-    assert all(colour == device_color(d) for d, colour, _ in cells)
-    slices = {d.device_id: d for d in layout.devices}
-    for device, _, hover in cells:
-        assert "block [" + ", ".join(f"{a}:{b}" for a, b in slices[device].index) + "]" in hover
+    traces = tiling_traces(figure)
+    cells = [cell for trace in traces for cell in heatmap_cells(trace)]
+    labels = [label for trace in traces for row in trace.text for label in row]
+    holders = layout.holders()
+    assert len(cells) == len(holders)  # one cell per block: never stripes that look like more blocks
+    by_first_holder = {ids[0]: (index, ids) for index, ids in holders.items()}
+    assert sorted(d for d, _, _ in cells) == sorted(by_first_holder)
+    for (device, colour, hover), label in zip(cells, labels):
+        index, ids = by_first_holder[device]
+        assert "block [" + ", ".join(f"{a}:{b}" for a, b in index) + "]" in hover
+        if len(ids) == 1:
+            assert colour == device_color(device) and label == str(device)
+        elif len(ids) == layout.num_devices:
+            assert colour in SHARED_COLORS and label == f"whole array on every device (×{len(ids)})"
+        else:
+            assert colour in SHARED_COLORS and label.endswith(f"<br>{len(ids)} copies")
 
 
 # --- memory bars -----------------------------------------------------------------------------------

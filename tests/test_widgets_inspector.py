@@ -72,8 +72,9 @@ def test_default_selection_then_fsdp_updates_the_table_and_the_same_figure():
     assert kernel["mark"] == "▶" and rows["hidden1/bias"]["mark"] == ""  # the selected leaf is highlighted
     assert inspector.leaf_picker.value == "hidden1/kernel"
     assert "hidden1/kernel" in figure.layout.title.text
-    # Replicated: one block, striped through all 8 holders.
-    assert sorted(set(figure.data[0].customdata[0])) == list(range(8))
+    # Replicated: one grey block that says so, not stripes in the 8 holders' colours.
+    assert [list(row) for row in figure.data[0].text] == [["whole array on every device (×8)"]]
+    assert [list(row) for row in figure.data[0].customdata] == [[0]]  # a click shows a device holding it
 
     selection.mode = "fsdp"
 

@@ -43,16 +43,8 @@ from workbench.analysis.step_ledger import ledger_for_config
 from workbench.layout.tree_layout import LeafLayout, TreeLayout
 from workbench.views.jax_picture import capture_visualize_sharding
 from workbench.views.figures import layout_figure, memory_bar_figure
-from workbench.views.text import (
-    describe_array,
-    format_bytes,
-    format_bytes_exact,
-    format_coords,
-    format_index,
-    format_shape,
-    layout_table,
-    tiling_picture,
-)
+from workbench.formatting import format_bytes, format_bytes_exact, format_shape
+from workbench.views.text import describe_array, format_coords, format_index, layout_table, tiling_picture
 
 from .common import Selection, StatusArea, guarded
 

@@ -66,6 +66,9 @@ from .errors import RunError as RunError
 from .errors import ShapeError as ShapeError
 from .errors import SpecError as SpecError
 from .errors import WorkbenchError as WorkbenchError
+from .formatting import align_columns as align_columns
+from .formatting import format_bytes as format_bytes
+from .formatting import format_seconds as format_seconds
 from .layout.array_layout import ArrayLayout as ArrayLayout
 from .layout.array_layout import DeviceSlice as DeviceSlice
 from .layout.array_layout import layout_array as layout_array
@@ -133,7 +136,6 @@ from .layout.tree_layout import layout_tree as layout_tree
 from .layout.tree_layout import shard_largest_dim as shard_largest_dim
 from .views.jax_picture import JaxPicture as JaxPicture
 from .views.jax_picture import capture_visualize_sharding as capture_visualize_sharding
-from .views.text import format_bytes as format_bytes
 from .views.text import layout_table as layout_table
 from .views.text import tiling_picture as tiling_picture
 from .views.text import tree_table as tree_table

@@ -1,22 +1,9 @@
 """A back-of-the-envelope cost model: how long a collective or a step's maths takes on given hardware.
 
-Collectives follow the ring algorithms (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for
-clusters of workstations", J. Parallel Distrib. Comput. 69(2), 2009; Thakur, Rabenseifner & Gropp,
-"Optimization of collective communication operations in MPICH", IJHPCA 19(1), 2005). With ``V`` the bytes
-of the *full* array on each device, ``W`` the devices in the group, ``BW`` the bandwidth of one
-device's link to the next in the ring and ``alpha`` the latency of one ring step:
-
-* all-gather:     ``(W-1)/W * V / BW + (W-1) * alpha``   (W-1 steps, each passes on one V/W block)
-* reduce-scatter: ``(W-1)/W * V / BW + (W-1) * alpha``   (the same steps, adding instead of copying)
-* all-reduce:     ``2 (W-1)/W * V / BW + 2 (W-1) * alpha`` (a reduce-scatter, then an all-gather)
-
-The "all-reduce costs about 2V / BW" rule of thumb is the large-W limit of the third line, where
-``(W-1)/W -> 1`` and latency is negligible for large arrays. The ring is bandwidth-optimal: no algorithm
-sends fewer bytes per device. It ignores topology (torus rings over several axes at once, NVSwitch
-in-network reduction), contention, and overlap with compute, so treat the results as first-order.
-
-Compute time is ``FLOPs / (peak FLOP/s * utilisation)``; utilisation (model FLOPs utilisation, MFU) is a
-parameter, by default :data:`DEFAULT_UTILISATION`.
+:func:`collective_time` prices all-gather, reduce-scatter and all-reduce with the bandwidth-optimal ring
+algorithms (an all-reduce of ``V`` bytes over ``W`` devices: ``2 (W-1)/W * V / BW`` plus latency);
+:func:`compute_time` is FLOPs at a utilisation of the chip's peak; :data:`HARDWARE` holds the presets.
+First-order: no topology, contention or overlap. Formulas and sources: docs/design/cost-model.md.
 
 Example:
     >>> hw = hardware("tpu-v5p")

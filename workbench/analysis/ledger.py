@@ -1,61 +1,13 @@
 """The communication ledger: every collective a compiled step runs, read from its optimised HLO.
 
-A parallel mode's cost is mostly what its devices send each other. The compiler decides that (it
-inserts, combines and schedules the collectives), so the ledger reads the answer from the compiled
-program itself, ``compiled.as_text()``, instead of predicting it:
+:func:`collectives_from_hlo` lists a compiled program's collectives as :class:`Collective` rows (bytes per
+device per occurrence, count per step), :func:`ledger_for_mode` compiles a mode's step into a
+:class:`CommLedger` with the compiler's memory estimate, :func:`theoretical_collectives` and
+:func:`compare_with_theory` say what the mode needs in theory, and :func:`ledger_table` prints it.
 
-* :func:`collectives_from_hlo` lists every all-reduce, all-gather, reduce-scatter, all-to-all and
-  collective-permute, grouped into :class:`Collective` rows with a count per step;
-* :func:`ledger_for_mode` compiles a mode's step and adds the compiler's memory estimate and the
-  layout engine's prediction of the state's bytes per device (a :class:`CommLedger`);
-* :func:`theoretical_collectives` and :func:`compare_with_theory` say what the mode needs in theory;
-* :func:`ledger_table` prints it all as an aligned text table.
-
-What ``bytes`` means. Each row's ``bytes`` is per device, per occurrence, and is the size of the *whole*
-array the collective works on, as one device sees it (every element of a tuple-shaped collective summed):
-
-==================  ==============================  ===============================================
-kind                bytes                           why
-==================  ==============================  ===============================================
-all-reduce          operand bytes (= result)        the array every device contributes and receives
-all-gather          result bytes (gathered array)   what each device ends up holding; operand x N
-reduce-scatter      operand bytes (before scatter)  the array summed; each device keeps 1/N of it
-all-to-all          operand bytes (= result)        each device sends (N-1)/N of it, keeps 1/N
-collective-permute  operand bytes (= result)        each device sends it once to one peer
-==================  ==============================  ===============================================
-
-These are the sizes the algorithms scale with, not bytes on the wire: a ring all-reduce of ``B`` bytes
-over ``N`` devices sends ``2 (N-1)/N * B`` per device, a ring all-gather or reduce-scatter ``(N-1)/N * B``.
-With these definitions data parallelism's gradient all-reduce and FSDP's parameter all-gather and
-gradient reduce-scatter each measure the parameter bytes, which :func:`compare_with_theory` checks.
-
-Counting. Async pairs (``all-reduce-start``/``-done``, ``all-gather-start``/``-done``,
-``collective-permute-start``/``-done``, and the ``-start`` forms of the others) count once, at the start.
-A collective inside a ``while`` loop with a known trip count (``lax.scan``, gradient accumulation)
-counts once per iteration; a loop whose trip count the compiler does not know counts once, and each
-branch of a conditional counts as if it ran.
-
-Device numbering, checked on JAX 0.10.2 (CPU, 8 simulated devices): replica groups and
-``source_target_pairs`` hold *positions in the program's device assignment*, which for a jit over one
-mesh is ``mesh.devices.flat`` order, not ``device.id``. A mesh built over devices ``[3, 1, 0, 2, 7, 5,
-6, 4]`` compiles to the same HLO text as one over ``[0..7]``, and ``tp`` on ``model=2`` uses ids 0 and 1.
-(JAX refuses a jit whose inputs and outputs use the same devices in two orders, so one mesh order holds
-for the whole program.) The groups are printed in three forms, all handled here:
-
-* lists, ``replica_groups={{0,1},{2,3}}``, e.g. ``shard_map`` collectives and the gradient all-reduce of
-  ``dp-shard-map`` / ``dp-pmap``;
-* iota, ``replica_groups=[2,4]<=[8]`` or ``[4,2]<=[2,4]T(1,0)``: ``arange(8)`` reshaped to the dims after
-  ``<=``, transposed by ``T(...)``, and read as ``[groups, devices per group]``;
-* mesh axes, which this JAX prints for most compiler-inserted collectives:
-  ``replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}``, optionally with
-  ``, device_ids=([2,2,2]T(0,2,1))`` and sub-axes ``{'axis_1':(2)2}`` (pre-size 2, size 2). The axis
-  names are the compiler's own (``axis_0``...) and its mesh need not be the JAX mesh (``fsdp`` on
-  ``data=8`` prints ``mesh['axis_0'=1,'axis_1'=8] {'axis_1'}``), so the names are never trusted: the
-  groups are expanded to device positions, as XLA does, and then mapped onto the JAX mesh.
-
-A group's ``axes`` are the JAX mesh axes along which its devices' coordinates vary (an axis covered only
-in part, by a sub-axis, is still named). ``channel_id`` / ``use_global_device_ids`` decide whether ids
-are replica, partition or global ids; JAX's SPMD programs have one replica, where all three agree.
+A row's ``bytes`` is per device, per occurrence, the size of the whole array the collective works on: the
+gathered result of an all-gather, the operand (before scattering) of the others. Why, how collectives are
+counted and how device groups are read from the HLO: docs/design/communication-ledger.md.
 
 Example:
     >>> ledger = ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))  # doctest: +SKIP
@@ -80,7 +32,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..layout.mesh import parse_mesh
-from ..views.text import _align_columns, format_bytes, format_shape
+from ..formatting import align_columns, format_bytes, format_shape
 
 KINDS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 MEMORY_LABEL = "compiler estimate (XLA memory analysis), bytes per device"
@@ -708,7 +660,7 @@ def ledger_table(ledger: CommLedger) -> str:
              ",".join(c.axes) or "-", _shapes_text(c.shapes)]
             for c in ledger.collectives
         ]
-        lines += _align_columns(["kind", "count", "bytes", "total", "dtype", "axes", "shapes"], rows, right=(1, 2, 3))
+        lines += align_columns(["kind", "count", "bytes", "total", "dtype", "axes", "shapes"], rows, right=(1, 2, 3))
         count = sum(c.count for c in ledger.collectives)
         lines.append(
             f"total per device per step: {format_bytes(ledger.total_bytes)} in {count} collective{'s' * (count != 1)}"

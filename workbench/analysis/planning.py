@@ -1,23 +1,12 @@
 """Production planning on abstract meshes: will a model train in a mode on a mesh, and what will a step cost?
 
-:func:`plan_training` answers before any device exists or any byte is allocated. It builds the model's
-parameters as ``ShapeDtypeStruct`` leaves (``nnx.eval_shape``) and the optimizer state with
-``jax.eval_shape``, lays both out on an abstract mesh the way the parallel mode would (``dp`` and
-friends replicate; ``fsdp`` shards each leaf's largest divisible dimension over ``data``; ``tp`` and
-``dp-tp`` apply the model's tensor-parallel rule table), and then adds up:
+:func:`plan_training` lays out the model's parameters and optimizer state (shapes only, nothing allocated)
+the way the mode would, and adds up memory per device, the collectives a step runs (ring model) and its
+compute time into a :class:`TrainingPlan`, whose :meth:`~TrainingPlan.rules_code` exports the layout as a
+rule table to paste. What it assumes and adds up: docs/design/production-planning.md.
 
-* **memory per device**: parameters, gradients (float32, laid out like the parameters: mixed precision
-  casts them back), optimizer state, and rough transients (activations, gathered or cast parameters);
-* **collectives per step** in theory, priced with the ring formulas of :mod:`workbench.analysis.cost_model`;
-* **compute per step** from the model's analytic FLOPs at an assumed utilisation (MFU).
-
-The layout it chose exports as code: :meth:`TrainingPlan.rules_code` is a ``(regex, PartitionSpec)``
-table a production script can paste, and applying it with :func:`~workbench.layout.tree_layout.layout_tree`
-reproduces the plan's bytes exactly (the planner checks this itself).
-
-A mode and mesh are judged as the trainer judges them (:func:`~workbench.mesh_fit`): a pair that
-cannot train raises the trainer's error; devices along axes the mode does not use hold copies and do
-the same work, and the plan says so in its notes.
+A mode and mesh are judged as the trainer judges them (:func:`~workbench.mesh_fit`): a pair that cannot
+train raises the trainer's error; devices along axes the mode does not use hold copies, and the notes say so.
 
 Example:
     >>> plan = plan_training("transformer", {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000},
@@ -51,7 +40,7 @@ from ..layout.mesh import DATA_AXIS, MODEL_AXIS, MeshShape, abstract_mesh, parse
 from ..layout.rules import RuleTable
 from ..layout.specs import entry_axes, format_spec, spec_entries, spec_to_json
 from ..layout.tree_layout import TreeLayout, layout_tree
-from ..views.text import format_bytes
+from ..formatting import align_columns, format_bytes, format_seconds
 
 # Examples (sequences for the transformer) per data-parallel replica when no global batch is given:
 # small enough to fit activations of a 1B model on a 16 GiB chip at the preset's 128 tokens.
@@ -305,14 +294,13 @@ class TrainingPlan:
             lines.append(f"  {label:<17} {shown:>13}  {words}")
         lines += ["", "collectives per step (ring model)"]
         if self.collectives:
-            table = [("kind", "what", "axes", "group", "count", "bytes each", "time")]
-            for c in self.collectives:
-                table.append((c.kind, c.what, ",".join(c.axes), str(c.group_size), f"{c.count:,}",
-                              format_bytes(c.bytes), format_seconds(c.time_s)))
-            widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-            for row in table:  # words left-aligned, numbers right-aligned
-                cells = (cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-                lines.append("  " + "  ".join(cells))
+            rows = [
+                [c.kind, c.what, ",".join(c.axes), str(c.group_size), f"{c.count:,}", format_bytes(c.bytes),
+                 format_seconds(c.time_s)]
+                for c in self.collectives
+            ]
+            headers = ["kind", "what", "axes", "group", "count", "bytes each", "time"]
+            lines += ["  " + line for line in align_columns(headers, rows, right=range(3, 7))]  # numbers right-aligned
         else:
             lines.append("  none")
         lines += [
@@ -338,21 +326,6 @@ def _string_literal(text: str) -> str:
     if "'" not in text and "\n" not in text and not text.endswith("\\"):
         return f"r'{text}'"
     return repr(text)
-
-
-def format_seconds(seconds: float) -> str:
-    """``12.3 ms``, ``4.56 s``, ``789 us``.
-
-    Example:
-        >>> format_seconds(0.0123), format_seconds(4.56), format_seconds(7.89e-4)
-        ('12.3 ms', '4.56 s', '789 us')
-    """
-    if seconds == 0:
-        return "0 s"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
 
 
 def _transient_words(mode: str, precision: str) -> str:
@@ -738,6 +711,5 @@ def plan_training(
 
 
 __all__ = [
-    "DEFAULT_EXAMPLES_PER_REPLICA", "PlannedCollective", "TrainingPlan", "format_seconds",
-    "parse_byte_size", "plan_training",
+    "DEFAULT_EXAMPLES_PER_REPLICA", "PlannedCollective", "TrainingPlan", "parse_byte_size", "plan_training",
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-EXIT_OK, EXIT_PROBLEM = 0, 1
+from .exit_codes import EXIT_FAILED, EXIT_OK
 
 
 def add_inject_option(parser) -> None:
@@ -67,4 +67,4 @@ def check_command(args) -> int:
         model_options=parse_model_options(args.model_options, args.model),
     )
     print(json.dumps(report.to_json()) if args.json else report.to_text())
-    return EXIT_OK if report.verdict == "ok" else EXIT_PROBLEM
+    return EXIT_OK if report.verdict == "ok" else EXIT_FAILED

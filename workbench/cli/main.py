@@ -20,9 +20,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from .exit_codes import EXIT_BAD_INPUT, EXIT_OK
+
+TABLE_WIDTH = 120  # `workbench runs` fits its default table in this many characters
 
 
 class UsageError(Exception):
@@ -73,9 +73,17 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     cache.add_argument("--clear", action="store_true", help="delete every cached program (the folder and other files stay)")
     cache.add_argument("--json", action="store_true", help="print one JSON object")
-    runs = commands.add_parser("runs", help="list past training runs and compare their final figures")
+    runs = commands.add_parser(
+        "runs",
+        help="list past training runs and compare their final figures",
+        description=f"One line per run. The default table shows the most telling columns that fit in "
+        f"{TABLE_WIDTH} characters; --columns picks others (the names are the JSON keys), --all-columns shows every one.",
+    )
     runs.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     runs.add_argument("--json", action="store_true", help="print one JSON object")
+    shown = runs.add_mutually_exclusive_group()
+    shown.add_argument("--columns", help="columns to show, in order, e.g. name,mode,loss,eval_accuracy")
+    shown.add_argument("--all-columns", action="store_true", help="every column (wider than most terminals)")
     return parser
 
 
@@ -182,22 +190,40 @@ def _cmd_check(args) -> int:
     return check_command(args)
 
 
+def _column_names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise UsageError(f"--columns {text!r} names no column: give names separated by commas, e.g. name,mode,loss")
+    return names
+
+
 def _cmd_runs(args) -> int:
-    from ..training.runs import compare_runs, compare_table, list_runs
+    from ..training.runs import DEFAULT_COLUMNS, choose_columns, compare_runs, compare_table, list_runs
 
     runs = list_runs(args.run_dir)
+    rows = compare_runs(runs) if runs else []
+    if args.columns is not None:
+        columns = choose_columns(rows, _column_names(args.columns)) if rows else None
+    elif args.all_columns or args.json:
+        columns = None
+    else:
+        columns = choose_columns(rows, DEFAULT_COLUMNS, max_width=TABLE_WIDTH, skip_missing=True)
     if args.json:
-        print(json.dumps({"run_dir": args.run_dir, "runs": compare_runs(runs) if runs else []}))
+        shown = rows if columns is None else [{c: row[c] for c in columns} for row in rows]
+        print(json.dumps({"run_dir": args.run_dir, "runs": shown}))
     elif not runs:
         print(f"no runs in {args.run_dir}/ yet: 'workbench train' writes one there")
     else:
-        print(compare_table(runs))
+        print(compare_table(runs, columns=columns))
+        hidden = len(rows[0]) - len(columns) if columns is not None else 0
+        if hidden and args.columns is None:
+            print(f"({hidden} more columns: --all-columns shows every one, --columns name,loss,... picks them)")
     return EXIT_OK
 
 
 def _cmd_cache(args) -> int:
     from ..compile_cache import clear_compilation_cache, compilation_cache_info
-    from ..views.text import format_bytes
+    from ..formatting import format_bytes
 
     freed = clear_compilation_cache() if args.clear else None
     info = compilation_cache_info()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-EXIT_OK = 0
+from .exit_codes import EXIT_OK
 
 
 def add_plan_parser(commands) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .exit_codes import EXIT_OK
+
 
 def add_server_parsers(commands) -> None:
     """Add the ``lab`` and ``app`` subcommands to ``commands`` (argparse subparsers)."""
@@ -45,7 +47,7 @@ def lab_command(args) -> int:
 
     launch = lab_launch(args.port, not args.no_browser, args.notebook_dir, _extra(args.jupyter_options))
     run_server(launch, "Sharding Workbench: JupyterLab")
-    return 0  # not reached: run_server becomes the server
+    return EXIT_OK  # not reached: run_server becomes the server
 
 
 def app_command(args) -> int:
@@ -53,4 +55,4 @@ def app_command(args) -> int:
 
     launch = app_launch(args.port, not args.no_browser, args.no_token, args.run_dir)
     run_server(launch, "Sharding Workbench app")
-    return 0
+    return EXIT_OK

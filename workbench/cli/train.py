@@ -16,7 +16,7 @@ import math
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+from .exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 
 def _finite_or_none(value: Any) -> Any:

@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec
 
 from .mesh import MeshShape, is_concrete, parse_mesh
 from .shapes import itemsize_bits, parse_dtype, parse_shape
-from .specs import entry_axes, format_spec, parse_spec, spec_entries, spec_to_json, validate_spec
+from .specs import entry_axes, format_spec, spec_entries, spec_to_json, validate_spec
 
 Interval = tuple[int, int]
 
@@ -220,7 +220,7 @@ def layout_array(array: Any, mesh: Any, spec: Any = None, *, dtype: Any = None) 
             mesh = array.sharding.mesh
     shape, dtype_name = _shape_and_dtype(array, dtype)
     mesh_shape = parse_mesh(mesh)
-    parsed = validate_spec(parse_spec(spec), mesh_shape, shape)
+    parsed = validate_spec(spec, mesh_shape, shape)  # the text itself, so a message can quote how it was written
     entries = spec_entries(parsed)
     shard_shape = list(shape)
     used_devices = 1

@@ -33,7 +33,7 @@ from jax.sharding import PartitionSpec
 
 from .specs import format_spec
 from .tree_layout import LeafLayout, TreeLayout, shard_largest_dim
-from ..views.text import format_bytes
+from ..formatting import format_bytes
 
 DEFAULT_MIN_BYTES = 1 << 20  # 1 MiB: below this a replicated leaf costs too little to be worth a warning
 SEVERITIES = ("error", "warning")

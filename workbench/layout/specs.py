@@ -147,14 +147,33 @@ def parse_spec(text: str | PartitionSpec | Sequence[Any] | None) -> PartitionSpe
     else:
         items, _ = _parse_group(tokens, 0, text, None)
         entries = list(items)
-        # "('data', None)" is a whole spec in brackets, as Python would read it.
-        if len(items) == 1 and not items.had_comma:
-            only = _simplify(items[0])
-            if isinstance(only, _Group) and only.had_comma:
-                entries = list(only)
-            elif isinstance(only, _Group) and not only:
-                entries = []
+        whole = _bracketed_whole_spec(items)
+        if whole is not None:
+            entries = list(whole)
     return PartitionSpec(*(_entry(item, text) for item in entries))
+
+
+def _bracketed_whole_spec(items: _Group) -> _Group | None:
+    """The group inside when text is a whole spec in brackets, ``(data, None)`` or ``()``, else None.
+
+    Python reads ``(data, model)`` as a tuple of two entries, one per dimension, and ``(data, model),`` as
+    one entry grouping two axes; the parser follows it.
+    """
+    if len(items) != 1 or items.had_comma:
+        return None
+    only = _simplify(items[0])
+    if isinstance(only, _Group) and (only.had_comma or not only):
+        return only
+    return None
+
+
+def _reads_as_bracketed_spec(text: str) -> bool:
+    """Whether spec text is several entries in one pair of brackets, like ``(data, model)``."""
+    tokens = _tokens(text)
+    if not tokens or tokens[0][0] != "open":
+        return False
+    whole = _bracketed_whole_spec(_parse_group(tokens, 0, text, None)[0])
+    return whole is not None and len(whole) > 1
 
 
 def spec_entries(spec: PartitionSpec) -> tuple[Entry, ...]:
@@ -271,10 +290,7 @@ def validate_spec(spec: Any, mesh: Any, shape: Sequence[int] | None = None) -> P
         return parsed
     shape = tuple(shape)
     if len(entries) > len(shape):
-        raise SpecError(
-            f"spec {text} has {len(entries)} entries but the array has {len(shape)} dimension(s) "
-            f"(shape {shape}): drop the last {len(entries) - len(shape)} entr{'y' if len(entries) - len(shape) == 1 else 'ies'}"
-        )
+        raise SpecError(_too_many_entries(spec, entries, mesh_shape, shape))
     for dim, entry in enumerate(entries):
         axes = entry_axes(entry)
         if not axes:
@@ -292,3 +308,32 @@ def validate_spec(spec: Any, mesh: Any, shape: Sequence[int] | None = None) -> P
                 f"or use None for dimension {dim}"
             )
     return parsed
+
+
+def _too_many_entries(spec: Any, entries: tuple[Entry, ...], mesh: Any, shape: tuple[int, ...]) -> str:
+    """The message for a spec with more entries than the array has dimensions, with the likely fix.
+
+    Text like ``(data, model)`` for a 1-D array was almost always meant as both axes on dimension 0,
+    which Python (and :func:`parse_spec`) spells ``(data, model),``: say so when that spec fits.
+    """
+    extra = len(entries) - len(shape)
+    drop = f"drop the last {extra} entr{'y' if extra == 1 else 'ies'}"
+    problem = (
+        f"spec {format_spec(parse_spec(spec), style='code')} has {len(entries)} entries but the array has "
+        f"{len(shape)} dimension(s) (shape {shape})"
+    )
+    if not (isinstance(spec, str) and _reads_as_bracketed_spec(spec) and shape):
+        return f"{problem}: {drop}"
+    grouped = "(" + ", ".join(str(e) for e in entries) + "),"
+    try:
+        validate_spec(grouped, mesh, shape)
+    except SpecError:
+        grouped = None  # None or a nested group inside, or dimension 0 not divisible: grouping is no fix
+    if grouped is None:
+        return f"{problem}: {spec.strip()!r} is read as the whole spec, one entry per dimension; {drop}"
+    return (
+        f"{problem}: {spec.strip()!r} is read as the whole spec, one entry per dimension; to shard dimension 0 "
+        f"over {' and '.join(repr(e) for e in entries)} together, write {grouped!r} (the trailing comma makes the "
+        f"brackets one entry), or {drop}"
+    )
+

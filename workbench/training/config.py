@@ -2,12 +2,8 @@
 
 The same record drives the CLI (``workbench train --model mlp --mode dp ...``), the Python API and the
 widgets, and it is what ``runs/<name>/config.json`` stores, so a run can be repeated from its folder.
-
-The learning rate lives in the optimizer state (:class:`LearningRateState`), so a new learning rate
-reuses the compiled step instead of recompiling it. The other hyperparameters (betas, eps, weight
-decay) stay compile-time constants: every scalar in the state is one more buffer on every device per
-step, and on a small step that shows (injecting all of them with ``optax.inject_hyperparams`` cost 10%
-of a data-parallel step; its step counter alone, 2-4% of a ``dp-tp`` one).
+:func:`make_optimizer` keeps the learning rate in the optimizer state (:class:`LearningRateState`), so a
+new one reuses the compiled step; why only it: docs/design/learning-rate-in-state.md.
 
 Example:
     >>> config = TrainConfig(model="mlp", data="digits", mode="dp", steps=300).checked()

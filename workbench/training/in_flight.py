@@ -1,17 +1,8 @@
 """A bound on how many dispatched programs may be unfinished at once.
 
-JAX dispatch is asynchronous: a jitted step returns before it has run, so a loop can queue many steps
-ahead of the devices, and the trainer reads metrics only every ``log_every`` steps to keep it that way.
-But XLA's CPU runtime runs the simulated devices' collectives on a shared thread pool, and with too many
-executions queued its rendezvous deadlocks: measured on 2 cores with JAX 0.10.2, 60 chained ``dp`` steps
-of the digits mlp on 8 simulated devices ran, 100 hung for 40 s and then aborted the whole process
-("Termination timeout for all reduce ... Expected 8 threads to join the rendezvous"); 200 independent
-evaluation calls did the same. A user who sets ``log_every=500`` must not lose the kernel.
-
-:class:`InFlight` keeps the last :data:`MAX_IN_FLIGHT` programs' outputs and, when one more is added,
-waits for the oldest to finish. That wait is backpressure, not a synchronisation with the newest step:
-nothing is copied to the host, the step waited for was dispatched 16 steps earlier (normally finished
-long before), and 16 steps stay queued, so the devices never wait for the host because of it.
+:class:`InFlight` keeps the outputs of the last :data:`MAX_IN_FLIGHT` dispatched programs and waits for
+the oldest when one more is added: backpressure that keeps XLA's CPU collectives from deadlocking under a
+long queue of steps, without making the devices wait. Measurements and why: docs/design/in-flight-steps.md.
 
 Example:
     >>> queue = InFlight()

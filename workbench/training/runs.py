@@ -34,14 +34,22 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunError
+from ..formatting import align_columns
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
-STATUSES = ("finished", "stopped", "failed")
+END_STATUSES = ("finished", "stopped", "failed")  # how a run can end; the trainer adds its live states
 INCOMPLETE = "incomplete"  # the status of a run with no summary.json: crashed, or still running
 # The config fields compare_runs shows, in this order, when at least one run has them.
 COMPARED_CONFIG = ("model", "data", "mode", "mesh", "optimizer", "lr", "batch", "steps")
+# What `workbench runs` shows by default, most telling first: what tells runs apart, then how each ended.
+# Columns no run has are skipped, and a later one is left out when it would make the table too wide (the
+# trainer's default names, e.g. transformer-dp-shard-map-20261122-183117, take a third of 120 characters).
+DEFAULT_COLUMNS = (
+    "name", "status", "mode", "mesh", "model", "loss", "eval_accuracy", "eval_loss", "examples_per_s", "last_step",
+    "data",
+)
 _LISTED_NAMES = 10  # how many run names an error message lists
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -291,8 +299,8 @@ class RunWriter:
             >>> run.finish("finished", final_loss=0.012, steps_done=1000)  # doctest: +SKIP
         """
         self._check_open("finish it again")
-        if status not in STATUSES:
-            raise RunError(f"run status {status!r} is not one of {', '.join(STATUSES)}: e.g. run.finish('finished')")
+        if status not in END_STATUSES:
+            raise RunError(f"run status {status!r} is not one of {', '.join(END_STATUSES)}: e.g. run.finish('finished')")
         encoded = _encode(summary, "summary")  # before anything changes: a bad value leaves the run open to retry
         _write_atomically(self.path / SUMMARY_FILE, {"status": status, **encoded, "ended": _iso(_utc_now())})
         self._status = status
@@ -565,29 +573,71 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def choose_columns(
+    rows: Sequence[Mapping[str, Any]], wanted: Sequence[str] | None = None, *, max_width: int | None = None,
+    skip_missing: bool = False,
+) -> list[str]:
+    """Which columns of :func:`compare_runs` rows a table shows, in the order wanted.
+
+    Args:
+        rows: from :func:`compare_runs` (every row has the same keys).
+        wanted: column names, most important first (default: every column).
+        max_width: when given, a column that would make a line of the table longer than this is left out,
+            and the next ones are still tried; the first column (the run's name) always stays.
+        skip_missing: leave out wanted columns the rows lack (for a default list) instead of raising.
+
+    Raises:
+        RunError: a wanted column is in none of the rows (the known ones are listed).
+
+    Example:
+        >>> rows = [{"name": "mlp-dp", "status": "finished", "loss": 0.1234}]
+        >>> choose_columns(rows, ["name", "loss"]), choose_columns(rows, ["name", "status", "loss"], max_width=14)
+        (['name', 'loss'], ['name', 'loss'])
+    """
+    known = list(rows[0]) if rows else ["name", "status"]
+    wanted = known if wanted is None else list(wanted)
+    unknown = [c for c in wanted if c not in known]
+    if unknown and not skip_missing:
+        raise RunError(
+            f"unknown column {', '.join(map(repr, unknown))}: these runs have {', '.join(known)}"
+        )
+    columns = [c for c in wanted if c in known]
+    if max_width is None:
+        return columns
+    cells = {c: [_cell(row[c]) for row in rows] for c in columns}
+    widths = {c: max([len(c), *map(len, cells[c])]) for c in columns}
+    shown, used = [], 0
+    for column in columns:
+        extra = widths[column] + (2 if shown else 0)  # two spaces between columns
+        if not shown or used + extra <= max_width:
+            shown.append(column)
+            used += extra
+    return shown
+
+
 def compare_table(
-    runs: Sequence[Run | str], keys: Sequence[str] | None = None, run_root: str | os.PathLike = "runs"
+    runs: Sequence[Run | str], keys: Sequence[str] | None = None, run_root: str | os.PathLike = "runs",
+    *, columns: Sequence[str] | None = None,
 ) -> str:
     """:func:`compare_runs` as an aligned plain-text table: a header, a rule of dashes, one line per run.
 
     Floats show 4 significant digits, missing values ``-``; columns of numbers are right-aligned.
+    ``columns`` picks which columns to show and in what order (default: all of them; see
+    :func:`choose_columns` and :data:`DEFAULT_COLUMNS` for a table that fits a terminal).
+
+    Raises:
+        RunError: as :func:`compare_runs`, or a name in ``columns`` is no column of these runs.
 
     Example:
-        >>> print(compare_table(list_runs("runs")))  # doctest: +SKIP
-        name                    status    model  mode  lr     last_step  loss
-        ----------------------  --------  -----  ----  -----  ---------  -------
-        mlp-dp-20250101-120000  finished  mlp    dp    0.001        999  0.01234
+        >>> print(compare_table(list_runs("runs"), columns=["name", "status", "lr", "last_step", "loss"]))  # doctest: +SKIP
+        name                    status    lr     last_step  loss
+        ----------------------  --------  -----  ---------  -------
+        mlp-dp-20250101-120000  finished  0.001        999  0.01234
     """
     rows = compare_runs(runs, keys, run_root)
-    columns = list(rows[0]) if rows else ["name", "status"]
-    cells = [[_cell(row[c]) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(columns)]
+    shown = choose_columns(rows, columns)
+    cells = [[_cell(row[c]) for c in shown] for row in rows]
     # Columns of numbers are right-aligned so their digits line up; a column with any text is left-aligned.
-    present = [[row[c] for row in rows if row[c] is not None] for c in columns]
-    numeric = [bool(values) and all(map(_is_number, values)) for values in present]
-
-    def line(texts: list[str]) -> str:
-        parts = (t.rjust(w) if right else t.ljust(w) for t, w, right in zip(texts, widths, numeric))
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(texts) for texts in cells)])
+    present = [[row[c] for row in rows if row[c] is not None] for c in shown]
+    numeric = [number for number, values in enumerate(present) if values and all(map(_is_number, values))]
+    return "\n".join(align_columns(shown, cells, right=numeric))

@@ -1,27 +1,10 @@
-"""Gradient-sync diagnostics: what each replica's gradient looks like before synchronisation, how far
-the replicas' parameter copies have drifted apart, and what batch size the gradient noise suggests.
+"""Gradient-sync diagnostics: each replica's gradient before synchronisation, how far the replicas'
+parameter copies have drifted apart, and what batch size the gradient noise suggests.
 
-:func:`sync_report` takes a mode, its current (placed) state and a global batch, and measures:
-
-* ``per_replica_grad_norms``: each data shard's own gradient (what device i computes before any
-  all-reduce), as an L2 norm;
-* ``synced_grad_norm``: the norm of the synchronised gradient, the weighted mean of the local ones
-  (what a correct all-reduce produces: the gradient of the whole batch's mean loss);
-* ``cosine_to_synced``: each replica's agreement with the synchronised direction (1: identical;
-  small: the shards pull in different directions, as with a small per-replica batch);
-* ``replica_divergence``: the largest difference between replicas' copies of any replicated parameter
-  (exactly 0 when synchronisation is right; any drift means replicas applied different updates);
-* ``noise_scale`` (B_simple of McCandlish et al. 2018, "An Empirical Model of Large-Batch Training"):
-  from the small-batch (per-replica) and large-batch (synchronised) squared norms,
-  ``|G|^2 ~ (B |g_B|^2 - b |g_b|^2) / (B - b)`` and ``tr(Sigma) ~ (|g_b|^2 - |g_B|^2) / (1/b - 1/B)``,
-  ``B_simple = tr(Sigma) / |G|^2``: batches much smaller than it waste steps on noise, much larger
-  ones waste examples. It is reported as ``suggested_batch`` and is a noisy single-batch estimate:
-  average it over logging intervals before acting on it.
-
-The per-replica gradients are computed with ``jax.vmap`` over the N shards of the batch, from the
-same parameters, on the first device: the same numbers in every mode (``simulated`` included), at
-the cost of N gradient copies for the moment it runs, which is why the trainer runs it only at
-logging steps. Replica divergence is read from the mode's own placed state.
+:func:`sync_report` measures per-replica and synchronised gradient norms, each replica's cosine to the
+synchronised gradient, replica divergence (exactly 0 when synchronisation is right) and the gradient
+noise scale (McCandlish et al. 2018) as a :class:`SyncReport`. What each figure means and how it is
+computed: docs/design/gradient-sync-diagnostics.md.
 
 Example:
     >>> report = sync_report(mode, state, batch)  # doctest: +SKIP
@@ -46,7 +29,7 @@ from .modes.core import TrainState, mean_loss_and_grads
 
 @dataclasses.dataclass(frozen=True)
 class SyncReport:
-    """The measurements described in the module docstring, as plain floats."""
+    """The measurements of docs/design/gradient-sync-diagnostics.md, as plain floats."""
 
     replicas: int
     per_replica_grad_norms: list[float]
@@ -151,7 +134,7 @@ def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) ->
     """Measure gradient synchronisation for ``mode`` at ``state`` on one global ``batch`` (NumPy).
 
     ``state`` is the mode's placed state (as ``mode.step`` returns it); ``batch`` the host batch
-    before ``place_batch``. See the module docstring for what is measured.
+    before ``place_batch``. What is measured: docs/design/gradient-sync-diagnostics.md.
     """
     replicas = max(1, mode.data_parallel_size)
     plain = mode.export_state(state)

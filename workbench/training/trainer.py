@@ -46,13 +46,13 @@ from ..errors import WorkbenchError
 from .in_flight import InFlight
 from .modes.core import LossFn, TrainState, add_sums, first_non_finite
 from .models import param_count
-from .runs import RunWriter
+from .runs import END_STATUSES, RunWriter
 from .step import BuiltStep, CustomModel, build_step
 from .sync_diagnostics import sync_report
 from .config import TrainConfig
 
 EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "paused", "resumed", "end")
-STATUSES = ("idle", "running", "paused", "finished", "stopped", "failed")
+STATUSES = ("idle", "running", "paused", *END_STATUSES)
 
 
 class TrainerBusyError(WorkbenchError):

@@ -4,7 +4,8 @@ The palette is colour-blind safe. It starts with Okabe and Ito's eight colours, 
 swapped for a mid grey so that device labels stay readable on it, and goes on with Paul Tol's "muted"
 scheme (without its pale grey, which Tol reserves for missing data) for meshes of more than eight
 devices. Beyond that the palette cycles: device ``n`` and device ``n + len(PALETTE)`` share a colour,
-and every view also prints the device id, so no device is ever identified by colour alone.
+and every view also prints the device id, so no device is ever identified by colour alone. In the plotly
+figures a block held by several devices gets none of their colours but a neutral :data:`SHARED_COLORS`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ TOL_MUTED = (
 )
 
 PALETTE: tuple[str, ...] = OKABE_ITO + TOL_MUTED
+
+# A block held by several devices is drawn in a neutral grey, never in a holder's colour: in a device's
+# colour it would read as that device's shard, and in its holders' colours as stripes, i.e. as more blocks.
+# Two light greys, unlike every colour of PALETTE, alternate so neighbouring shared blocks stay apart.
+SHARED_COLORS: tuple[str, str] = ("#e4e4e4", "#c8c8c8")
 
 
 def palette_index(device_id: int) -> int:

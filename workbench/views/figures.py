@@ -1,10 +1,12 @@
 """Plotly figures of layouts: the array's tiling beside the device mesh, and bytes per device.
 
-:func:`layout_figure` draws two things side by side. Left, the array: each block a rectangle in the
-:func:`~workbench.views.colors.device_color` of the device holding it; a block held by several devices
-(replication) is split into thin stripes, one per holder, so every holder's colour shows. Right, the
-mesh: first axis as rows, the other axes flattened into columns, each device in its own colour.
-Hovering shows holders, mesh coordinates, index ranges and bytes.
+:func:`layout_figure` draws two things side by side. Left, the array, one cell per block: a block held
+by one device is in that device's :func:`~workbench.views.colors.device_color` and labelled with its id;
+a block held by several devices (replication) is in a neutral grey (:data:`~workbench.views.colors.SHARED_COLORS`)
+and labelled with its holders and the copy count, and a fully replicated array is one grey block
+labelled "whole array on every device (×N)". Right, the mesh: first axis as rows, the other axes
+flattened into columns, each device in its own colour. Hovering shows holders, mesh coordinates, index
+ranges and bytes.
 
 Arrays of 3 or more dimensions are drawn as small multiples: the last two dimensions are the picture,
 and there is one small panel per distinct block of the leading dimensions (at most ``max_panels``; the
@@ -12,9 +14,9 @@ title says how many were left out). We chose this over a 3-D plot because blocks
 and flat panels show every block without occlusion or camera controls. A 1-D array is one row of
 blocks, a scalar one cell.
 
-Every panel is one ``Heatmap`` trace (stripes are its cells), not one shape per device, so a
-1,024-device mesh builds in well under a second and keeps per-cell hover text. Output is
-deterministic: the same layout gives the same figure data. Plotly is imported only here.
+Every panel is one ``Heatmap`` trace (a cell per block), not one shape per device, so a 1,024-device
+mesh builds in well under a second and keeps per-cell hover text. Output is deterministic: the same
+layout gives the same figure data. Plotly is imported only here.
 """
 
 from __future__ import annotations
@@ -26,35 +28,26 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .colors import PALETTE, device_color, palette_index
+from .colors import PALETTE, SHARED_COLORS, device_color, palette_index
 from ..layout.array_layout import ArrayLayout, DeviceSlice, Interval
 from ..layout.tree_layout import TreeLayout
-from .text import (
-    describe_array,
-    format_bytes,
-    format_bytes_exact,
-    format_coords,
-    format_device_ids,
-    format_index,
-    format_shape,
-)
+from ..formatting import format_bytes, format_bytes_exact, format_shape
+from .text import describe_array, format_coords, format_device_ids, format_index
 
 MAX_HOLDERS_IN_HOVER = 8  # a fully replicated array on 1,024 devices would otherwise list 1,024 per cell
 MAX_TICKS = 16
-MAX_LABELLED_CELLS = 256  # beyond this, cell labels overlap: hover still names every device
-# A replicated block cycles through its holders' colours at least this many times' worth of stripes, so
-# it reads as a striped (shared) block and never as clean shards of the next dimension.
-MIN_STRIPES_PER_BLOCK = 12
-MAX_OUTLINED_BLOCKS = 256
+# Cell labels are drawn only while they fit, else they overlap into a smudge (hover still names every
+# device): lines of text down a panel of the default height, characters across a full-width one.
+MAX_LABEL_LINES = 16
+MAX_LABEL_CHARACTERS = 90
+WHOLE_ARRAY_FONT_SIZE = 20  # the one label of a fully replicated array is the figure's message: make it big
 PANEL_COLUMNS = 4
 BAR_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
 
-# Heatmap cells carry palette positions; this step colour scale maps each position to its exact colour.
-_DEVICE_COLORSCALE = [
-    [edge / len(PALETTE), color]
-    for number, color in enumerate(PALETTE)
-    for edge in (number, number + 1)
-]
+# Heatmap cells carry colour positions (devices' palette positions, then the shared-block greys); this
+# step colour scale maps each position to its exact colour.
+_COLORS = PALETTE + SHARED_COLORS
+_COLORSCALE = [[edge / len(_COLORS), color] for number, color in enumerate(_COLORS) for edge in (number, number + 1)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,39 +89,42 @@ def _panels(layout: ArrayLayout, max_panels: int) -> tuple[list[_Panel], int]:
     return panels, len(keys)
 
 
-def _edges(intervals: Sequence[Interval], stripes: int = 1) -> list[float]:
-    """Cell edges for sorted intervals, each split into ``stripes`` equal parts."""
-    edges = []
-    for start, stop in intervals:
-        edges += [start + (stop - start) * k / stripes for k in range(stripes)]
-    return [*edges, intervals[-1][1]]
+def _edges(intervals: Sequence[Interval]) -> list[float]:
+    """Cell edges for sorted, touching intervals."""
+    return [start for start, _ in intervals] + [intervals[-1][1]]
 
 
 def _color_heatmap(
-    device_ids: list[list[int]], x_edges, y_edges, hover: list[list[str]], labels: list[list[str]] | None = None,
-    *, xgap: bool = True,
+    colors: list[list[int]], device_ids: list[list[int]], x_edges, y_edges, hover: list[list[str]],
+    labels: list[list[str]], *, font_size: int | None = None, width_share: float = 1.0,
 ) -> go.Heatmap:
-    """A grid of cells, each in its device's colour (the id rides along as ``customdata``).
+    """A grid of cells, each in the colour at its position of :data:`_COLORS`, labelled while labels fit.
 
-    Cells are labelled with their device id, or with ``labels`` where given, while labels fit.
+    ``device_ids`` ride along as ``customdata``: a click on a cell names a device holding it.
+    ``width_share`` is the part of the figure's width the panel gets (small multiples get less).
     """
-    if labels is None:
-        labels = [[str(d) for d in row] for row in device_ids]
-    labelled = sum(1 for row in labels for label in row if label) <= MAX_LABELLED_CELLS
+    lines = [line for row in labels for label in row for line in label.split("<br>")]
+    lines_per_cell = max((label.count("<br>") + 1 for row in labels for label in row), default=1)
+    widest = max((len(line) for line in lines), default=0) + 1
+    labelled = (
+        len(labels) * lines_per_cell <= MAX_LABEL_LINES
+        and len(labels[0]) * widest <= MAX_LABEL_CHARACTERS * width_share
+    )
     return go.Heatmap(
-        z=[[palette_index(d) + 0.5 for d in row] for row in device_ids],
+        z=[[position + 0.5 for position in row] for row in colors],
         x=x_edges,
         y=y_edges,
         zmin=0,
-        zmax=len(PALETTE),
-        colorscale=_DEVICE_COLORSCALE,
+        zmax=len(_COLORS),
+        colorscale=_COLORSCALE,
         showscale=False,
         customdata=device_ids,
         text=labels,
         texttemplate="%{text}" if labelled else None,
+        textfont=dict(size=font_size) if font_size else None,
         hovertext=hover,
         hovertemplate="%{hovertext}<extra></extra>",
-        xgap=1 if xgap and len(x_edges) <= 65 else 0,
+        xgap=1 if len(x_edges) <= 65 else 0,
         ygap=1 if len(y_edges) <= 65 else 0,
     )
 
@@ -140,51 +136,51 @@ def _holders_text(holders: Sequence[int], devices: Mapping[int, DeviceSlice]) ->
     return f"held by {len(holders):,} device{'s' if len(holders) != 1 else ''}:<br>" + "<br>".join(shown)
 
 
-def _stripes_per_block(replication: int) -> int:
-    """Cells across one block: one per holder, repeated so a shared block reads as striped."""
-    if replication == 1:
-        return 1
-    return replication * max(1, math.ceil(MIN_STRIPES_PER_BLOCK / replication))
+def block_label(holders: Sequence[int], num_devices: int) -> str:
+    """The label of one block in :func:`layout_figure`: its device, or who holds copies of it and how many.
 
-
-def _tiling_trace(panel: _Panel, layout: ArrayLayout, devices: Mapping[int, DeviceSlice]) -> go.Heatmap:
-    """One panel of the array: each block a cell, or, when replicated, stripes cycling through its holders.
-
-    A replicated block is labelled once (its holders and ``×replication``) on its middle stripe.
+    Example:
+        >>> block_label([3], 8), block_label(range(8), 8), block_label([0, 1], 8)
+        ('3', 'whole array on every device (×8)', 'on devices 0,1<br>2 copies')
     """
-    holders_per_block = len(panel.blocks[0].holders)  # every block has `replication` holders
-    stripes = _stripes_per_block(holders_per_block)
+    holders = list(holders)
+    if len(holders) == 1:
+        return str(holders[0])
+    if len(holders) == num_devices:  # every device holds the same block, so nothing is cut: it is the array
+        return f"whole array on every device (×{num_devices:,})"
+    return f"on devices {format_device_ids(holders)}<br>{len(holders):,} copies"
+
+
+def _tiling_trace(
+    panel: _Panel, layout: ArrayLayout, devices: Mapping[int, DeviceSlice], width_share: float = 1.0
+) -> go.Heatmap:
+    """One panel of the array: a cell per block, in its device's colour, or grey when several hold it."""
     row_ranges = sorted({b.rows for b in panel.blocks})
     column_ranges = sorted({b.columns for b in panel.blocks})
     row_of = {r: n for n, r in enumerate(row_ranges)}
     column_of = {c: n for n, c in enumerate(column_ranges)}
-    width = len(column_ranges) * stripes
-    ids = [[0] * width for _ in row_ranges]
-    hover = [[""] * width for _ in row_ranges]
-    labels = [[""] * width for _ in row_ranges]
+    colors = [[0] * len(column_ranges) for _ in row_ranges]
+    ids = [[0] * len(column_ranges) for _ in row_ranges]
+    hover = [[""] * len(column_ranges) for _ in row_ranges]
+    labels = [[""] * len(column_ranges) for _ in row_ranges]
     shard = f"shard {format_shape(layout.shard_shape)}, {format_bytes_exact(layout.bytes_per_device)}"
     for block in panel.blocks:
+        row, column = row_of[block.rows], column_of[block.columns]
+        first = block.holders[0]
         about = f"block {format_index(block.index)}<br>{shard}<br>{_holders_text(block.holders, devices)}"
-        row, first = row_of[block.rows], column_of[block.columns] * stripes
-        for stripe in range(stripes):
-            device = block.holders[stripe % holders_per_block]
-            ids[row][first + stripe] = device
-            hover[row][first + stripe] = f"<b>device {device}</b> ({format_coords(devices[device].coords)})<br>{about}"
-        label = str(block.holders[0]) if holders_per_block == 1 else f"{format_device_ids(block.holders)} ×{holders_per_block}"
-        labels[row][first + stripes // 2] = label
+        if len(block.holders) == 1:
+            colors[row][column] = palette_index(first)
+            hover[row][column] = f"<b>device {first}</b> ({format_coords(devices[first].coords)})<br>{about}"
+        else:  # greys alternate like a chessboard, so neighbouring shared blocks never merge into one
+            colors[row][column] = len(PALETTE) + (row + column) % len(SHARED_COLORS)
+            hover[row][column] = f"<b>{len(block.holders):,} copies</b><br>{about}"
+        ids[row][column] = first
+        labels[row][column] = block_label(block.holders, layout.num_devices)
+    whole = layout.is_fully_replicated and layout.num_devices > 1
     return _color_heatmap(
-        ids, _edges(column_ranges, stripes), _edges(row_ranges), hover, labels, xgap=holders_per_block == 1
+        colors, ids, _edges(column_ranges), _edges(row_ranges), hover, labels,
+        font_size=WHOLE_ARRAY_FONT_SIZE if whole else None, width_share=width_share,
     )
-
-
-def _block_outlines(panel: _Panel) -> list[dict]:
-    """White rectangles around each block: striped cells have no gaps, so borders show the blocks."""
-    if len(panel.blocks[0].holders) == 1 or len(panel.blocks) > MAX_OUTLINED_BLOCKS:
-        return []
-    return [
-        dict(type="rect", x0=b.columns[0], x1=b.columns[1], y0=b.rows[0], y1=b.rows[1], line=dict(color="white", width=2))
-        for b in panel.blocks
-    ]
 
 
 def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict]:
@@ -200,7 +196,9 @@ def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict]:
         hover.append(
             [f"<b>device {d.device_id}</b><br>{format_coords(d.coords)}<br>holds {format_index(d.index)}<br>{shard}" for d in cells]
         )
-    trace = _color_heatmap(ids, list(range(columns + 1)), list(range(rows + 1)), hover)
+    colors = [[palette_index(d) for d in row] for row in ids]
+    labels = [[str(d) for d in row] for row in ids]
+    trace = _color_heatmap(colors, ids, list(range(columns + 1)), list(range(rows + 1)), hover, labels)
 
     def ticks(count: int, label) -> dict:
         step = max(1, math.ceil(count / MAX_TICKS))
@@ -218,6 +216,15 @@ def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict]:
     return trace, x_axis, y_axis
 
 
+def _replication_words(layout: ArrayLayout) -> str:
+    """The title's words for replication, naming what the grey blocks mean when there are any."""
+    if layout.replication == 1:
+        return "replication 1 (every block on one device)"
+    if layout.is_fully_replicated:
+        return f"replicated: the whole array on each of the {layout.num_devices:,} devices (grey)"
+    return f"replication {layout.replication}: each block on {layout.replication:,} devices (grey)"
+
+
 def _tiling_axes(layout: ArrayLayout) -> tuple[dict, dict]:
     rank = len(layout.shape)
     if rank == 0:
@@ -232,9 +239,8 @@ def _tiling_axes(layout: ArrayLayout) -> tuple[dict, dict]:
 def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: int = 16) -> go.Figure:
     """A figure of a layout: the array's blocks by device (left) and the device mesh (right).
 
-    See the module docstring for how replication, 3-D+ arrays and scalars are drawn. Every cell's
-    hover text names its device, the block's holders with their mesh coordinates, the index ranges and
-    bytes.
+    See the module docstring for how replication, 3-D+ arrays and scalars are drawn. Every block's
+    hover text names its holders with their mesh coordinates, the index ranges and bytes.
 
     Args:
         layout: from :func:`~workbench.layout.array_layout.layout_array`; abstract meshes of any size work.
@@ -268,9 +274,7 @@ def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: 
     x_axis, y_axis = _tiling_axes(layout)
     for number, panel in enumerate(panels):
         row, column = divmod(number, panel_columns)
-        figure.add_trace(_tiling_trace(panel, layout, devices), row=row + 1, col=column + 1)
-        for outline in _block_outlines(panel):
-            figure.add_shape(outline, row=row + 1, col=column + 1)
+        figure.add_trace(_tiling_trace(panel, layout, devices, 1 / panel_columns), row=row + 1, col=column + 1)
         # Axis titles once per panel column and row, not on every small multiple.
         bottom_of_column = number + panel_columns >= len(panels)
         figure.update_xaxes(x_axis if bottom_of_column else {**x_axis, "title": ""}, row=row + 1, col=column + 1)
@@ -283,7 +287,7 @@ def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: 
     if title is None:
         title = (
             f"{describe_array(layout)}<br><sup>shard {format_shape(layout.shard_shape)}, "
-            f"{format_bytes(layout.bytes_per_device)} per device, replication {layout.replication}</sup>"
+            f"{format_bytes(layout.bytes_per_device)} per device, {_replication_words(layout)}</sup>"
         )
     if total > len(panels):
         title += f"<br><sup>showing {len(panels)} of {total} blocks of the leading dimensions</sup>"

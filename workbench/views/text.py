@@ -11,46 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ..errors import WorkbenchError
+from ..formatting import align_columns, format_bytes, format_bytes_exact, format_shape
 from ..layout.array_layout import ArrayLayout, Interval
 from ..layout.specs import format_spec
 from ..layout.tree_layout import TreeLayout
 
-BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 ELLIPSIS = "…"
 
 
-# --- small formatters, shared with the other views -------------------------------------------------
-
-
-def format_bytes(n: int) -> str:
-    """Bytes in binary units: ``B`` below 1 KiB, else one decimal.
-
-    Example:
-        >>> format_bytes(512), format_bytes(2048), format_bytes(3 * 2**30 // 2)
-        ('512 B', '2.0 KiB', '1.5 GiB')
-    """
-    value = float(n)
-    for unit in BYTE_UNITS:
-        if abs(value) < 1024 or unit == BYTE_UNITS[-1]:
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_bytes_exact(n: int) -> str:
-    """Human units plus the exact count, e.g. ``2.0 KiB (2,048 B)``; bytes alone below 1 KiB.
-
-    Example:
-        >>> format_bytes_exact(2048)
-        '2.0 KiB (2,048 B)'
-    """
-    human = format_bytes(n)
-    return human if human.endswith(" B") else f"{human} ({n:,} B)"
-
-
-def format_shape(shape: Sequence[int]) -> str:
-    """``[4, 16, 8]``; a scalar is ``[]``."""
-    return "[" + ", ".join(str(s) for s in shape) + "]"
+# --- small formatters of layout parts (bytes, shapes, tables: workbench.formatting) --------------------
 
 
 def format_index(index: Sequence[Interval]) -> str:
@@ -102,18 +71,6 @@ def format_device_ids(ids: Iterable[int], max_chars: int = 16) -> str:
 def describe_array(layout: ArrayLayout) -> str:
     """One line naming the array, its mesh and its spec: ``float32[8, 16] on data=2,model=4 as data, model``."""
     return f"{layout.dtype}{format_shape(layout.shape)} on {layout.mesh} as {format_spec(layout.spec)}"
-
-
-def _align_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:
-    """Header, rule and rows padded into columns; columns in ``right`` are right-aligned (numbers)."""
-    right = set(right)
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
-        return "  ".join(padded).rstrip()
-
-    return [line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
 def _elide(count: int, limit: int | None) -> list[int | None]:
@@ -175,7 +132,7 @@ def layout_table(layout: ArrayLayout, *, max_devices: int | None = 16) -> str:
     for position in shown:  # only the rows shown: a 1,024-device table stays cheap
         device = layout.device_slice(position)
         rows.append([str(device.device_id), format_coords(device.coords), format_index(device.index), shard])
-    lines = _align_columns(["device", "coords", "index", "shard shape"], rows, right=[0])
+    lines = align_columns(["device", "coords", "index", "shard shape"], rows, right=[0])
     if hidden:
         lines.insert(2 + head, f"{ELLIPSIS} {hidden:,} more devices {ELLIPSIS}")  # after header, rule, head rows
     return "\n".join([*layout_header(layout), "", *lines])
@@ -207,7 +164,7 @@ def tree_table(tree: TreeLayout) -> str:
         ]
         for row in tree.rows()
     ]
-    lines = _align_columns(headers, rows, right=[5, 6])
+    lines = align_columns(headers, rows, right=[5, 6])
     lines += [
         "",
         f"per device   {format_bytes_exact(tree.bytes_per_device)} on each of {tree.mesh.size:,} devices ({tree.mesh})",
@@ -246,6 +203,27 @@ def _box_grid(column_headers: Sequence[str], row_headers: Sequence[str], cells: 
     return lines
 
 
+def _holders_label(holders: Sequence[int], num_devices: int, max_label: int) -> str:
+    """A box's label: its device; ``all 8 devices`` for the whole array; else its holders and ``×copies``."""
+    if len(holders) == 1:
+        return str(holders[0])
+    if len(holders) == num_devices:
+        return f"all {num_devices:,} devices"
+    count = f"({len(holders)})"
+    ids = format_device_ids(holders, max_label).removesuffix(count)  # a shortened list ends with the count: say it once
+    return f"{ids} ×{len(holders):,}"
+
+
+def _replication_line(layout: ArrayLayout) -> list[str]:
+    """A line saying what a box held by several devices means: copies, never a finer split."""
+    if layout.replication == 1:
+        return []
+    if layout.is_fully_replicated:
+        return [f"replicated: the whole array on each of the {layout.num_devices:,} devices, one box"]
+    copies = layout.replication
+    return [f"replication {copies}: each box is held whole by {copies:,} devices (×{copies:,}), not split between them"]
+
+
 def _axis_line(role: str, dim: int, size: int, blocks: int) -> str:
     piece = size // blocks if blocks else size
     return f"{role}: dimension {dim} ({size}) in {blocks} block{'s' if blocks != 1 else ''} of {piece}"
@@ -255,7 +233,9 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
     """A plain-text picture of a 0-D, 1-D or 2-D array's blocks, each labelled with the devices holding it.
 
     Rows are dimension 0 and columns dimension 1 (a 1-D array is one row, a scalar one box). Row and
-    column headers give each block's ``start:stop`` range. Long lists of holders are shortened by
+    column headers give each block's ``start:stop`` range. A block held by several devices is labelled
+    with its holders and the copy count (``0,4 ×2``), a fully replicated array is one box (``all 8
+    devices``), and a line above the grid says so. Long lists of holders are shortened by
     :func:`format_device_ids` (``0-7``, ``0,8,16,…(64)``); more than ``max_rows`` row blocks or
     ``max_columns`` column blocks are elided around a ``⋮`` / ``…`` line, keeping the last one. Works on
     abstract meshes of any size.
@@ -281,8 +261,9 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
         )
     holders = layout.holders()
     if rank == 0:
-        label = format_device_ids(holders[()], max_label)
-        return "\n".join([describe_array(layout), "scalar: one block, on every device", *_box_grid([""], [""], [[label]])])
+        label = _holders_label(holders[()], layout.num_devices, max_label)
+        grid = _box_grid([""], [""], [[label]])
+        return "\n".join([describe_array(layout), "scalar: one block, on every device", *grid])
 
     # Distinct [start, stop) ranges per dimension, in order: the grid's rows and columns.
     ranges = [sorted({index[dim] for index in holders}) for dim in range(rank)]
@@ -297,7 +278,7 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
         if row is None:
             return "⋮"
         key = (row_ranges[row], column_ranges[column]) if rank == 2 else (column_ranges[column],)
-        return format_device_ids(holders[key], max_label)
+        return _holders_label(holders[key], layout.num_devices, max_label)
 
     def range_text(ranges_of_dim, number):
         return ELLIPSIS if number is None else f"{ranges_of_dim[number][0]}:{ranges_of_dim[number][1]}"
@@ -314,4 +295,5 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
         row_headers = [""]
         axes = _axis_line("columns", 0, layout.shape[0], layout.shards_per_dim[0])
     cells = [[cell(r, c) for c in columns] for r in rows]
-    return "\n".join([describe_array(layout), axes, *_box_grid(column_headers, row_headers, cells)])
+    grid = _box_grid(column_headers, row_headers, cells)
+    return "\n".join([describe_array(layout), axes, *_replication_line(layout), *grid])
