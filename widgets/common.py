@@ -122,17 +122,15 @@ class Selection(traitlets.HasTraits):
         return self.mesh_shape().size <= len(jax.devices())
 
     def model_layout(self, batch: int | None = None):
-        """The :class:`workbench.analysis.model_layout.ModelLayout` of the current choices.
+        """The :class:`workbench.ModelLayout` of the current choices.
 
         The last one is kept: every widget showing the selection asks for it after each change, and a
         512-device transformer layout is worth computing once.
         """
-        from workbench.analysis.model_layout import model_layout
-
         key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)), tuple(sorted(self.model_options.items())),
                self.options.get("optimizer", "adam"), batch or self.options.get("batch", 256))
         if getattr(self, "_layout_key", None) != key:
-            self._layout = model_layout(
+            self._layout = wb.model_layout(
                 self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),
                 optimizer=key[5], batch=key[6],
             )
@@ -141,8 +139,6 @@ class Selection(traitlets.HasTraits):
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""
-        from workbench.analysis.model_layout import default_data
-
-        fields = {"model": self.model, "data": default_data(self.model), "mode": self.mode, "mesh": self.mesh,
+        fields = {"model": self.model, "data": wb.default_data(self.model), "mode": self.mode, "mesh": self.mesh,
                   "model_options": dict(self.model_options), **self.options, **overrides}
         return wb.TrainConfig(**fields).checked()

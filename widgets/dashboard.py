@@ -30,10 +30,6 @@ from typing import Any
 import ipywidgets as widgets
 
 import workbench as wb
-from workbench.views.colors import OKABE_ITO
-from workbench.analysis.ledger import ledger_table
-from workbench.analysis.reference_check import CheckReport, run_check
-from workbench.analysis.step_ledger import ledger_for_config
 
 from .common import LEVEL_STYLES, Selection, StatusArea, guarded
 from .live_plot import MAX_POINTS, LivePlot, Throttle
@@ -41,13 +37,13 @@ from .live_plot import MAX_POINTS, LivePlot, Throttle
 REDRAW_INTERVAL_S = 0.25  # a few redraws per second: smooth to the eye, nothing to training
 STOP_TIMEOUT_S = 10.0  # how long Reset/close/another dashboard's Start wait for a run to stop
 
-TRAIN_COLOR = OKABE_ITO[4]  # blue
-EVAL_COLOR = OKABE_ITO[5]  # vermillion: tells apart from blue for every kind of colour vision
-THROUGHPUT_COLOR = OKABE_ITO[2]  # bluish green
+TRAIN_COLOR = wb.OKABE_ITO[4]  # blue
+EVAL_COLOR = wb.OKABE_ITO[5]  # vermillion: tells apart from blue for every kind of colour vision
+THROUGHPUT_COLOR = wb.OKABE_ITO[2]  # bluish green
 SYNCED_COLOR = "#000000"  # Okabe-Ito black: the one line the replica colours (device colours) never use
-DIVERGENCE_COLOR = OKABE_ITO[6]  # reddish purple
+DIVERGENCE_COLOR = wb.OKABE_ITO[6]  # reddish purple
 # Past runs: dashed and translucent, so they stay behind the live run (no blue or vermillion: those are it).
-OVERLAY_COLORS = (OKABE_ITO[7], OKABE_ITO[0], OKABE_ITO[1], OKABE_ITO[2], OKABE_ITO[6])
+OVERLAY_COLORS = (wb.OKABE_ITO[7], wb.OKABE_ITO[0], wb.OKABE_ITO[1], wb.OKABE_ITO[2], wb.OKABE_ITO[6])
 
 _DRAW_NOW = ("start", "compiled", "paused", "resumed", "end")  # events worth a redraw whatever the throttle
 _ACTIVE = ("running", "paused")
@@ -273,20 +269,20 @@ class TrainingDashboard(widgets.VBox):
         self._status.show("plots cleared (runs on disk are kept)", "info")
 
     @_shown
-    def check(self) -> CheckReport | None:
+    def check(self) -> wb.CheckReport | None:
         """Run the reference check of the selection's mode, mesh, model and faults, and show the verdict,
         each finding, and the compiled step's communication ledger in the check panel."""
         config = self.selection.train_config()
         self._status.show(f"checking {config.mode} on {config.mesh} against 'single'...", "info")
         self.check_button.disabled = True
         try:
-            report = run_check(
+            report = wb.run_check(
                 config.mode, model=config.model, mesh=config.mesh, faults=config.faults, batch=config.batch,
                 lr=config.lr, optimizer=config.optimizer, data=config.data, seed=config.seed,
                 model_options=dict(config.model_options),
             )
             try:
-                ledger_text = ledger_table(ledger_for_config(config))
+                ledger_text = wb.ledger_table(wb.ledger_for_config(config))
             except wb.WorkbenchError as error:  # e.g. 'simulated' has no single compiled step
                 ledger_text = f"no ledger: {error}"
         finally:
@@ -504,11 +500,11 @@ def _close_tree(widget: Any) -> None:
     widget.close()
 
 
-def check_html(report: CheckReport, ledger_text: str = "") -> str:
+def check_html(report: wb.CheckReport, ledger_text: str = "") -> str:
     """The check panel's HTML: the verdict, the key figures, each finding in full, and the ledger.
 
     Example:
-        >>> check_html(run_check("dp", mesh="data=4"))  # doctest: +SKIP
+        >>> check_html(wb.run_check("dp", mesh="data=4"))  # doctest: +SKIP
         '<div ...>reference check: <b>ok</b> ...'
     """
     ok = report.verdict == "ok"

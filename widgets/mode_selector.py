@@ -21,9 +21,6 @@ from typing import Any
 import ipywidgets as widgets
 
 import workbench as wb
-from workbench.analysis.ledger import theoretical_collectives
-from workbench.analysis.model_layout import standard_rules
-from workbench.training.modes import FAULTS, mode_class
 
 from .common import Selection, StatusArea, guarded
 
@@ -48,7 +45,7 @@ def describe_mode(name: str) -> str:
         >>> "all-reduce" in describe_mode("dp")
         True
     """
-    needs = theoretical_collectives(name, 0)
+    needs = wb.theoretical_collectives(name, 0)
     collectives = "".join(f"<li><b>{c['kind']}</b> over {', '.join(c['axes'])}: {html.escape(c['what'])}</li>" for c in needs)
     collectives = collectives or "<li>none: one device</li>"
     return (f"<div><b>{html.escape(name)}</b>: {html.escape(wb.describe_modes()[name])}<br>"
@@ -95,7 +92,7 @@ class ModeSelector(widgets.VBox):
 
     def choose_mode(self, name: str) -> bool:
         """Switch to mode ``name``: its standard specs apply; faults it cannot have are dropped."""
-        faults = [f for f in self.selection.options.get("faults", ()) if f in mode_class(name).supported_faults]
+        faults = [f for f in self.selection.options.get("faults", ()) if f in wb.mode_class(name).supported_faults]
         if not self._valid(mode=name, options={**self.selection.options, "faults": tuple(faults)}):
             self.mode.value = self.selection.mode
             return False
@@ -136,9 +133,9 @@ class ModeSelector(widgets.VBox):
         options = options if options is not None else self.selection.options
         try:
             config = self.selection.train_config(mode=mode, model=model, model_options={}, **options)
-            standard_rules(model, self.selection.mesh, mode)  # e.g. tp needs a 'model' axis
+            wb.standard_rules(model, self.selection.mesh, mode)  # e.g. tp needs a 'model' axis
             if self.selection.fits_local_devices():
-                mode_class(mode).check(wb.StepPlan(None, None, None, config.mesh, config.batch, config.accum))
+                wb.mode_class(mode).check(wb.StepPlan(None, None, None, config.mesh, config.batch, config.accum))
         except wb.WorkbenchError as error:
             self.status.show(str(error), "error")
             return False
@@ -147,10 +144,10 @@ class ModeSelector(widgets.VBox):
     def _explain(self) -> None:
         name = self.selection.mode
         self.explanation.value = describe_mode(name)
-        supported = mode_class(name).supported_faults
+        supported = wb.mode_class(name).supported_faults
         self.faults.allowed_tags = list(supported)
         self.fault_help.value = "<br>".join(
-            f"<code>{f}</code>: {html.escape(FAULTS[f].summary)}" for f in supported
+            f"<code>{f}</code>: {html.escape(wb.FAULTS[f].summary)}" for f in supported
         ) + "<br><i>Faults are off unless you add them; the reference check (Train tab) finds them.</i>"
         if self._valid():
             config = self.selection.train_config()
