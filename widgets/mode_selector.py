@@ -1,7 +1,7 @@
 """ModeSelector: the model, the parallel mode and the training options, each mode explained.
 
-Choosing a mode shows what it shards and which collectives a step needs (from the engine's theory in
-:mod:`workbench.analysis.ledger`), and applies the mode's standard specs to the model (custom rules are
+Choosing a mode shows what it shards and which collectives a step needs (as the mode declares them:
+:func:`workbench.mode_class`), and applies the mode's standard specs to the model (custom rules are
 dropped), so the inspector shows e.g. FSDP's layout at once. Options (optimizer, learning rate, batch,
 steps, accumulation, precision, teaching faults) are checked by the engine as they change: an invalid
 value is shown inline and the last valid options stay in the selection.
@@ -24,32 +24,22 @@ import workbench as wb
 
 from .common import Selection, StatusArea, guarded
 
-WHAT_IS_SHARDED = {
-    "single": "nothing: one device holds everything and computes the whole batch",
-    "simulated": "nothing: one device loops over N batch shards, as N devices would, then updates once",
-    "dp": "the batch, over 'data'; parameters and optimizer state are replicated on every device",
-    "dp-shard-map": "the batch, over 'data'; parameters and optimizer state replicated; the pmean is written by hand",
-    "dp-pmap": "the batch, over 'data'; every device keeps a stacked copy of the state (legacy pmap)",
-    "fsdp": "the batch, parameters and optimizer state, all over 'data' (each device stores 1/N)",
-    "tp": "the layers' weights, over 'model' (column- then row-parallel); every device sees the whole batch",
-    "dp-tp": "the batch over 'data' and the layers' weights over 'model', on a 2-D mesh",
-}
 DEFAULT_OPTIONS = {"optimizer": "adam", "lr": 1e-3, "batch": 256, "steps": 300, "accum": 1, "precision": "fp32",
                    "faults": ()}
 
 
 def describe_mode(name: str) -> str:
-    """HTML: a mode's summary, what it shards and the collectives a step needs in theory.
+    """HTML: a mode's summary, what it shards and the collectives a step needs, as the mode declares them.
 
     Example:
         >>> "all-reduce" in describe_mode("dp")
         True
     """
-    needs = wb.theoretical_collectives(name, 0)
-    collectives = "".join(f"<li><b>{c['kind']}</b> over {', '.join(c['axes'])}: {html.escape(c['what'])}</li>" for c in needs)
+    mode = wb.mode_class(name)
+    collectives = "".join(f"<li><b>{c.kind}</b> over {c.axis}: {html.escape(c.what)}</li>" for c in mode.collectives)
     collectives = collectives or "<li>none: one device</li>"
-    return (f"<div><b>{html.escape(name)}</b>: {html.escape(wb.describe_modes()[name])}<br>"
-            f"<i>Sharded:</i> {html.escape(WHAT_IS_SHARDED.get(name, ''))}<br>"
+    return (f"<div><b>{html.escape(name)}</b>: {html.escape(mode.summary)}<br>"
+            f"<i>Sharded:</i> {html.escape(mode.sharded)}<br>"
             f"<i>Collectives per step:</i><ul style='margin:2px 0'>{collectives}</ul></div>")
 
 
