@@ -34,6 +34,17 @@ LEVEL_STYLES = {
 }
 
 
+def level_html(text: str, level: str) -> str:
+    """``text`` (escaped) after its level's mark, in its level's colour: how every status and verdict looks.
+
+    Example:
+        >>> level_html("a < b", "warning")
+        '<span style="color:#E69F00">⚠ a &lt; b</span>'
+    """
+    color, mark = LEVEL_STYLES[level]
+    return f'<span style="color:{color}">{mark} {html.escape(text)}</span>'
+
+
 class StatusArea(widgets.HTML):
     """One line of status under a widget; errors stay until the next action replaces them.
 
@@ -46,9 +57,8 @@ class StatusArea(widgets.HTML):
         self.messages: list[tuple[str, str]] = []
 
     def show(self, text: str, level: str = "info") -> None:
-        color, mark = LEVEL_STYLES[level]
         self.messages.append((level, text))
-        self.value = f'<span style="color:{color}">{mark} {html.escape(text)}</span>'
+        self.value = level_html(text, level)
 
     def clear(self) -> None:
         self.value = ""
@@ -92,7 +102,8 @@ def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
 
 class Selection(traitlets.HasTraits):
     """The workbench's current choices, all plain values; every value here is valid (widgets check
-    input with the engine before writing it).
+    input with the engine before writing it). Mode and mesh are each valid but need not go together:
+    :meth:`mesh_fit` says whether they train, and :meth:`apply_fix` applies one of its fixes.
 
     Attributes:
         mesh: mesh text, e.g. ``"data=8"``; may be larger than the local devices (planning).
@@ -120,6 +131,42 @@ class Selection(traitlets.HasTraits):
         import jax
 
         return self.mesh_shape().size <= len(jax.devices())
+
+    def mesh_fit(self) -> wb.MeshFit:
+        """Whether the mode trains on the mesh (:func:`workbench.mesh_fit`), with the fixes to offer.
+
+        Example:
+            >>> Selection(mesh="data=8", mode="tp").mesh_fit().level
+            'error'
+        """
+        return wb.mesh_fit(self.mode, self.mesh)
+
+    def options_for_mode(self, name: str) -> dict[str, Any]:
+        """The training options, less the teaching faults mode ``name`` cannot have."""
+        supported = wb.mode_class(name).supported_faults
+        return {**self.options, "faults": tuple(f for f in self.options.get("faults", ()) if f in supported)}
+
+    def use_mode(self, name: str) -> None:
+        """Switch to mode ``name``: its standard specs apply (custom rules are dropped), and faults it
+        cannot have are dropped."""
+        with self.hold_trait_notifications():
+            self.options = self.options_for_mode(name)
+            self.rules = []
+            self.mode = name
+
+    def apply_fix(self, fix: wb.MeshFix) -> None:
+        """Apply one of :meth:`mesh_fit`'s fixes: its mode (as :meth:`use_mode`), its mesh, or both.
+
+        Example:
+            >>> selection = Selection(mesh="data=4,model=2", mode="dp")
+            >>> selection.apply_fix(selection.mesh_fit().fixes[0]); selection.mode
+            'dp-tp'
+        """
+        with self.hold_trait_notifications():
+            if fix.mode is not None:
+                self.use_mode(fix.mode)
+            if fix.mesh is not None:
+                self.mesh = str(wb.parse_mesh(fix.mesh))
 
     def model_layout(self, batch: int | None = None):
         """The :class:`workbench.ModelLayout` of the current choices.

@@ -12,7 +12,10 @@ For the :class:`~widgets.common.Selection`'s model, mesh and mode it shows, from
 * one device's slice of every array, after a click on a device in the figure (or :meth:`show_device`).
 
 Layouts are computed on an abstract mesh, so a mesh far larger than this machine works for planning;
-the inspector then says plainly how many devices training would need.
+the inspector then says plainly how many devices training would need. Above the layout, the verdict
+(:class:`~widgets.mesh_verdict.MeshVerdict`) says whether the mode trains on the mesh, with one-click
+fixes; for a pair the trainer refuses there is no layout of the selection, and the last valid one stays
+below, marked as another selection's.
 
 Example:
     >>> selection = Selection(mesh="data=4,model=2", mode="dp-tp")
@@ -38,7 +41,8 @@ import plotly.graph_objects as go
 
 import workbench as wb
 
-from .common import Selection, StatusArea, guarded
+from .common import LEVEL_STYLES, Selection, StatusArea, guarded
+from .mesh_verdict import MeshVerdict
 
 TREES = (("parameters", "params"), ("optimizer state", "opt_state"), ("batch", "batch"))
 # Every Selection trait that changes a layout (axis_types does not: layouts are abstract).
@@ -206,6 +210,10 @@ class ShardingInspector(widgets.VBox):
         memory_figure: bytes per device (a ``go.FigureWidget``); ``compile_button`` adds the compiler's
             estimate (``ledger`` keeps the :class:`workbench.CommLedger`).
         device_panel: one device's slice of every array (HTML), from a click or :meth:`show_device`.
+        verdict: whether the mode trains on the mesh, with a button per fix
+            (:class:`~widgets.mesh_verdict.MeshVerdict`).
+        showing_selection: whether the layout shown is the selection's (False after a pair the trainer
+            refuses: the last valid layout stays, marked as such).
         status: errors and notes (:class:`~widgets.common.StatusArea`).
 
     Example:
@@ -219,8 +227,10 @@ class ShardingInspector(widgets.VBox):
         self.model_layout: wb.ModelLayout | None = None
         self.ledger = None
         self.device_position: int | None = None
+        self.showing_selection = False
         self.status = StatusArea()
         self.summary = widgets.HTML()
+        self.verdict = MeshVerdict(self.selection, status=self.status)
         self.tree_picker = widgets.ToggleButtons(options=TREES, value="params", description="tree")
         self.leaf_picker = widgets.Dropdown(description="array", layout=widgets.Layout(width="460px"))
         self.table = widgets.HTML()
@@ -248,7 +258,7 @@ class ShardingInspector(widgets.VBox):
 
         table_box = widgets.Box([self.table], layout=widgets.Layout(max_height="320px", overflow="auto"))
         super().__init__([
-            self.summary, self.status, widgets.HBox([self.tree_picker, self.leaf_picker]), table_box,
+            self.summary, self.verdict, self.status, widgets.HBox([self.tree_picker, self.leaf_picker]), table_box,
             self.figure, self.jax_picture, self.memory_figure, self.compile_button, self.device_panel,
         ], **kwargs)
         self.refresh()
@@ -290,6 +300,10 @@ class ShardingInspector(widgets.VBox):
 
     def _refresh(self, _change: Any = None) -> None:
         """Lay out the selection again and redraw everything, keeping the selected array if it still exists."""
+        fit = self.selection.mesh_fit()
+        if not fit.ok:  # the trainer refuses the pair: no layout of it, whatever a planner would draw
+            self._show_refused(fit)
+            return
         layout = self.selection.model_layout()  # raises for an invalid layout: nothing has changed yet
         tree = self.tree_picker.value if layout.trees()[self.tree_picker.value].leaves else "params"
         paths = [leaf.path for leaf in layout.trees()[tree].leaves]
@@ -306,7 +320,23 @@ class ShardingInspector(widgets.VBox):
             self.device_position = None
             self.device_panel.value = DEVICE_HINT
         self.summary.value = self._summary_html(layout)
+        self.showing_selection = True
         self._show_device_note(layout)
+
+    def _show_refused(self, fit: wb.MeshFit) -> None:
+        """Say that the selection cannot train; keep the last valid layout below, marked as not its own."""
+        self.showing_selection = False
+        self.status.show(fit.message, "error")
+        color = LEVEL_STYLES["error"][0]
+        if self.model_layout is None:
+            note = "No layout: the trainer refuses this mode on this mesh. Use a fix above."
+            self.summary.value = f'<div class="wb-stale" style="color:{color}">{html.escape(note)}</div>'
+            return
+        shown = self.model_layout
+        note = (f"Not this selection: below is the last valid layout (mode {shown.mode} on mesh {shown.mesh}); "
+                f"mode {fit.mode} cannot train on mesh {fit.mesh}. Use a fix above.")
+        self.summary.value = (f'<div class="wb-stale" style="color:{color}"><b>{html.escape(note)}</b></div>'
+                              + self._summary_html(shown))
 
     def _leaf_view(self, layout: wb.ModelLayout, tree: str, path: str) -> _LeafView:
         leaf = layout.trees()[tree].leaf(path)
