@@ -91,6 +91,19 @@ class TrainingDashboard(widgets.VBox):
         self.selection = selection if selection is not None else Selection()
         self.run_root = run_root
         self._status = StatusArea()
+        self._init_run_state(redraw_interval)
+        self._build_plots(max_points)
+        self._build_controls()
+        super().__init__(children=self._arrange(), layout=widgets.Layout(width="100%"))
+        self._wire()
+        self._set_buttons("idle")
+        _DASHBOARDS.add(self)
+        self.refresh_runs()
+
+    # --- building the dashboard (called once, by __init__) ---------------------------------------------
+
+    def _init_run_state(self, redraw_interval: float) -> None:
+        """What the dashboard knows about the current run, before any run."""
         self._trainer: wb.Trainer | None = None
         self._throttle = Throttle(redraw_interval)
         self._pause_requested = False
@@ -101,6 +114,8 @@ class TrainingDashboard(widgets.VBox):
         self._overlays = 0  # overlay traces in the loss figure (shown or hidden, never removed)
         self._refreshing = False
 
+    def _build_plots(self, max_points: int) -> None:
+        """The four live figures, each with the traces every run has (replicas and overlays come later)."""
         self._loss = LivePlot("loss", y_title="loss", max_points=max_points)
         self._loss.add_trace("train", label="train loss", color=TRAIN_COLOR)
         self._loss.add_trace("eval", label="eval loss", color=EVAL_COLOR, markers=True)
@@ -113,7 +128,10 @@ class TrainingDashboard(widgets.VBox):
                                     max_points=max_points)
         self._divergence.add_trace("divergence", label="replica divergence", color=DIVERGENCE_COLOR, markers=True)
         self._plots = (self._loss, self._throughput, self._grad, self._divergence)
+        self._loss.figure.add_class("wb-loss-figure")
 
+    def _build_controls(self) -> None:
+        """The buttons, the progress bar, the compare list and the check panel (not yet wired)."""
         self.start_button = widgets.Button(description="Start", icon="play", button_style="primary",
                                            tooltip="train the selection in the background")
         self.pause_button = widgets.Button(description="Pause", icon="pause", tooltip="pause/resume at the next step")
@@ -121,44 +139,41 @@ class TrainingDashboard(widgets.VBox):
         self.reset_button = widgets.Button(description="Reset", icon="undo", tooltip="stop and clear the plots")
         self.check_button = widgets.Button(description="Check", icon="check",
                                            tooltip="compare the mode's update with the one-device reference")
-        for part, css in [(self.start_button, "wb-start"), (self.stop_button, "wb-stop"),
-                          (self._loss.figure, "wb-loss-figure")]:
-            part.add_class(css)
+        self.start_button.add_class("wb-start")
+        self.stop_button.add_class("wb-stop")
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="40%"))
+        self.progress_label = widgets.HTML(value="no run yet", layout=widgets.Layout(width="60%"))
+        self.runs_select = widgets.SelectMultiple(options=[], rows=4, description="compare",
+                                                  layout=widgets.Layout(width="100%"))
+        self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh",
+                                             tooltip=f"list the runs in {self.run_root!r}")
+        self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+
+    def _arrange(self) -> list[widgets.Widget]:
+        """The dashboard's rows, top to bottom: controls, progress, status, figures, compare, check."""
+        figures = widgets.GridBox(
+            [plot.figure for plot in self._plots],
+            layout=widgets.Layout(width="100%", grid_template_columns="repeat(2, minmax(0, 1fr))", grid_gap="4px"),
+        )
+        return [
+            widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.reset_button,
+                          self.check_button]),
+            widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
+            self._status,
+            figures,
+            widgets.HBox([self.runs_select, self.refresh_button], layout=widgets.Layout(width="100%")),
+            self.check_panel,
+        ]
+
+    def _wire(self) -> None:
+        """Each control calls its public method (which shows its own errors)."""
         self.start_button.on_click(lambda _: self.start())
         self.pause_button.on_click(lambda _: self.toggle_pause())
         self.stop_button.on_click(lambda _: self.stop())
         self.reset_button.on_click(lambda _: self.reset())
         self.check_button.on_click(lambda _: self.check())
-
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="40%"))
-        self.progress_label = widgets.HTML(value="no run yet", layout=widgets.Layout(width="60%"))
-        self.runs_select = widgets.SelectMultiple(options=[], rows=4, description="compare",
-                                                  layout=widgets.Layout(width="100%"))
-        self.runs_select.observe(self._on_runs_selected, names="value")
-        self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh",
-                                             tooltip=f"list the runs in {run_root!r}")
         self.refresh_button.on_click(lambda _: self.refresh_runs())
-        self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
-
-        figures = widgets.GridBox(
-            [plot.figure for plot in self._plots],
-            layout=widgets.Layout(width="100%", grid_template_columns="repeat(2, minmax(0, 1fr))", grid_gap="4px"),
-        )
-        super().__init__(
-            children=[
-                widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.reset_button,
-                              self.check_button]),
-                widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
-                self._status,
-                figures,
-                widgets.HBox([self.runs_select, self.refresh_button], layout=widgets.Layout(width="100%")),
-                self.check_panel,
-            ],
-            layout=widgets.Layout(width="100%"),
-        )
-        self._set_buttons("idle")
-        _DASHBOARDS.add(self)
-        self.refresh_runs()
+        self.runs_select.observe(self._on_runs_selected, names="value")
 
     # --- what scripts and tests read ---------------------------------------------------------------
 
