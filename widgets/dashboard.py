@@ -7,6 +7,10 @@ most every ``redraw_interval`` seconds (and once more when the run pauses or end
 Every run is written to ``run_root`` by the trainer as it goes, so closing or resetting the dashboard, or
 a crashed kernel, loses nothing; the "compare" list overlays any of those runs' loss curves.
 
+Above the progress bar, the same verdict as in the Model & mode and Inspect tabs says whether the
+mode trains on the mesh (with its one-click fixes); Start and Check refuse a pair the trainer refuses,
+with the trainer's message, before anything is stopped or cleared.
+
 One training run at a time across dashboards: starting a run stops any other dashboard's run first, so
 re-running a notebook cell never leaves a second training thread behind.
 
@@ -33,6 +37,7 @@ import workbench as wb
 
 from .common import LEVEL_STYLES, Selection, StatusArea, guarded
 from .live_plot import MAX_POINTS, LivePlot, Throttle
+from .mesh_verdict import MeshVerdict
 
 REDRAW_INTERVAL_S = 0.25  # a few redraws per second: smooth to the eye, nothing to training
 STOP_TIMEOUT_S = 10.0  # how long Reset/close/another dashboard's Start wait for a run to stop
@@ -148,9 +153,10 @@ class TrainingDashboard(widgets.VBox):
         self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh",
                                              tooltip=f"list the runs in {self.run_root!r}")
         self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+        self.verdict = MeshVerdict(self.selection, status=self._status)
 
     def _arrange(self) -> list[widgets.Widget]:
-        """The dashboard's rows, top to bottom: controls, progress, status, figures, compare, check."""
+        """The dashboard's rows, top to bottom: controls, verdict, progress, status, figures, compare, check."""
         figures = widgets.GridBox(
             [plot.figure for plot in self._plots],
             layout=widgets.Layout(width="100%", grid_template_columns="repeat(2, minmax(0, 1fr))", grid_gap="4px"),
@@ -158,6 +164,7 @@ class TrainingDashboard(widgets.VBox):
         return [
             widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.reset_button,
                           self.check_button]),
+            self.verdict,
             widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
             self._status,
             figures,
@@ -219,7 +226,7 @@ class TrainingDashboard(widgets.VBox):
         """
         if self._active():
             raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it first")
-        config = self.selection.train_config(**overrides)  # bad input stops here, before anything changes
+        config = self._trainable_config(**overrides)  # bad input stops here, before anything changes
         self._stop_other_dashboards()
         trainer = self._trainer_for(config)
         self._total = config.steps
@@ -287,7 +294,7 @@ class TrainingDashboard(widgets.VBox):
     def check(self) -> wb.CheckReport | None:
         """Run the reference check of the selection's mode, mesh, model and faults, and show the verdict,
         each finding, and the compiled step's communication ledger in the check panel."""
-        config = self.selection.train_config()
+        config = self._trainable_config()
         self._status.show(f"checking {config.mode} on {config.mesh} against 'single'...", "info")
         self.check_button.disabled = True
         try:
@@ -427,6 +434,15 @@ class TrainingDashboard(widgets.VBox):
 
     def _active(self) -> bool:
         return self._trainer is not None and self._trainer.status in _ACTIVE
+
+    def _trainable_config(self, **overrides: Any) -> wb.TrainConfig:
+        """The selection's checked config; a MeshError with the trainer's own message when its mode cannot
+        train on its mesh (the verdict shows the same, with fixes)."""
+        config = self.selection.train_config(**overrides)
+        fit = wb.mesh_fit(config.mode, config.mesh)
+        if not fit.ok:
+            raise wb.MeshError(fit.message)
+        return config
 
     def _trainer_for(self, config: wb.TrainConfig) -> wb.Trainer:
         """The dashboard's one trainer, set to ``config``: kept between runs so its compiled steps are reused."""
