@@ -59,6 +59,7 @@ class ModeSelector(widgets.VBox):
         self.status = StatusArea()
         self.model = widgets.Dropdown(options=wb.MODELS, value=self.selection.model, description="Model")
         self.mode = widgets.Dropdown(options=wb.MODES, value=self.selection.mode, description="Mode")
+        self.mode.add_class("wb-mode")  # found by the browser tests
         self.verdict = MeshVerdict(self.selection, status=self.status)
         self.explanation = widgets.HTML()
         self.optimizer = widgets.Dropdown(options=wb.OPTIMIZERS, value=options["optimizer"], description="Optimizer")
