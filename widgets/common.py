@@ -16,9 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ipywidgets as widgets
@@ -98,6 +99,34 @@ def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
         return wrapper
 
     return decorate
+
+
+class Quiet:
+    """True while a widget changes its own controls from code, so their observers can tell that from a
+    user's change and stay still.
+
+    Example:
+        >>> quiet = Quiet()
+        >>> with quiet():
+        ...     bool(quiet)
+        True
+        >>> bool(quiet)
+        False
+    """
+
+    def __init__(self) -> None:
+        self._on = False
+
+    def __bool__(self) -> bool:
+        return self._on
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        self._on = True
+        try:
+            yield
+        finally:
+            self._on = False
 
 
 class Selection(traitlets.HasTraits):

@@ -29,10 +29,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import html
-from collections.abc import Iterator
 from typing import Any
 
 import ipywidgets as widgets
@@ -41,7 +39,7 @@ import plotly.graph_objects as go
 
 import workbench as wb
 
-from .common import LEVEL_STYLES, Selection, StatusArea, guarded
+from .common import LEVEL_STYLES, Quiet, Selection, StatusArea, guarded
 from .mesh_verdict import MeshVerdict
 
 TREES = (("parameters", "params"), ("optimizer state", "opt_state"), ("batch", "batch"))
@@ -243,7 +241,7 @@ class ShardingInspector(widgets.VBox):
             tooltip="compile one training step here and show XLA's memory estimate next to the prediction",
         )
         self.device_panel = widgets.HTML(DEVICE_HINT)
-        self._quiet = False  # set while the pickers are changed from code, so their observers stay still
+        self._quiet = Quiet()  # on while the pickers are changed from code, so their observers stay still
 
         # Every callback is guarded: JupyterLab would hide its errors.
         self.refresh = guarded(self.status)(self._refresh)
@@ -346,7 +344,7 @@ class ShardingInspector(widgets.VBox):
         )
 
     def _apply(self, view: _LeafView) -> None:
-        with self._pickers_quiet():
+        with self._quiet():
             self.tree_picker.value = view.tree
             self.leaf_picker.options = [leaf.path for leaf in self.model_layout.trees()[view.tree].leaves]
             self.leaf_picker.value = view.path
@@ -379,20 +377,12 @@ class ShardingInspector(widgets.VBox):
 
     # --- callbacks ------------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _pickers_quiet(self) -> Iterator[None]:
-        self._quiet = True
-        try:
-            yield
-        finally:
-            self._quiet = False
-
     def _tree_changed(self, change: dict) -> None:
         if self._quiet or self.model_layout is None:
             return
         leaves = self.model_layout.trees()[change["new"]].leaves
         if not leaves:  # e.g. plain SGD keeps no optimizer state: stay on the tree shown
-            with self._pickers_quiet():
+            with self._quiet():
                 self.tree_picker.value = change["old"]
             self.status.show(f"{change['new']} has no arrays for optimizer {self.model_layout.optimizer}", "info")
             return

@@ -17,16 +17,14 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import html
-from collections.abc import Iterator
 from typing import Any
 
 import ipywidgets as widgets
 
 import workbench as wb
 
-from .common import Selection, StatusArea, guarded
+from .common import Quiet, Selection, StatusArea, guarded
 from .mesh_verdict import MeshVerdict
 
 DEFAULT_OPTIONS = {"optimizer": "adam", "lr": 1e-3, "batch": 256, "steps": 300, "accum": 1, "precision": "fp32",
@@ -78,7 +76,7 @@ class ModeSelector(widgets.VBox):
             widgets.HBox([self.accum, self.precision]),
             widgets.HBox([widgets.Label("Teaching faults"), self.faults]), self.fault_help, self.status,
         ], **kwargs)
-        self._quiet = False  # set while the controls follow the selection, so their observers stay still
+        self._quiet = Quiet()  # on while the controls follow the selection, so their observers stay still
         guard = guarded(self.status)
         self.mode.observe(guard(lambda c: None if self._quiet else self.choose_mode(c["new"])), names="value")
         self.model.observe(guard(lambda c: self.choose_model(c["new"])), names="value")
@@ -144,17 +142,9 @@ class ModeSelector(widgets.VBox):
             return False
         return True
 
-    @contextlib.contextmanager
-    def _controls_quiet(self) -> Iterator[None]:
-        self._quiet = True
-        try:
-            yield
-        finally:
-            self._quiet = False
-
     def _follow_selection(self) -> None:
         """Show the selection's mode and faults (a fix button, another widget or a script may set them)."""
-        with self._controls_quiet():
+        with self._quiet():
             self.mode.value = self.selection.mode
             self.faults.value = list(self.selection.options.get("faults", ()))
 
