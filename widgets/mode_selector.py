@@ -4,9 +4,9 @@ Choosing a mode shows what it shards and which collectives a step needs (as the 
 :func:`workbench.mode_class`), and applies the mode's standard specs to the model (custom rules are
 dropped), so the inspector shows e.g. FSDP's layout at once. Any mode may be chosen on any mesh: the
 verdict under the dropdowns (:class:`~widgets.mesh_verdict.MeshVerdict`) says at once whether the pair
-trains, and offers one-click fixes when it does not (or wastes devices). Options (optimizer, learning rate, batch,
-steps, accumulation, precision, teaching faults) are checked by the engine as they change: an invalid
-value is shown inline and the last valid options stay in the selection.
+trains, and offers one-click fixes when it does not (or wastes devices). Options (optimizer, learning
+rate, batch, steps, accumulation, precision, teaching faults) are checked by the engine as they change:
+an invalid value is shown inline and the last valid options stay in the selection.
 
 Example:
     >>> selector = ModeSelector()
