@@ -26,6 +26,7 @@ import urllib.request
 
 import pytest
 
+import workbench as wb
 from workbench.servers import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -70,6 +71,9 @@ def browser():
 def _isolated_env(home: pathlib.Path) -> dict[str, str]:
     """Jupyter's config, data, runtime and settings dirs in a temp folder: nothing of the user's is read or written."""
     env = {**os.environ, "JUPYTER_TOKEN": TOKEN, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    # Kernels start in the notebooks' folder: without this they would import whichever workbench is
+    # installed (e.g. another checkout's, editable), not the code under test.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     for variable, folder in [("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
                              ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython"),
                              ("JUPYTERLAB_SETTINGS_DIR", "lab-settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")]:
@@ -197,6 +201,19 @@ def _run_all(page, timeout_s: float, name: str) -> dict:
             return state
         assert time.monotonic() < deadline, f"not finished after {timeout_s} s: {state}"
         time.sleep(1)
+
+
+def _put_notebook(base: str, name: str, code: str) -> None:
+    """Save a one-cell notebook ``name`` on the server (Jupyter's contents API)."""
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": code}],
+                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+                "nbformat": 4, "nbformat_minor": 4}
+    request = urllib.request.Request(
+        f"{base}/api/contents/{name}", method="PUT",
+        data=json.dumps({"type": "notebook", "format": "json", "content": notebook}).encode(),
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status in (200, 201)
 
 
 def _execute_in_kernel(page, code: str) -> str:
@@ -337,3 +354,74 @@ def test_workbench_app_serves_the_widgets_without_code(browser, tmp_path):
             _shot(page, "08-app")
         finally:
             page.close()
+
+
+def _choose(root, mesh: str | None = None, mode: str | None = None) -> None:
+    """Type ``mesh`` in the Mesh tab and/or pick ``mode`` in the Model & mode tab, as a user would."""
+    if mesh is not None:
+        _tab(root, "1 · Mesh")
+        box = root.locator(".wb-mesh-text input")
+        box.fill(mesh)
+        box.press("Enter")
+    if mode is not None:
+        _tab(root, "2 · Model & mode")
+        root.locator(".wb-mode select").select_option(mode)
+
+
+def _verdict(root, level: str, text: str) -> list[str]:
+    """Wait until the shown tab's verdict has ``level`` and ``text``; the labels of its fix buttons."""
+    verdict = root.locator(f".wb-verdict-{level}:visible", has_text=text)
+    verdict.wait_for(timeout=60_000)
+    mark = {"ok": "✓", "warning": "⚠", "error": "✗"}[level]
+    assert verdict.inner_text().strip().startswith(mark), verdict.inner_text()
+    return [label.strip() for label in verdict.locator(".wb-fix").all_inner_texts()]
+
+
+def test_mesh_and_mode_verdict_and_fixes_before_start(browser, lab_server):
+    _put_notebook(lab_server, "verdict.ipynb", 'from widgets import Workbench\nbench = Workbench(mode="fsdp")\nbench')
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    try:
+        _open_notebook(page, lab_server, "verdict.ipynb")
+        _run_all(page, NOTEBOOK_RUN_S, "verdict")
+        root = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-mesh-text")).first
+        root.locator(".lm-TabBar-tab", has_text="1 · Mesh").wait_for(timeout=60_000)
+
+        # dp on data=4,model=2 trains, but the model=2 devices only repeat the work: said in both tabs.
+        _choose(root, mesh="data=4,model=2", mode="dp")
+        fixes = ["use mode dp-tp", "use mesh data=8"]
+        assert _verdict(root, "warning", "identical copies") == fixes
+        _shot(root, "09-verdict-model-and-mode")
+        _tab(root, "4 · Inspect")
+        assert _verdict(root, "warning", "identical copies") == fixes
+        _shot(root, "10-verdict-inspect")
+
+        # One click on a fix: the mode dropdown follows and both verdicts turn ✓.
+        _tab(root, "2 · Model & mode")
+        root.locator(".wb-fix:visible", has_text="use mode dp-tp").click()
+        assert _verdict(root, "ok", "mode 'dp-tp' trains on mesh data=4,model=2") == []
+        assert root.locator(".wb-mode select").input_value() == "dp-tp"
+        _tab(root, "4 · Inspect")
+        assert _verdict(root, "ok", "mode 'dp-tp' trains on mesh data=4,model=2") == []
+        root.locator(".wb-status:visible", has_text="laid out on data=4,model=2 for dp-tp").wait_for(timeout=60_000)
+
+        # tp on data=8 cannot train: ✗ with the trainer's message and fixes; no layout claims it; Start refuses.
+        refused = wb.mesh_fit("tp", "data=8")
+        _choose(root, mesh="data=8", mode="tp")
+        labels = [fix.label for fix in refused.fixes]
+        assert _verdict(root, "error", refused.message) == labels
+        _tab(root, "4 · Inspect")
+        assert _verdict(root, "error", refused.message) == labels
+        status = root.locator(".wb-status:visible", has_text=refused.message)
+        status.wait_for(timeout=60_000)
+        assert "✗" in status.inner_text() and "laid out" not in status.inner_text()
+        root.locator(".wb-stale:visible", has_text="Not this selection").wait_for(timeout=30_000)
+        _shot(root, "11-verdict-refused-inspect")
+        _tab(root, "5 · Train")
+        assert _verdict(root, "error", refused.message) == labels
+        root.locator(".wb-start:visible").click()
+        status = root.locator(".wb-status:visible", has_text=refused.message)
+        status.wait_for(timeout=60_000)
+        assert "✗" in status.inner_text()
+        _shot(root, "12-start-refused")
+    finally:
+        page.close()

@@ -192,6 +192,29 @@ def test_invalid_settings_are_shown_and_nothing_starts(make_dashboard, tmp_path,
     assert not dashboard.start_button.disabled and dashboard.stop_button.disabled
 
 
+def test_a_pair_the_trainer_refuses_is_shown_and_start_and_check_refuse_it_with_its_message(make_dashboard, tmp_path):
+    running = make_dashboard(dp_selection(steps=100_000))
+    running.start()
+    selection = Selection(mesh="data=8", mode="tp", model_options=dict(SMALL_MODEL), options={**QUIET, "steps": 20})
+    dashboard = make_dashboard(selection)
+
+    fit = wb.mesh_fit("tp", "data=8")
+    assert dashboard.verdict.fit == fit and dashboard.verdict.fix_labels == ["use mode dp", "use mesh model=8"]
+    assert "✗" in dashboard.verdict.line.value  # shown next to Start before anything runs
+    dashboard.start_button.click()
+    assert dashboard.status.last == ("error", fit.message)
+    with pytest.raises(wb.MeshError) as refused:  # the trainer's own refusal, word for word
+        wb.Trainer(selection.train_config(), run_root=str(tmp_path / "direct")).start()
+    assert str(refused.value) == fit.message
+    assert dashboard.trainer is None and not dashboard.start_button.disabled
+    assert running.trainer.status == "running"  # nothing was stopped for a run that cannot start
+    dashboard.check_button.click()
+    assert dashboard.status.last == ("error", fit.message) and dashboard.check_panel.value == ""
+
+    dashboard.verdict.fix_buttons.children[1].click()  # use mesh model=8
+    assert selection.mesh == "model=8" and dashboard.verdict.fit.level == "ok" and dashboard.verdict.fix_labels == []
+
+
 def test_starting_a_second_dashboard_stops_the_first(make_dashboard):
     first = make_dashboard(dp_selection(steps=100_000))
     first.start()

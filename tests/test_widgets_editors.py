@@ -3,12 +3,16 @@ selection (engine state) and what is shown; invalid input is shown inline and th
 
 from __future__ import annotations
 
+import html
+import re
+
 import pytest
 from jax.sharding import PartitionSpec
 
 import workbench as wb
 from widgets.common import Selection, StatusArea, guarded
 from widgets.mesh_picker import MeshPicker, device_grid_html
+from widgets.mesh_verdict import MeshVerdict
 from widgets.mode_selector import ModeSelector, describe_mode
 from widgets.spec_editor import SpecEditor
 
@@ -139,11 +143,77 @@ def test_choosing_a_mode_applies_its_standard_specs():
     assert "reduce-scatter" in selector.explanation.value and "all-gather" in selector.explanation.value
 
 
-def test_a_mode_that_does_not_fit_the_mesh_is_refused_inline():
-    selector = ModeSelector(Selection(mesh="data=8"))
+def shown(widget) -> str:
+    """The text an HTML widget shows (tags dropped, entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", widget.value))
+
+
+def fix_button(verdict: MeshVerdict, label: str):
+    return next(button for button in verdict.fix_buttons.children if button.description == label)
+
+
+def test_a_mode_that_does_not_fit_the_mesh_is_chosen_and_the_verdict_says_why_with_fixes():
+    selection = Selection(mesh="data=8")
+    selector = ModeSelector(selection)
+    picker = MeshPicker(selection)  # the Mesh tab, on the same selection
+    assert shown(selector.verdict.line) == "✓ mode 'dp' trains on mesh data=8" and selector.verdict.fix_labels == []
+
+    selector.mode.value = "tp"
+
+    fit = wb.mesh_fit("tp", "data=8")
+    assert selection.mode == "tp" and selector.mode.value == "tp"  # chosen, not reverted
+    assert shown(selector.verdict.line) == f"✗ {fit.message}"
+    assert "needs a mesh axis 'model'" in fit.message
+    assert selector.verdict.fix_labels == [fix.label for fix in fit.fixes] == ["use mode dp", "use mesh model=8"]
+    assert "error" in " ".join(selector.verdict._dom_classes)  # wb-verdict-error: what browser tests look for
+    assert selector.status.last[0] != "ok"  # no ✓ anywhere for a pair the trainer refuses
+
+    fix_button(selector.verdict, "use mesh model=8").click()
+
+    assert selection.mesh == "model=8" and selection.mode == "tp"
+    assert picker.mesh_text.value == "model=8" and [row.children[0].value for row in picker.axes_box.children] == ["model"]
+    assert shown(selector.verdict.line) == "✓ mode 'tp' trains on mesh model=8" and selector.verdict.fix_labels == []
+    assert selector.status.last[0] == "ok" and "tp on model=8" in selector.status.last[1]
+
+
+def test_a_pair_that_repeats_work_warns_and_a_mode_fix_sets_the_dropdown_specs_and_faults():
+    selection = Selection(mesh="data=4,model=2", mode="dp-shard-map")
+    selector = ModeSelector(selection)
+    selector.faults.value = ["psum"]
+    selection.rules = [(".*", "P()")]
+
+    fit = wb.mesh_fit("dp-shard-map", "data=4,model=2")
+    assert fit.level == "warning" and shown(selector.verdict.line) == f"⚠ {fit.message}"
+    assert "identical copies" in fit.message
+    assert selector.verdict.fix_labels == ["use mode dp-tp", "use mesh data=8"]
+    assert selector.status.last[0] == "info"  # the options are fine; the ✓ belongs to a pair that uses every device
+
+    fix_button(selector.verdict, "use mode dp-tp").click()
+
+    assert selection.mode == "dp-tp" and selector.mode.value == "dp-tp"
+    assert selection.rules == [] and selection.options["faults"] == () and selector.faults.value == []
+    assert "dp-tp" in selector.explanation.value
+    assert shown(selector.verdict.line) == "✓ mode 'dp-tp' trains on mesh data=4,model=2"
+    assert selector.status.last[0] == "ok"
+    spec = selection.model_layout().params.leaf("hidden1/kernel").layout.spec
+    assert wb.format_spec(spec) == "None, model"
+
+
+def test_a_fix_that_fails_is_shown_in_the_widget_and_the_selection_kept():
+    selection = Selection(mesh="data=4,model=2", mode="dp")
+    selector = ModeSelector(selection)
+    broken = selector.verdict._button(wb.MeshFix("use mesh data=0", mesh="data=0"))  # as a bad fix would be
+    broken.click()
+    level, text = selector.status.last
+    assert level == "error" and "'data' has size 0" in text
+    assert (selection.mesh, selection.mode) == ("data=4,model=2", "dp")
+
+
+def test_a_mode_the_model_cannot_have_is_still_refused_with_the_engines_message():
+    selector = ModeSelector(Selection(model="linear", mesh="model=8"))
     selector.mode.value = "tp"
     assert selector.selection.mode == "dp" and selector.mode.value == "dp"
-    assert "needs a mesh axis 'model'" in selector.status.last[1]
+    assert selector.status.last[0] == "error" and "no splittable layer pair" in selector.status.last[1]
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [

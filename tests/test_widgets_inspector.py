@@ -6,12 +6,16 @@ their state in Python, so tests read the table's HTML, the FigureWidget's traces
 
 from __future__ import annotations
 
+import html
+import re
 from html.parser import HTMLParser
 
 import pytest
 
+import workbench as wb
 from widgets.common import Selection
 from widgets.inspector import ShardingInspector
+from widgets.mode_selector import ModeSelector
 from workbench.views.text import format_index
 
 
@@ -230,3 +234,74 @@ def test_switching_trees_selects_their_first_array(tree):
     first = inspector.model_layout.trees()[tree].leaves[0].path
     assert inspector.leaf_picker.value == first
     assert table(inspector.table.value)[first]["mark"] == "▶"
+
+
+# --- the verdict: whether the mode trains on the mesh ----------------------------------------------------
+
+
+def shown(widget) -> str:
+    """The text an HTML widget shows (tags dropped, entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", widget.value))
+
+
+def click_fix(inspector: ShardingInspector, label: str) -> None:
+    next(button for button in inspector.verdict.fix_buttons.children if button.description == label).click()
+
+
+def test_a_pair_that_repeats_work_is_laid_out_under_a_warning_and_a_mode_fix_relays_it():
+    selection = Selection(mesh="data=4,model=2", mode="dp")
+    inspector = ShardingInspector(selection)
+    selector = ModeSelector(selection)  # the Model & mode tab on the same selection
+
+    assert shown(inspector.verdict.line) == f"⚠ {wb.mesh_fit('dp', 'data=4,model=2').message}"
+    assert "identical copies" in shown(inspector.verdict.line)
+    assert inspector.verdict.fix_labels == ["use mode dp-tp", "use mesh data=8"]
+    assert inspector.showing_selection and inspector.model_layout.mode == "dp"  # it trains: laid out
+    assert table(inspector.table.value)["hidden1/kernel"]["replication"] == "8"
+
+    click_fix(inspector, "use mode dp-tp")
+
+    assert selection.mode == "dp-tp" and selector.mode.value == "dp-tp"
+    assert shown(inspector.verdict.line) == "✓ mode 'dp-tp' trains on mesh data=4,model=2"
+    assert shown(selector.verdict.line) == shown(inspector.verdict.line) and inspector.verdict.fix_labels == []
+    assert table(inspector.table.value)["hidden1/kernel"]["spec"] == "P(None, 'model')"
+    assert inspector.status.last == ("ok", "mlp laid out on data=4,model=2 for dp-tp")
+
+
+@pytest.mark.parametrize(("mode", "mesh"), [("tp", "data=8"), ("dp-pmap", "data=4,model=2")])
+def test_a_pair_the_trainer_refuses_shows_the_verdict_and_keeps_the_last_layout_marked(mode, mesh):
+    selection = Selection(mesh="data=8", mode="dp")
+    inspector = ShardingInspector(selection)
+    inspector.select("params", "hidden1/kernel")
+    before = (inspector.model_layout, inspector.table.value)
+    shown_before = len(inspector.status.messages)
+
+    with selection.hold_trait_notifications():  # as the Mesh and Model & mode tabs would
+        selection.mesh, selection.mode = mesh, mode
+
+    fit = wb.mesh_fit(mode, mesh)
+    assert fit.level == "error"
+    assert shown(inspector.verdict.line) == f"✗ {fit.message}" and inspector.verdict.fix_labels
+    assert inspector.status.last == ("error", fit.message)  # the trainer's own message
+    assert all(level != "ok" for level, _ in inspector.status.messages[shown_before:])  # never ✓ laid out
+    assert not inspector.showing_selection
+    assert (inspector.model_layout, inspector.table.value) == before  # the last valid layout stays...
+    summary = shown(inspector.summary)
+    assert summary.startswith("Not this selection: below is the last valid layout (mode dp on mesh data=8)")
+    assert f"mode {mode} cannot train on mesh {mesh}" in summary  # ...marked as another selection's
+
+
+def test_a_mesh_fix_lays_out_the_refused_pair_on_the_mesh_it_needs():
+    selection = Selection(mesh="data=8", mode="tp")  # refused from the start: no layout yet
+    inspector = ShardingInspector(selection)
+    assert inspector.model_layout is None and not inspector.showing_selection
+    assert "No layout" in shown(inspector.summary) and inspector.status.last[0] == "error"
+    assert inspector.verdict.fix_labels == ["use mode dp", "use mesh model=8"]
+
+    click_fix(inspector, "use mesh model=8")
+
+    assert selection.mesh == "model=8" and inspector.showing_selection
+    assert shown(inspector.verdict.line) == "✓ mode 'tp' trains on mesh model=8"
+    assert inspector.status.last == ("ok", "mlp laid out on model=8 for tp")
+    assert table(inspector.table.value)["hidden1/kernel"]["spec"] == "P(None, 'model')"
+    assert "Not this selection" not in shown(inspector.summary)

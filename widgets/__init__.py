@@ -1,4 +1,5 @@
-"""The ipywidgets UI over :mod:`workbench`'s public API (mesh picker, spec editor, inspector, dashboard).
+"""The ipywidgets UI over :mod:`workbench`'s public API (mesh picker, mode selector and its verdict, spec
+editor, inspector, dashboard).
 
 Widgets only present what the engine computes: anything a widget does, a script or the CLI can do too.
 ``Workbench()`` composes them all and is the notebooks' one-line entry point.
@@ -14,8 +15,8 @@ import workbench as _workbench  # noqa: F401  (simulated devices are configured 
 
 _EXPORTS = {
     "Selection": "common", "StatusArea": "common", "guarded": "common", "TrainingDashboard": "dashboard",
-    "ShardingInspector": "inspector", "MeshPicker": "mesh_picker", "ModeSelector": "mode_selector",
-    "SpecEditor": "spec_editor", "Workbench": "workbench_widget",
+    "ShardingInspector": "inspector", "MeshPicker": "mesh_picker", "MeshVerdict": "mesh_verdict",
+    "ModeSelector": "mode_selector", "SpecEditor": "spec_editor", "Workbench": "workbench_widget",
 }
 
 
@@ -29,6 +30,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "MeshPicker", "ModeSelector", "Selection", "ShardingInspector", "SpecEditor", "StatusArea",
+    "MeshPicker", "MeshVerdict", "ModeSelector", "Selection", "ShardingInspector", "SpecEditor", "StatusArea",
     "TrainingDashboard", "Workbench", "guarded",
 ]

@@ -16,9 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ipywidgets as widgets
@@ -34,6 +35,17 @@ LEVEL_STYLES = {
 }
 
 
+def level_html(text: str, level: str) -> str:
+    """``text`` (escaped) after its level's mark, in its level's colour: how every status and verdict looks.
+
+    Example:
+        >>> level_html("a < b", "warning")
+        '<span style="color:#E69F00">⚠ a &lt; b</span>'
+    """
+    color, mark = LEVEL_STYLES[level]
+    return f'<span style="color:{color}">{mark} {html.escape(text)}</span>'
+
+
 class StatusArea(widgets.HTML):
     """One line of status under a widget; errors stay until the next action replaces them.
 
@@ -46,9 +58,8 @@ class StatusArea(widgets.HTML):
         self.messages: list[tuple[str, str]] = []
 
     def show(self, text: str, level: str = "info") -> None:
-        color, mark = LEVEL_STYLES[level]
         self.messages.append((level, text))
-        self.value = f'<span style="color:{color}">{mark} {html.escape(text)}</span>'
+        self.value = level_html(text, level)
 
     def clear(self) -> None:
         self.value = ""
@@ -90,9 +101,38 @@ def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
     return decorate
 
 
+class Quiet:
+    """True while a widget changes its own controls from code, so their observers can tell that from a
+    user's change and stay still.
+
+    Example:
+        >>> quiet = Quiet()
+        >>> with quiet():
+        ...     bool(quiet)
+        True
+        >>> bool(quiet)
+        False
+    """
+
+    def __init__(self) -> None:
+        self._on = False
+
+    def __bool__(self) -> bool:
+        return self._on
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        self._on = True
+        try:
+            yield
+        finally:
+            self._on = False
+
+
 class Selection(traitlets.HasTraits):
     """The workbench's current choices, all plain values; every value here is valid (widgets check
-    input with the engine before writing it).
+    input with the engine before writing it). Mode and mesh are each valid but need not go together:
+    :meth:`mesh_fit` says whether they train, and :meth:`apply_fix` applies one of its fixes.
 
     Attributes:
         mesh: mesh text, e.g. ``"data=8"``; may be larger than the local devices (planning).
@@ -121,18 +161,52 @@ class Selection(traitlets.HasTraits):
 
         return self.mesh_shape().size <= len(jax.devices())
 
+    def mesh_fit(self) -> wb.MeshFit:
+        """Whether the mode trains on the mesh (:func:`workbench.mesh_fit`), with the fixes to offer.
+
+        Example:
+            >>> Selection(mesh="data=8", mode="tp").mesh_fit().level
+            'error'
+        """
+        return wb.mesh_fit(self.mode, self.mesh)
+
+    def options_for_mode(self, name: str) -> dict[str, Any]:
+        """The training options, less the teaching faults mode ``name`` cannot have."""
+        supported = wb.mode_class(name).supported_faults
+        return {**self.options, "faults": tuple(f for f in self.options.get("faults", ()) if f in supported)}
+
+    def use_mode(self, name: str) -> None:
+        """Switch to mode ``name``: its standard specs apply (custom rules are dropped), and faults it
+        cannot have are dropped."""
+        with self.hold_trait_notifications():
+            self.options = self.options_for_mode(name)
+            self.rules = []
+            self.mode = name
+
+    def apply_fix(self, fix: wb.MeshFix) -> None:
+        """Apply one of :meth:`mesh_fit`'s fixes: its mode (as :meth:`use_mode`), its mesh, or both.
+
+        Example:
+            >>> selection = Selection(mesh="data=4,model=2", mode="dp")
+            >>> selection.apply_fix(selection.mesh_fit().fixes[0]); selection.mode
+            'dp-tp'
+        """
+        with self.hold_trait_notifications():
+            if fix.mode is not None:
+                self.use_mode(fix.mode)
+            if fix.mesh is not None:
+                self.mesh = str(wb.parse_mesh(fix.mesh))
+
     def model_layout(self, batch: int | None = None):
-        """The :class:`workbench.analysis.model_layout.ModelLayout` of the current choices.
+        """The :class:`workbench.ModelLayout` of the current choices.
 
         The last one is kept: every widget showing the selection asks for it after each change, and a
         512-device transformer layout is worth computing once.
         """
-        from workbench.analysis.model_layout import model_layout
-
         key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)), tuple(sorted(self.model_options.items())),
                self.options.get("optimizer", "adam"), batch or self.options.get("batch", 256))
         if getattr(self, "_layout_key", None) != key:
-            self._layout = model_layout(
+            self._layout = wb.model_layout(
                 self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),
                 optimizer=key[5], batch=key[6],
             )
@@ -141,8 +215,6 @@ class Selection(traitlets.HasTraits):
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""
-        from workbench.analysis.model_layout import default_data
-
-        fields = {"model": self.model, "data": default_data(self.model), "mode": self.mode, "mesh": self.mesh,
+        fields = {"model": self.model, "data": wb.default_data(self.model), "mode": self.mode, "mesh": self.mesh,
                   "model_options": dict(self.model_options), **self.options, **overrides}
         return wb.TrainConfig(**fields).checked()

@@ -7,6 +7,10 @@ most every ``redraw_interval`` seconds (and once more when the run pauses or end
 Every run is written to ``run_root`` by the trainer as it goes, so closing or resetting the dashboard, or
 a crashed kernel, loses nothing; the "compare" list overlays any of those runs' loss curves.
 
+Above the progress bar, the same verdict as in the Model & mode and Inspect tabs says whether the
+mode trains on the mesh (with its one-click fixes); Start and Check refuse a pair the trainer refuses,
+with the trainer's message, before anything is stopped or cleared.
+
 One training run at a time across dashboards: starting a run stops any other dashboard's run first, so
 re-running a notebook cell never leaves a second training thread behind.
 
@@ -30,24 +34,21 @@ from typing import Any
 import ipywidgets as widgets
 
 import workbench as wb
-from workbench.views.colors import OKABE_ITO
-from workbench.analysis.ledger import ledger_table
-from workbench.analysis.reference_check import CheckReport, run_check
-from workbench.analysis.step_ledger import ledger_for_config
 
 from .common import LEVEL_STYLES, Selection, StatusArea, guarded
 from .live_plot import MAX_POINTS, LivePlot, Throttle
+from .mesh_verdict import MeshVerdict
 
 REDRAW_INTERVAL_S = 0.25  # a few redraws per second: smooth to the eye, nothing to training
 STOP_TIMEOUT_S = 10.0  # how long Reset/close/another dashboard's Start wait for a run to stop
 
-TRAIN_COLOR = OKABE_ITO[4]  # blue
-EVAL_COLOR = OKABE_ITO[5]  # vermillion: tells apart from blue for every kind of colour vision
-THROUGHPUT_COLOR = OKABE_ITO[2]  # bluish green
+TRAIN_COLOR = wb.OKABE_ITO[4]  # blue
+EVAL_COLOR = wb.OKABE_ITO[5]  # vermillion: tells apart from blue for every kind of colour vision
+THROUGHPUT_COLOR = wb.OKABE_ITO[2]  # bluish green
 SYNCED_COLOR = "#000000"  # Okabe-Ito black: the one line the replica colours (device colours) never use
-DIVERGENCE_COLOR = OKABE_ITO[6]  # reddish purple
+DIVERGENCE_COLOR = wb.OKABE_ITO[6]  # reddish purple
 # Past runs: dashed and translucent, so they stay behind the live run (no blue or vermillion: those are it).
-OVERLAY_COLORS = (OKABE_ITO[7], OKABE_ITO[0], OKABE_ITO[1], OKABE_ITO[2], OKABE_ITO[6])
+OVERLAY_COLORS = (wb.OKABE_ITO[7], wb.OKABE_ITO[0], wb.OKABE_ITO[1], wb.OKABE_ITO[2], wb.OKABE_ITO[6])
 
 _DRAW_NOW = ("start", "compiled", "paused", "resumed", "end")  # events worth a redraw whatever the throttle
 _ACTIVE = ("running", "paused")
@@ -95,6 +96,19 @@ class TrainingDashboard(widgets.VBox):
         self.selection = selection if selection is not None else Selection()
         self.run_root = run_root
         self._status = StatusArea()
+        self._init_run_state(redraw_interval)
+        self._build_plots(max_points)
+        self._build_controls()
+        super().__init__(children=self._arrange(), layout=widgets.Layout(width="100%"))
+        self._wire()
+        self._set_buttons("idle")
+        _DASHBOARDS.add(self)
+        self.refresh_runs()
+
+    # --- building the dashboard (called once, by __init__) ---------------------------------------------
+
+    def _init_run_state(self, redraw_interval: float) -> None:
+        """What the dashboard knows about the current run, before any run."""
         self._trainer: wb.Trainer | None = None
         self._throttle = Throttle(redraw_interval)
         self._pause_requested = False
@@ -105,6 +119,8 @@ class TrainingDashboard(widgets.VBox):
         self._overlays = 0  # overlay traces in the loss figure (shown or hidden, never removed)
         self._refreshing = False
 
+    def _build_plots(self, max_points: int) -> None:
+        """The four live figures, each with the traces every run has (replicas and overlays come later)."""
         self._loss = LivePlot("loss", y_title="loss", max_points=max_points)
         self._loss.add_trace("train", label="train loss", color=TRAIN_COLOR)
         self._loss.add_trace("eval", label="eval loss", color=EVAL_COLOR, markers=True)
@@ -117,7 +133,10 @@ class TrainingDashboard(widgets.VBox):
                                     max_points=max_points)
         self._divergence.add_trace("divergence", label="replica divergence", color=DIVERGENCE_COLOR, markers=True)
         self._plots = (self._loss, self._throughput, self._grad, self._divergence)
+        self._loss.figure.add_class("wb-loss-figure")
 
+    def _build_controls(self) -> None:
+        """The buttons, the progress bar, the compare list and the check panel (not yet wired)."""
         self.start_button = widgets.Button(description="Start", icon="play", button_style="primary",
                                            tooltip="train the selection in the background")
         self.pause_button = widgets.Button(description="Pause", icon="pause", tooltip="pause/resume at the next step")
@@ -125,44 +144,43 @@ class TrainingDashboard(widgets.VBox):
         self.reset_button = widgets.Button(description="Reset", icon="undo", tooltip="stop and clear the plots")
         self.check_button = widgets.Button(description="Check", icon="check",
                                            tooltip="compare the mode's update with the one-device reference")
-        for part, css in [(self.start_button, "wb-start"), (self.stop_button, "wb-stop"),
-                          (self._loss.figure, "wb-loss-figure")]:
-            part.add_class(css)
+        self.start_button.add_class("wb-start")
+        self.stop_button.add_class("wb-stop")
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="40%"))
+        self.progress_label = widgets.HTML(value="no run yet", layout=widgets.Layout(width="60%"))
+        self.runs_select = widgets.SelectMultiple(options=[], rows=4, description="compare",
+                                                  layout=widgets.Layout(width="100%"))
+        self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh",
+                                             tooltip=f"list the runs in {self.run_root!r}")
+        self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+        self.verdict = MeshVerdict(self.selection, status=self._status)
+
+    def _arrange(self) -> list[widgets.Widget]:
+        """The dashboard's rows, top to bottom: controls, verdict, progress, status, figures, compare, check."""
+        figures = widgets.GridBox(
+            [plot.figure for plot in self._plots],
+            layout=widgets.Layout(width="100%", grid_template_columns="repeat(2, minmax(0, 1fr))", grid_gap="4px"),
+        )
+        return [
+            widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.reset_button,
+                          self.check_button]),
+            self.verdict,
+            widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
+            self._status,
+            figures,
+            widgets.HBox([self.runs_select, self.refresh_button], layout=widgets.Layout(width="100%")),
+            self.check_panel,
+        ]
+
+    def _wire(self) -> None:
+        """Each control calls its public method (which shows its own errors)."""
         self.start_button.on_click(lambda _: self.start())
         self.pause_button.on_click(lambda _: self.toggle_pause())
         self.stop_button.on_click(lambda _: self.stop())
         self.reset_button.on_click(lambda _: self.reset())
         self.check_button.on_click(lambda _: self.check())
-
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="40%"))
-        self.progress_label = widgets.HTML(value="no run yet", layout=widgets.Layout(width="60%"))
-        self.runs_select = widgets.SelectMultiple(options=[], rows=4, description="compare",
-                                                  layout=widgets.Layout(width="100%"))
-        self.runs_select.observe(self._on_runs_selected, names="value")
-        self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh",
-                                             tooltip=f"list the runs in {run_root!r}")
         self.refresh_button.on_click(lambda _: self.refresh_runs())
-        self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
-
-        figures = widgets.GridBox(
-            [plot.figure for plot in self._plots],
-            layout=widgets.Layout(width="100%", grid_template_columns="repeat(2, minmax(0, 1fr))", grid_gap="4px"),
-        )
-        super().__init__(
-            children=[
-                widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.reset_button,
-                              self.check_button]),
-                widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
-                self._status,
-                figures,
-                widgets.HBox([self.runs_select, self.refresh_button], layout=widgets.Layout(width="100%")),
-                self.check_panel,
-            ],
-            layout=widgets.Layout(width="100%"),
-        )
-        self._set_buttons("idle")
-        _DASHBOARDS.add(self)
-        self.refresh_runs()
+        self.runs_select.observe(self._on_runs_selected, names="value")
 
     # --- what scripts and tests read ---------------------------------------------------------------
 
@@ -208,7 +226,7 @@ class TrainingDashboard(widgets.VBox):
         """
         if self._active():
             raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it first")
-        config = self.selection.train_config(**overrides)  # bad input stops here, before anything changes
+        config = self._trainable_config(**overrides)  # bad input stops here, before anything changes
         self._stop_other_dashboards()
         trainer = self._trainer_for(config)
         self._total = config.steps
@@ -273,10 +291,10 @@ class TrainingDashboard(widgets.VBox):
         self._status.show("plots cleared (runs on disk are kept)", "info")
 
     @_shown
-    def check(self) -> CheckReport | None:
+    def check(self) -> wb.CheckReport | None:
         """Run the reference check of the selection's mode, mesh, model and faults, and show the verdict,
         each finding, and the compiled step's communication ledger in the check panel."""
-        config = self.selection.train_config()
+        config = self._trainable_config()
         self._status.show(f"checking {config.mode} on {config.mesh} against 'single'...", "info")
         self.check_button.disabled = True
         try:  # the config Start trains, built the same way: bf16, accumulation and options included
@@ -412,6 +430,15 @@ class TrainingDashboard(widgets.VBox):
     def _active(self) -> bool:
         return self._trainer is not None and self._trainer.status in _ACTIVE
 
+    def _trainable_config(self, **overrides: Any) -> wb.TrainConfig:
+        """The selection's checked config; a MeshError with the trainer's own message when its mode cannot
+        train on its mesh (the verdict shows the same, with fixes)."""
+        config = self.selection.train_config(**overrides)
+        fit = wb.mesh_fit(config.mode, config.mesh)
+        if not fit.ok:
+            raise wb.MeshError(fit.message)
+        return config
+
     def _trainer_for(self, config: wb.TrainConfig) -> wb.Trainer:
         """The dashboard's one trainer, set to ``config``: kept between runs so its compiled steps are reused."""
         if self._trainer is None:
@@ -499,11 +526,11 @@ def _close_tree(widget: Any) -> None:
     widget.close()
 
 
-def check_html(report: CheckReport, ledger_text: str = "") -> str:
+def check_html(report: wb.CheckReport, ledger_text: str = "") -> str:
     """The check panel's HTML: the verdict, the key figures, each finding in full, and the ledger.
 
     Example:
-        >>> check_html(run_check("dp", mesh="data=4"))  # doctest: +SKIP
+        >>> check_html(wb.run_check("dp", mesh="data=4"))  # doctest: +SKIP
         '<div ...>reference check: <b>ok</b> ...'
     """
     ok = report.verdict == "ok"

@@ -1,18 +1,21 @@
 """The sharding inspector: every array of a training step, where each slice lives, and what it weighs.
 
 For the :class:`~widgets.common.Selection`'s model, mesh and mode it shows, from the engine's
-:class:`~workbench.analysis.model_layout.ModelLayout`:
+:class:`workbench.ModelLayout`:
 
 * a per-leaf table (path, shape, spec, shard shape, bytes per device, replication, why) of the
   parameters, the optimizer state or one batch, with the selected array highlighted;
-* the selected array's device-grid figure (:func:`~workbench.views.figures.layout_figure`, any rank);
+* the selected array's device-grid figure (:func:`workbench.layout_figure`, any rank);
 * JAX's own ``visualize_array_sharding`` picture for 1-D and 2-D arrays on meshes that fit this machine,
   otherwise a note saying why and the workbench's text picture, so something is always shown;
 * bytes per device as predicted by the layout engine and, on request, the compiler's estimate;
 * one device's slice of every array, after a click on a device in the figure (or :meth:`show_device`).
 
 Layouts are computed on an abstract mesh, so a mesh far larger than this machine works for planning;
-the inspector then says plainly how many devices training would need.
+the inspector then says plainly how many devices training would need. Above the layout, the verdict
+(:class:`~widgets.mesh_verdict.MeshVerdict`) says whether the mode trains on the mesh, with one-click
+fixes; for a pair the trainer refuses there is no layout of the selection, and the last valid one stays
+below, marked as another selection's.
 
 Example:
     >>> selection = Selection(mesh="data=4,model=2", mode="dp-tp")
@@ -26,10 +29,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import html
-from collections.abc import Iterator
 from typing import Any
 
 import ipywidgets as widgets
@@ -37,16 +38,9 @@ import jax
 import plotly.graph_objects as go
 
 import workbench as wb
-from workbench.views.colors import device_color, text_color_for
-from workbench.analysis.model_layout import ModelLayout
-from workbench.analysis.step_ledger import ledger_for_config
-from workbench.layout.tree_layout import LeafLayout, TreeLayout
-from workbench.views.jax_picture import capture_visualize_sharding
-from workbench.views.figures import layout_figure, memory_bar_figure
-from workbench.formatting import format_bytes, format_bytes_exact, format_shape
-from workbench.views.text import describe_array, format_coords, format_index, layout_table, tiling_picture
 
-from .common import Selection, StatusArea, guarded
+from .common import LEVEL_STYLES, Quiet, Selection, StatusArea, guarded
+from .mesh_verdict import MeshVerdict
 
 TREES = (("parameters", "params"), ("optimizer state", "opt_state"), ("batch", "batch"))
 # Every Selection trait that changes a layout (axis_types does not: layouts are abstract).
@@ -70,12 +64,11 @@ def _html_table(headers: list[str], rows: list[list[str]], highlight: int | None
     return f'<table style="{_TABLE_STYLE}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def tree_table_html(tree: TreeLayout, selected: str | None = None) -> str:
+def tree_table_html(tree: wb.TreeLayout, selected: str | None = None) -> str:
     """One row per leaf of ``tree`` (escaped), the ``selected`` path highlighted.
 
     Example:
-        >>> from workbench.analysis.model_layout import model_layout
-        >>> "P(None, 'data')" in tree_table_html(model_layout("mlp", "data=8", "fsdp").params)
+        >>> "P(None, 'data')" in tree_table_html(wb.model_layout("mlp", "data=8", "fsdp").params)
         True
     """
     headers = ["path", "shape", "dtype", "spec", "shard shape", "bytes/device", "replication", "why"]
@@ -84,70 +77,69 @@ def tree_table_html(tree: TreeLayout, selected: str | None = None) -> str:
         if leaf.path == selected:
             highlight = number
         layout = leaf.layout
-        cells = [leaf.path, format_shape(layout.shape), layout.dtype, wb.format_spec(layout.spec, "code"),
-                 format_shape(layout.shard_shape), format_bytes(layout.bytes_per_device), str(layout.replication),
+        cells = [leaf.path, wb.format_shape(layout.shape), layout.dtype, wb.format_spec(layout.spec, "code"),
+                 wb.format_shape(layout.shard_shape), wb.format_bytes(layout.bytes_per_device), str(layout.replication),
                  leaf.reason]
         rows.append([html.escape(cell, quote=False) for cell in cells])  # element text: quotes may stay
-    total = f"<div>total: {html.escape(format_bytes_exact(tree.bytes_per_device))} per device</div>"
+    total = f"<div>total: {html.escape(wb.format_bytes_exact(tree.bytes_per_device))} per device</div>"
     return _html_table(headers, rows, highlight) + total
 
 
-def device_slices_html(layout: ModelLayout, position: int) -> str:
+def device_slices_html(layout: wb.ModelLayout, position: int) -> str:
     """Device ``position``'s slice of every array of ``layout`` as an HTML table, with its colour."""
     rows = layout.device_slices(position)
     piece = _any_leaf(layout).layout.devices[position]
-    color = device_color(piece.device_id)
-    swatch = (f'<span style="background:{color};color:{text_color_for(color)};padding:0 6px">'
+    color = wb.device_color(piece.device_id)
+    swatch = (f'<span style="background:{color};color:{wb.text_color_for(color)};padding:0 6px">'
               f"device {piece.device_id}</span>")
     total = sum(row["bytes"] for row in rows)
-    header = (f"<div>{swatch} ({html.escape(format_coords(piece.coords))}) holds {len(rows)} arrays, "
-              f"{html.escape(format_bytes_exact(total))}</div>")
-    cells = [[html.escape(str(value)) for value in (row["tree"], row["path"], format_shape(row["shape"]),
-                                                     format_index(row["index"]), format_bytes(row["bytes"]))]
+    header = (f"<div>{swatch} ({html.escape(wb.format_coords(piece.coords))}) holds {len(rows)} arrays, "
+              f"{html.escape(wb.format_bytes_exact(total))}</div>")
+    cells = [[html.escape(str(value)) for value in (row["tree"], row["path"], wb.format_shape(row["shape"]),
+                                                     wb.format_index(row["index"]), wb.format_bytes(row["bytes"]))]
              for row in rows]
     return header + _html_table(["tree", "path", "shape", "index (its slice)", "bytes"], cells)
 
 
-def _any_leaf(layout: ModelLayout) -> LeafLayout:
+def _any_leaf(layout: wb.ModelLayout) -> wb.LeafLayout:
     """A leaf of the layout: every leaf shares the mesh, so any one gives device ids and coordinates."""
     return next(leaf for tree in layout.trees().values() for leaf in tree.leaves)
 
 
-def memory_figure_for(layout: ModelLayout, compiler_memory: dict | None = None) -> go.Figure:
+def memory_figure_for(layout: wb.ModelLayout, compiler_memory: dict | None = None) -> go.Figure:
     """Bytes per device predicted by the layout engine, stacked by tree; with the compiler's estimate of
     the step's arguments (same quantity: state + batch) as black diamonds when given.
 
     Example:
-        >>> from workbench.analysis.model_layout import model_layout
-        >>> [trace.name for trace in memory_figure_for(model_layout("mlp", "data=8", "dp")).data]
+        >>> [trace.name for trace in memory_figure_for(wb.model_layout("mlp", "data=8", "dp")).data]
         ['params', 'opt_state', 'batch']
     """
     predicted = sum(layout.bytes_per_device().values())
-    figure = memory_bar_figure(
+    figure = wb.memory_bar_figure(
         layout.combined(), depth=1,
-        title=f"bytes per device, predicted by the layout engine: {format_bytes_exact(predicted)}",
+        title=f"bytes per device, predicted by the layout engine: {wb.format_bytes_exact(predicted)}",
     )
     if compiler_memory is not None:
         labels = list(figure.data[0].x)
         arguments = compiler_memory["argument_bytes"]
-        details = ", ".join(f"{key} {format_bytes(value)}" for key, value in compiler_memory.items())
+        details = ", ".join(f"{key} {wb.format_bytes(value)}" for key, value in compiler_memory.items())
         figure.add_trace(go.Scatter(
             x=labels, y=[arguments] * len(labels), name="compiler estimate (XLA): step arguments",
             mode="markers", marker=dict(symbol="diamond", size=9, color=COMPILER_MARKER),
             hovertemplate=f"compiler estimate per device: {html.escape(details)}<extra></extra>",
         ))
         figure.update_layout(showlegend=True, title=(
-            f"bytes per device: predicted {format_bytes(predicted)}; "
-            f"compiler estimate of the step's arguments {format_bytes(arguments)}"))
+            f"bytes per device: predicted {wb.format_bytes(predicted)}; "
+            f"compiler estimate of the step's arguments {wb.format_bytes(arguments)}"))
     figure.update_layout(height=340, margin=dict(t=60, b=40))
     return figure
 
 
-def leaf_title(tree: str, leaf: LeafLayout) -> str:
+def leaf_title(tree: str, leaf: wb.LeafLayout) -> str:
     """The device-grid figure's title: which array, then its layout in one line."""
     layout = leaf.layout
-    return (f"<b>{html.escape(tree)}/{html.escape(leaf.path)}</b>: {html.escape(describe_array(layout))}<br>"
-            f"<sup>shard {format_shape(layout.shard_shape)}, {format_bytes(layout.bytes_per_device)} per device, "
+    return (f"<b>{html.escape(tree)}/{html.escape(leaf.path)}</b>: {html.escape(wb.describe_array(layout))}<br>"
+            f"<sup>shard {wb.format_shape(layout.shard_shape)}, {wb.format_bytes(layout.bytes_per_device)} per device, "
             f"replication {layout.replication}</sup>")
 
 
@@ -163,11 +155,11 @@ def jax_picture_html(layout: wb.ArrayLayout) -> str:
                 f"this machine {local}. The workbench's text picture:")
     else:
         try:
-            picture = capture_visualize_sharding(layout)
+            picture = wb.capture_visualize_sharding(layout)
             return "<div><b>jax.debug.visualize_array_sharding</b></div>" + picture.html
         except wb.WorkbenchError as error:  # JAX could not draw it: say why, then draw it ourselves
             note = f"{error}. The workbench's text picture:"
-    text = tiling_picture(layout) if rank <= 2 else layout_table(layout)
+    text = wb.tiling_picture(layout) if rank <= 2 else wb.layout_table(layout)
     return f"<div><i>{html.escape(note)}</i></div><pre style=\"margin:0\">{html.escape(text)}</pre>"
 
 
@@ -207,15 +199,19 @@ class ShardingInspector(widgets.VBox):
 
     Attributes:
         selection: the :class:`~widgets.common.Selection` observed.
-        model_layout: the current :class:`~workbench.analysis.model_layout.ModelLayout` (None before the first
+        model_layout: the current :class:`workbench.ModelLayout` (None before the first
             valid one). Not called ``layout``: ipywidgets reserves that name for the CSS layout.
         tree_picker, leaf_picker: which tree, and which of its arrays, is selected.
         table: the selected tree's per-leaf table (HTML).
         figure: the selected array's device grid (a ``go.FigureWidget``, updated in place).
         jax_picture: JAX's own picture, or a note and the workbench's text picture (HTML).
         memory_figure: bytes per device (a ``go.FigureWidget``); ``compile_button`` adds the compiler's
-            estimate (``ledger`` keeps the :class:`~workbench.analysis.ledger.CommLedger`).
+            estimate (``ledger`` keeps the :class:`workbench.CommLedger`).
         device_panel: one device's slice of every array (HTML), from a click or :meth:`show_device`.
+        verdict: whether the mode trains on the mesh, with a button per fix
+            (:class:`~widgets.mesh_verdict.MeshVerdict`).
+        showing_selection: whether the layout shown is the selection's (False after a pair the trainer
+            refuses: the last valid layout stays, marked as such).
         status: errors and notes (:class:`~widgets.common.StatusArea`).
 
     Example:
@@ -226,11 +222,13 @@ class ShardingInspector(widgets.VBox):
 
     def __init__(self, selection: Selection | None = None, **kwargs: Any):
         self.selection = selection if selection is not None else Selection()
-        self.model_layout: ModelLayout | None = None
+        self.model_layout: wb.ModelLayout | None = None
         self.ledger = None
         self.device_position: int | None = None
+        self.showing_selection = False
         self.status = StatusArea()
         self.summary = widgets.HTML()
+        self.verdict = MeshVerdict(self.selection, status=self.status)
         self.tree_picker = widgets.ToggleButtons(options=TREES, value="params", description="tree")
         self.leaf_picker = widgets.Dropdown(description="array", layout=widgets.Layout(width="460px"))
         self.table = widgets.HTML()
@@ -243,7 +241,7 @@ class ShardingInspector(widgets.VBox):
             tooltip="compile one training step here and show XLA's memory estimate next to the prediction",
         )
         self.device_panel = widgets.HTML(DEVICE_HINT)
-        self._quiet = False  # set while the pickers are changed from code, so their observers stay still
+        self._quiet = Quiet()  # on while the pickers are changed from code, so their observers stay still
 
         # Every callback is guarded: JupyterLab would hide its errors.
         self.refresh = guarded(self.status)(self._refresh)
@@ -258,7 +256,7 @@ class ShardingInspector(widgets.VBox):
 
         table_box = widgets.Box([self.table], layout=widgets.Layout(max_height="320px", overflow="auto"))
         super().__init__([
-            self.summary, self.status, widgets.HBox([self.tree_picker, self.leaf_picker]), table_box,
+            self.summary, self.verdict, self.status, widgets.HBox([self.tree_picker, self.leaf_picker]), table_box,
             self.figure, self.jax_picture, self.memory_figure, self.compile_button, self.device_panel,
         ], **kwargs)
         self.refresh()
@@ -285,7 +283,7 @@ class ShardingInspector(widgets.VBox):
         figure. The engine refuses (shown in :attr:`status`) meshes larger than this machine and modes
         with no single compiled step."""
         self.status.show("compiling one training step for the compiler's estimate…", "info")
-        ledger = ledger_for_config(self.selection.train_config())
+        ledger = wb.ledger_for_config(self.selection.train_config())
         if ledger.memory is None:
             self.status.show("the compiler gave no memory estimate on this backend", "warning")
             return
@@ -293,13 +291,17 @@ class ShardingInspector(widgets.VBox):
         replace_figure(self.memory_figure, memory_figure_for(self.model_layout, ledger.memory))
         note = "; it compiled the mode's standard specs, not your rules" if self.selection.rules else ""
         self.status.show(
-            f"compiler estimate per device: arguments {format_bytes(ledger.memory['argument_bytes'])}, "
-            f"temporaries {format_bytes(ledger.memory['temp_bytes'])}{note}", "ok")
+            f"compiler estimate per device: arguments {wb.format_bytes(ledger.memory['argument_bytes'])}, "
+            f"temporaries {wb.format_bytes(ledger.memory['temp_bytes'])}{note}", "ok")
 
     # --- drawing ------------------------------------------------------------------------------------
 
     def _refresh(self, _change: Any = None) -> None:
         """Lay out the selection again and redraw everything, keeping the selected array if it still exists."""
+        fit = self.selection.mesh_fit()
+        if not fit.ok:  # the trainer refuses the pair: no layout of it, whatever a planner would draw
+            self._show_refused(fit)
+            return
         layout = self.selection.model_layout()  # raises for an invalid layout: nothing has changed yet
         tree = self.tree_picker.value if layout.trees()[self.tree_picker.value].leaves else "params"
         paths = [leaf.path for leaf in layout.trees()[tree].leaves]
@@ -316,17 +318,33 @@ class ShardingInspector(widgets.VBox):
             self.device_position = None
             self.device_panel.value = DEVICE_HINT
         self.summary.value = self._summary_html(layout)
+        self.showing_selection = True
         self._show_device_note(layout)
 
-    def _leaf_view(self, layout: ModelLayout, tree: str, path: str) -> _LeafView:
+    def _show_refused(self, fit: wb.MeshFit) -> None:
+        """Say that the selection cannot train; keep the last valid layout below, marked as not its own."""
+        self.showing_selection = False
+        self.status.show(fit.message, "error")
+        color = LEVEL_STYLES["error"][0]
+        if self.model_layout is None:
+            note = "No layout: the trainer refuses this mode on this mesh. Use a fix above."
+            self.summary.value = f'<div class="wb-stale" style="color:{color}">{html.escape(note)}</div>'
+            return
+        shown = self.model_layout
+        note = (f"Not this selection: below is the last valid layout (mode {shown.mode} on mesh {shown.mesh}); "
+                f"mode {fit.mode} cannot train on mesh {fit.mesh}. Use a fix above.")
+        self.summary.value = (f'<div class="wb-stale" style="color:{color}"><b>{html.escape(note)}</b></div>'
+                              + self._summary_html(shown))
+
+    def _leaf_view(self, layout: wb.ModelLayout, tree: str, path: str) -> _LeafView:
         leaf = layout.trees()[tree].leaf(path)
         return _LeafView(
             tree, path, tree_table_html(layout.trees()[tree], path),
-            layout_figure(leaf.layout, title=leaf_title(tree, leaf)), jax_picture_html(leaf.layout),
+            wb.layout_figure(leaf.layout, title=leaf_title(tree, leaf)), jax_picture_html(leaf.layout),
         )
 
     def _apply(self, view: _LeafView) -> None:
-        with self._pickers_quiet():
+        with self._quiet():
             self.tree_picker.value = view.tree
             self.leaf_picker.options = [leaf.path for leaf in self.model_layout.trees()[view.tree].leaves]
             self.leaf_picker.value = view.path
@@ -337,18 +355,18 @@ class ShardingInspector(widgets.VBox):
                 trace.on_click(self._on_click)
         self.jax_picture.value = view.picture
 
-    def _summary_html(self, layout: ModelLayout) -> str:
+    def _summary_html(self, layout: wb.ModelLayout) -> str:
         sizes = layout.bytes_per_device()
-        parts = " + ".join(f"{name} {format_bytes(n)}" for name, n in sizes.items())
+        parts = " + ".join(f"{name} {wb.format_bytes(n)}" for name, n in sizes.items())
         text = (f"<b>{html.escape(layout.model)}</b>, mode <b>{html.escape(layout.mode)}</b> on mesh "
                 f"<b>{html.escape(str(layout.mesh))}</b> ({layout.mesh.size:,} devices): {html.escape(parts)} = "
-                f"{html.escape(format_bytes(sum(sizes.values())))} per device")
+                f"{html.escape(wb.format_bytes(sum(sizes.values())))} per device")
         if layout.mesh.size > jax.device_count():  # kept here too: the status line is replaced by later actions
             text += (f"<br>Planning only: this machine has {jax.device_count()} devices; "
                      f"training on this mesh needs {layout.mesh.size:,} devices.")
         return text
 
-    def _show_device_note(self, layout: ModelLayout) -> None:
+    def _show_device_note(self, layout: wb.ModelLayout) -> None:
         local = jax.device_count()
         if layout.mesh.size > local:
             self.status.show(
@@ -359,20 +377,12 @@ class ShardingInspector(widgets.VBox):
 
     # --- callbacks ------------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _pickers_quiet(self) -> Iterator[None]:
-        self._quiet = True
-        try:
-            yield
-        finally:
-            self._quiet = False
-
     def _tree_changed(self, change: dict) -> None:
         if self._quiet or self.model_layout is None:
             return
         leaves = self.model_layout.trees()[change["new"]].leaves
         if not leaves:  # e.g. plain SGD keeps no optimizer state: stay on the tree shown
-            with self._pickers_quiet():
+            with self._quiet():
                 self.tree_picker.value = change["old"]
             self.status.show(f"{change['new']} has no arrays for optimizer {self.model_layout.optimizer}", "info")
             return

@@ -1,10 +1,12 @@
 """ModeSelector: the model, the parallel mode and the training options, each mode explained.
 
-Choosing a mode shows what it shards and which collectives a step needs (from the engine's theory in
-:mod:`workbench.analysis.ledger`), and applies the mode's standard specs to the model (custom rules are
-dropped), so the inspector shows e.g. FSDP's layout at once. Options (optimizer, learning rate, batch,
-steps, accumulation, precision, teaching faults) are checked by the engine as they change: an invalid
-value is shown inline and the last valid options stay in the selection.
+Choosing a mode shows what it shards and which collectives a step needs (as the mode declares them:
+:func:`workbench.mode_class`), and applies the mode's standard specs to the model (custom rules are
+dropped), so the inspector shows e.g. FSDP's layout at once. Any mode may be chosen on any mesh: the
+verdict under the dropdowns (:class:`~widgets.mesh_verdict.MeshVerdict`) says at once whether the pair
+trains, and offers one-click fixes when it does not (or wastes devices). Options (optimizer, learning
+rate, batch, steps, accumulation, precision, teaching faults) are checked by the engine as they change:
+an invalid value is shown inline and the last valid options stay in the selection.
 
 Example:
     >>> selector = ModeSelector()
@@ -21,43 +23,32 @@ from typing import Any
 import ipywidgets as widgets
 
 import workbench as wb
-from workbench.analysis.ledger import theoretical_collectives
-from workbench.analysis.model_layout import standard_rules
-from workbench.training.modes import FAULTS, mode_class
 
-from .common import Selection, StatusArea, guarded
+from .common import Quiet, Selection, StatusArea, guarded
+from .mesh_verdict import MeshVerdict
 
-WHAT_IS_SHARDED = {
-    "single": "nothing: one device holds everything and computes the whole batch",
-    "simulated": "nothing: one device loops over N batch shards, as N devices would, then updates once",
-    "dp": "the batch, over 'data'; parameters and optimizer state are replicated on every device",
-    "dp-shard-map": "the batch, over 'data'; parameters and optimizer state replicated; the pmean is written by hand",
-    "dp-pmap": "the batch, over 'data'; every device keeps a stacked copy of the state (legacy pmap)",
-    "fsdp": "the batch, parameters and optimizer state, all over 'data' (each device stores 1/N)",
-    "tp": "the layers' weights, over 'model' (column- then row-parallel); every device sees the whole batch",
-    "dp-tp": "the batch over 'data' and the layers' weights over 'model', on a 2-D mesh",
-}
 DEFAULT_OPTIONS = {"optimizer": "adam", "lr": 1e-3, "batch": 256, "steps": 300, "accum": 1, "precision": "fp32",
                    "faults": ()}
 
 
 def describe_mode(name: str) -> str:
-    """HTML: a mode's summary, what it shards and the collectives a step needs in theory.
+    """HTML: a mode's summary, what it shards and the collectives a step needs, as the mode declares them.
 
     Example:
         >>> "all-reduce" in describe_mode("dp")
         True
     """
-    needs = theoretical_collectives(name, 0)
-    collectives = "".join(f"<li><b>{c['kind']}</b> over {', '.join(c['axes'])}: {html.escape(c['what'])}</li>" for c in needs)
+    mode = wb.mode_class(name)
+    collectives = "".join(f"<li><b>{c.kind}</b> over {c.axis}: {html.escape(c.what)}</li>" for c in mode.collectives)
     collectives = collectives or "<li>none: one device</li>"
-    return (f"<div><b>{html.escape(name)}</b>: {html.escape(wb.describe_modes()[name])}<br>"
-            f"<i>Sharded:</i> {html.escape(WHAT_IS_SHARDED.get(name, ''))}<br>"
+    return (f"<div><b>{html.escape(name)}</b>: {html.escape(mode.summary)}<br>"
+            f"<i>Sharded:</i> {html.escape(mode.sharded)}<br>"
             f"<i>Collectives per step:</i><ul style='margin:2px 0'>{collectives}</ul></div>")
 
 
 class ModeSelector(widgets.VBox):
-    """Pick the model, the mode and its options; writes valid choices to the selection."""
+    """Pick the model, the mode and its options; writes valid choices to the selection, and shows
+    whether the mode trains on the selection's mesh (:attr:`verdict`)."""
 
     def __init__(self, selection: Selection | None = None, **kwargs):
         self.selection = selection or Selection()
@@ -66,6 +57,8 @@ class ModeSelector(widgets.VBox):
         self.status = StatusArea()
         self.model = widgets.Dropdown(options=wb.MODELS, value=self.selection.model, description="Model")
         self.mode = widgets.Dropdown(options=wb.MODES, value=self.selection.mode, description="Mode")
+        self.mode.add_class("wb-mode")  # found by the browser tests
+        self.verdict = MeshVerdict(self.selection, status=self.status)
         self.explanation = widgets.HTML()
         self.optimizer = widgets.Dropdown(options=wb.OPTIMIZERS, value=options["optimizer"], description="Optimizer")
         self.lr = widgets.FloatText(value=options["lr"], description="Learning rate", step=1e-4)
@@ -78,32 +71,33 @@ class ModeSelector(widgets.VBox):
         self._inputs = {"optimizer": self.optimizer, "lr": self.lr, "batch": self.batch, "steps": self.steps,
                         "accum": self.accum, "precision": self.precision, "faults": self.faults}
         super().__init__([
-            widgets.HBox([self.model, self.mode]), self.explanation,
+            widgets.HBox([self.model, self.mode]), self.verdict, self.explanation,
             widgets.HBox([self.optimizer, self.lr]), widgets.HBox([self.batch, self.steps]),
             widgets.HBox([self.accum, self.precision]),
             widgets.HBox([widgets.Label("Teaching faults"), self.faults]), self.fault_help, self.status,
         ], **kwargs)
+        self._quiet = Quiet()  # on while the controls follow the selection, so their observers stay still
         guard = guarded(self.status)
-        self.mode.observe(guard(lambda c: self.choose_mode(c["new"])), names="value")
+        self.mode.observe(guard(lambda c: None if self._quiet else self.choose_mode(c["new"])), names="value")
         self.model.observe(guard(lambda c: self.choose_model(c["new"])), names="value")
         for name, box in self._inputs.items():
-            box.observe(guard(lambda c, n=name: self.set_option(n, c["new"])), names="value")
+            box.observe(guard(lambda c, n=name: None if self._quiet else self.set_option(n, c["new"])), names="value")
+        self.selection.observe(guard(lambda c: self._follow_selection()), names="mode")
         self.selection.observe(guard(lambda c: self._explain()), names=["mesh", "mode"])
         self._explain()
 
     # --- actions (also the public API) --------------------------------------------------------------
 
     def choose_mode(self, name: str) -> bool:
-        """Switch to mode ``name``: its standard specs apply; faults it cannot have are dropped."""
-        faults = [f for f in self.selection.options.get("faults", ()) if f in mode_class(name).supported_faults]
-        if not self._valid(mode=name, options={**self.selection.options, "faults": tuple(faults)}):
-            self.mode.value = self.selection.mode
+        """Switch to mode ``name``: its standard specs apply; faults it cannot have are dropped.
+
+        Refused (False, shown) only when the model or the options cannot go with the mode; a mesh the
+        mode does not fit is accepted, and the verdict says why it cannot train and how to fix it.
+        """
+        if not self._valid(mode=name, options=self.selection.options_for_mode(name)):
+            self._follow_selection()
             return False
-        with self.selection.hold_trait_notifications():
-            self.selection.options = {**self.selection.options, "faults": tuple(faults)}
-            self.selection.rules = []  # the mode's standard specs
-            self.selection.mode = name
-        self.faults.value = faults
+        self.selection.use_mode(name)
         return True
 
     def choose_model(self, name: str) -> bool:
@@ -130,30 +124,42 @@ class ModeSelector(widgets.VBox):
     # --- checking and explaining ----------------------------------------------------------------------
 
     def _valid(self, *, mode: str | None = None, model: str | None = None, options: dict | None = None) -> bool:
-        """Whether the engine accepts these choices (options, mode x mesh, batch split); shows why not."""
+        """Whether the engine accepts these choices (options; the model for the mode and the batch split,
+        on a mesh the mode trains on); shows why not. Mode and mesh themselves are the verdict's to judge."""
         mode = mode or self.selection.mode
         model = model or self.selection.model
         options = options if options is not None else self.selection.options
         try:
             config = self.selection.train_config(mode=mode, model=model, model_options={}, **options)
-            standard_rules(model, self.selection.mesh, mode)  # e.g. tp needs a 'model' axis
-            if self.selection.fits_local_devices():
-                mode_class(mode).check(wb.StepPlan(None, None, None, config.mesh, config.batch, config.accum))
+            if wb.mesh_fit(mode, config.mesh).ok:
+                wb.standard_rules(model, config.mesh, mode)  # e.g. tp needs a model with layer pairs to split
+                if self.selection.fits_local_devices():  # a mesh for planning only need not split the batch
+                    tp_rules = tuple(wb.tensor_parallel_rules(model))
+                    wb.mode_class(mode).check(
+                        wb.StepPlan(None, None, None, config.mesh, config.batch, config.accum, tp_rules=tp_rules))
         except wb.WorkbenchError as error:
             self.status.show(str(error), "error")
             return False
         return True
 
+    def _follow_selection(self) -> None:
+        """Show the selection's mode and faults (a fix button, another widget or a script may set them)."""
+        with self._quiet():
+            self.mode.value = self.selection.mode
+            self.faults.value = list(self.selection.options.get("faults", ()))
+
     def _explain(self) -> None:
         name = self.selection.mode
         self.explanation.value = describe_mode(name)
-        supported = mode_class(name).supported_faults
+        supported = wb.mode_class(name).supported_faults
         self.faults.allowed_tags = list(supported)
         self.fault_help.value = "<br>".join(
-            f"<code>{f}</code>: {html.escape(FAULTS[f].summary)}" for f in supported
+            f"<code>{f}</code>: {html.escape(wb.FAULTS[f].summary)}" for f in supported
         ) + "<br><i>Faults are off unless you add them; the reference check (Train tab) finds them.</i>"
         if self._valid():
             config = self.selection.train_config()
+            # ✓ only for a pair that trains with every device working: the verdict above says why not.
+            level = "ok" if self.selection.mesh_fit().level == "ok" else "info"
             self.status.show(f"{config.mode} on {config.mesh}: {config.model}, batch {config.batch}, "
                              f"{config.optimizer} lr {config.lr:g}, {config.steps} steps"
-                             + (f", faults: {', '.join(config.faults)}" if config.faults else ""), "ok")
+                             + (f", faults: {', '.join(config.faults)}" if config.faults else ""), level)

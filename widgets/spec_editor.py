@@ -22,7 +22,6 @@ import html
 import ipywidgets as widgets
 
 import workbench as wb
-from workbench.analysis.model_layout import standard_rules
 
 from .common import Selection, StatusArea, guarded
 

@@ -136,6 +136,11 @@ from .layout.tree_layout import layout_tree as layout_tree
 from .layout.tree_layout import shard_largest_dim as shard_largest_dim
 from .views.jax_picture import JaxPicture as JaxPicture
 from .views.jax_picture import capture_visualize_sharding as capture_visualize_sharding
+from .formatting import format_bytes_exact as format_bytes_exact
+from .formatting import format_shape as format_shape
+from .views.text import describe_array as describe_array
+from .views.text import format_coords as format_coords
+from .views.text import format_index as format_index
 from .views.text import layout_table as layout_table
 from .views.text import tiling_picture as tiling_picture
 from .views.text import tree_table as tree_table

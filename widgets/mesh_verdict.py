@@ -1,0 +1,90 @@
+"""MeshVerdict: whether the selection's mode trains on its mesh, said as soon as either is chosen, with a
+button for each fix.
+
+The engine gives the verdict (:func:`workbench.mesh_fit`): ✓ the mode trains on the mesh; ⚠ it trains,
+but devices along axes the mode does not use hold identical copies and repeat the work; ✗ the trainer
+refuses the pair, with the trainer's own message. Each fix (another mode, or the same devices arranged
+for this mode) is one click and goes to the selection, so every tab follows. The Model & mode, Inspect
+and Train tabs all show one.
+
+Example:
+    >>> verdict = MeshVerdict(Selection(mesh="data=4,model=2", mode="dp"))
+    >>> verdict.fit.level, verdict.fix_labels
+    ('warning', ['use mode dp-tp', 'use mesh data=8'])
+    >>> verdict.apply(verdict.fit.fixes[0]); verdict.fit.level
+    'ok'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+
+import workbench as wb
+
+from .common import Selection, StatusArea, guarded, level_html
+
+LEVELS = ("ok", "warning", "error")
+
+
+class MeshVerdict(widgets.VBox):
+    """One line (✓, ⚠ or ✗ and the engine's message) and one button per fix, kept up to date.
+
+    Args:
+        selection: the :class:`~widgets.common.Selection` judged (its ``mode`` and ``mesh``).
+        status: where an error from a fix button is shown (the hosting widget's status area); by
+            default the verdict shows one of its own under the buttons.
+
+    CSS hooks: the box has ``wb-verdict`` and ``wb-verdict-<level>``; each fix button has ``wb-fix``.
+    """
+
+    def __init__(self, selection: Selection | None = None, status: StatusArea | None = None, **kwargs: Any):
+        self.selection = selection if selection is not None else Selection()
+        own_status = status is None
+        self.status = StatusArea() if own_status else status
+        self.fit: wb.MeshFit | None = None
+        self.line = widgets.HTML()
+        self.fix_buttons = widgets.HBox()
+        super().__init__([self.line, self.fix_buttons, *([self.status] if own_status else [])], **kwargs)
+        self.add_class("wb-verdict")
+        guard = guarded(self.status)
+        self._on_fix = guard(self._fix_clicked)
+        self.selection.observe(guard(self._render), names=["mesh", "mode"])
+        self._render()
+
+    @property
+    def fix_labels(self) -> list[str]:
+        """The labels of the fix buttons shown, in order."""
+        return [button.description for button in self.fix_buttons.children]
+
+    def apply(self, fix: wb.MeshFix) -> None:
+        """Apply ``fix`` to the selection (what its button does); the verdict redraws itself."""
+        self.selection.apply_fix(fix)
+
+    def _render(self, _change: Any = None) -> None:
+        fit = self.selection.mesh_fit()
+        self.line.value = level_html(fit.message, fit.level)
+        for level in LEVELS:
+            self.remove_class(f"wb-verdict-{level}")
+        self.add_class(f"wb-verdict-{fit.level}")
+        # New buttons each time: a button's fix never changes, so a click can only apply what it says.
+        old = self.fix_buttons.children
+        self.fix_buttons.children = [self._button(fix) for fix in fit.fixes]
+        for button in old:
+            button.close()
+        self.fit = fit
+
+    def _button(self, fix: wb.MeshFix) -> widgets.Button:
+        button = widgets.Button(description=fix.label, icon="wrench", layout=widgets.Layout(width="auto"),
+                                tooltip=f"set the {'mode' if fix.mode else 'mesh'} to {fix.mode or fix.mesh}")
+        button.add_class("wb-fix")
+        button.fix = fix  # read back by the click handler
+        button.on_click(self._on_fix)
+        return button
+
+    def _fix_clicked(self, button: widgets.Button) -> None:
+        self.apply(button.fix)
+
+
+__all__ = ["MeshVerdict"]
