@@ -27,6 +27,8 @@ import traitlets
 
 import workbench as wb
 
+DEFAULTS = wb.TrainConfig()  # the engine's defaults, for options the user has not set
+
 LEVEL_STYLES = {
     "info": ("#0072B2", "ℹ"),   # Okabe-Ito blue
     "ok": ("#009E73", "✓"),     # bluish green
@@ -204,7 +206,7 @@ class Selection(traitlets.HasTraits):
         512-device transformer layout is worth computing once.
         """
         key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)), tuple(sorted(self.model_options.items())),
-               self.options.get("optimizer", "adam"), batch or self.options.get("batch", 256))
+               self.options.get("optimizer", DEFAULTS.optimizer), batch or self.options.get("batch", DEFAULTS.batch))
         if getattr(self, "_layout_key", None) != key:
             self._layout = wb.model_layout(
                 self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),

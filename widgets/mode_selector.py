@@ -27,8 +27,9 @@ import workbench as wb
 from .common import Quiet, Selection, StatusArea, guarded
 from .mesh_verdict import MeshVerdict
 
-DEFAULT_OPTIONS = {"optimizer": "adam", "lr": 1e-3, "batch": 256, "steps": 300, "accum": 1, "precision": "fp32",
-                   "faults": ()}
+# The training options this tab edits, with TrainConfig's own defaults (written once, there).
+DEFAULT_OPTIONS = {name: getattr(wb.TrainConfig(), name)
+                   for name in ("optimizer", "lr", "batch", "steps", "accum", "precision", "faults")}
 
 
 def describe_mode(name: str) -> str:

@@ -27,12 +27,11 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..errors import GradientSyncError, MeshError, SpecError, WorkbenchError
-from ..layout.mesh import build_mesh, parse_mesh
+from ..layout.mesh import DATA_AXIS, build_mesh, parse_mesh
 from ..layout.paths import is_array_like, leaves_with_paths, path_to_str
 from ..layout.specs import entry_axes, spec_entries, validate_spec
 from ..layout.tree_layout import TreeLayout, layout_tree
 
-DATA_AXIS = "data"
 REDUCTIONS = ("mean", "sum")
 
 
