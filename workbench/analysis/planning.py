@@ -267,18 +267,29 @@ class TrainingPlan:
 
     def to_text(self, *, with_code: bool = True) -> str:
         """A readable summary: what fits, what a step sends and computes, then the rules code."""
-        memory = self.device_memory
+        lines = [*self._summary_lines(), "", *self._memory_lines(), "", *self._collective_lines(), *self._time_lines()]
+        if self.warnings:
+            lines += ["", "layout warnings"] + [lint_text(list(self.warnings))]
+        if self.notes:
+            lines += ["", "notes"] + [f"  - {note}" for note in self.notes]
+        if with_code:
+            lines += ["", self.rules_code()]
+        return "\n".join(lines)
+
+    def _summary_lines(self) -> list[str]:
+        """What is planned: model, mode, mesh, hardware and batch."""
         tokens = "tokens" if self.seq_len else "examples"
         batch = f"{self.global_batch:,} " + (f"sequences x {self.seq_len:,} tokens" if self.seq_len else "examples")
-        lines = [
+        return [
             f"plan         {self.model}, {self.params:,} parameters, mode {self.mode}, {self.optimizer}, {self.precision}",
             f"mesh         {self.mesh} ({self.mesh.size:,} devices, abstract)",
             f"hardware     {self.hardware.summary()}",
             f"batch        {batch} per step; {self.tokens_per_device:,} {tokens} per device "
             f"(data-parallel size {self.data_parallel_size})",
-            "",
-            "per device",
         ]
+
+    def _memory_lines(self) -> list[str]:
+        """Bytes per device, part by part, and whether the peak fits the device's memory."""
         rows = [
             ("parameters", self.params_bytes, "float32 master weights"),
             ("gradients", self.grads_bytes, "float32, laid out like the parameters"),
@@ -287,12 +298,18 @@ class TrainingPlan:
             ("activations", self.activation_bytes,
              "rough estimate, no rematerialisation" if self.activation_bytes is not None else f"for {self.model}"),
             ("transient params", self.transient_params_bytes, _transient_words(self.mode, self.precision)),
-            ("peak", self.peak_bytes, f"of {format_bytes(memory)}: {'fits' if self.fits else 'does NOT fit'}"),
+            ("peak", self.peak_bytes,
+             f"of {format_bytes(self.device_memory)}: {'fits' if self.fits else 'does NOT fit'}"),
         ]
+        lines = ["per device"]
         for label, value, words in rows:
             shown = "not estimated" if value is None else format_bytes(value)
             lines.append(f"  {label:<17} {shown:>13}  {words}")
-        lines += ["", "collectives per step (ring model)"]
+        return lines
+
+    def _collective_lines(self) -> list[str]:
+        """The collectives a step runs, as a table priced with the ring model, and their total."""
+        lines = ["collectives per step (ring model)"]
         if self.collectives:
             rows = [
                 [c.kind, c.what, ",".join(c.axes), str(c.group_size), f"{c.count:,}", format_bytes(c.bytes),
@@ -303,22 +320,21 @@ class TrainingPlan:
             lines += ["  " + line for line in align_columns(headers, rows, right=range(3, 7))]  # numbers right-aligned
         else:
             lines.append("  none")
-        lines += [
-            f"  total comm   {format_seconds(self.predicted_step_comm_s)}",
-            f"compute      {format_seconds(self.predicted_step_compute_s)} per step "
+        lines.append(f"  total comm   {format_seconds(self.predicted_step_comm_s)}")
+        return lines
+
+    def _time_lines(self) -> list[str]:
+        """Compute time per step, the whole step with and without overlap, and which one bounds it."""
+        compute, comm = self.predicted_step_compute_s, self.predicted_step_comm_s
+        lines = [
+            f"compute      {format_seconds(compute)} per step "
             f"({self.flops_per_device:.3g} FLOPs per device at {self.utilisation:.0%} of peak)",
-            f"step         {format_seconds(self.predicted_step_compute_s + self.predicted_step_comm_s)} without overlap, "
-            f"{format_seconds(max(self.predicted_step_compute_s, self.predicted_step_comm_s))} with full overlap",
+            f"step         {format_seconds(compute + comm)} without overlap, "
+            f"{format_seconds(max(compute, comm))} with full overlap",
         ]
         if self.compute_bound is not None:
             lines.append(f"             {self.compute_bound.sentence}")
-        if self.warnings:
-            lines += ["", "layout warnings"] + [lint_text(list(self.warnings))]
-        if self.notes:
-            lines += ["", "notes"] + [f"  - {note}" for note in self.notes]
-        if with_code:
-            lines += ["", self.rules_code()]
-        return "\n".join(lines)
+        return lines
 
 
 def _string_literal(text: str) -> str:

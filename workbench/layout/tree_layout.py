@@ -182,6 +182,62 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
         raise WorkbenchError(f"on_invalid={on_invalid!r} is not one of {', '.join(ON_INVALID)}")
     mesh_shape = parse_mesh(mesh)
     all_pairs = leaves_with_paths(tree)
+    source = _spec_source(specs, mesh_shape, data_axis, len(all_pairs))
+    leaves = []
+    used_rules: set[int] = set()
+    for position, (path, leaf) in enumerate(all_pairs):
+        if not is_array_like(leaf):
+            continue
+        spec, reason, rule = source.choose(position, path, leaf)
+        if rule is not None:
+            used_rules.add(rule)
+        leaves.append(_lay_out_leaf(path, leaf, mesh, spec, reason, rule, source.rules, on_invalid))
+    rules = source.rules
+    unused = tuple(i for i in range(len(rules)) if i not in used_rules) if rules is not None else ()
+    return TreeLayout(mesh_shape, tuple(leaves), rules, unused)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SpecSource:
+    """Where each leaf's spec comes from, decided once for the whole tree (see the module docstring)."""
+
+    specs: Any
+    strategy: str | None = None  # "replicate" or "shard"
+    rules: RuleTable | None = None
+    flat_specs: list | None = None  # a spec tree, flattened in the state's order
+    data_axis: str = "data"
+    axis_size: int = 0  # of data_axis, for "shard"
+
+    def choose(self, position: int, path: str, leaf: Any) -> tuple[PartitionSpec, str, int | None]:
+        """The spec of one leaf, why it got it, and the number of the rule that gave it (if one did)."""
+        specs = self.specs
+        if specs is None:
+            own = getattr(getattr(leaf, "sharding", None), "spec", None)
+            if own is None:
+                return PartitionSpec(), "replicated: no spec given", None
+            return own or PartitionSpec(), "its own sharding", None
+        if self.strategy == "replicate":
+            return PartitionSpec(), "replicated", None
+        if self.strategy == "shard":
+            return (*shard_largest_dim(tuple(leaf.shape), self.data_axis, self.axis_size), None)
+        if self.rules is not None:
+            rule = self.rules.match(path)
+            if rule is None:
+                return PartitionSpec(), "replicated: no rule matched", None
+            return self.rules.rules[rule].spec, f"rule {rule}: {self.rules.rules[rule].pattern}", rule
+        if isinstance(specs, PartitionSpec):
+            return specs, "the spec given for all leaves", None
+        if isinstance(specs, Mapping):
+            if path in specs:
+                return parse_spec(specs[path]), "given by path", None
+            return PartitionSpec(), "replicated: path not in the spec dict", None
+        if callable(specs):
+            return parse_spec(specs(path, leaf)), "chosen by the spec function", None
+        return parse_spec(self.flat_specs[position]), "from the spec tree", None
+
+
+def _spec_source(specs: Any, mesh: MeshShape, data_axis: str, leaf_count: int) -> _SpecSource:
+    """Read ``specs`` once: a strategy name, a rule table (or its pairs), a spec tree, or the rest as given."""
     if isinstance(specs, (list, tuple)) and specs and all(
         isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str) for item in specs
     ):
@@ -192,61 +248,29 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
             f"specs {specs!r} is not a strategy: use 'replicate', 'shard', a RuleTable, a dict of path -> spec, "
             "or a PartitionSpec"
         )
-    if strategy == "shard":
-        axis_size = mesh_shape.axis_size(data_axis)
+    axis_size = mesh.axis_size(data_axis) if strategy == "shard" else 0
     rules = specs if isinstance(specs, RuleTable) else None
     # A spec tree is matched to the state by position, so the same array at two paths (tied weights)
     # still gets each path's own spec.
     flat_specs = _spec_pytree(specs) if specs is not None else None
-    if flat_specs is not None and len(flat_specs) != len(all_pairs):
+    if flat_specs is not None and len(flat_specs) != leaf_count:
         raise WorkbenchError(
-            f"the spec tree has {len(flat_specs)} leaves but the state has {len(all_pairs)}: "
+            f"the spec tree has {len(flat_specs)} leaves but the state has {leaf_count}: "
             "give a spec for every leaf, or use a rule table"
         )
+    return _SpecSource(specs, strategy, rules, flat_specs, data_axis, axis_size)
 
-    leaves = []
-    used_rules: set[int] = set()
-    for position, (path, leaf) in enumerate(all_pairs):
-        if not is_array_like(leaf):
-            continue
-        shape = tuple(leaf.shape)
-        rule = None
-        if specs is None:
-            sharding = getattr(leaf, "sharding", None)
-            spec = getattr(sharding, "spec", None) or PartitionSpec()
-            reason = "its own sharding" if getattr(sharding, "spec", None) is not None else "replicated: no spec given"
-        elif strategy == "replicate":
-            spec, reason = PartitionSpec(), "replicated"
-        elif strategy == "shard":
-            spec, reason = shard_largest_dim(shape, data_axis, axis_size)
-        elif rules is not None:
-            rule = rules.match(path)
-            if rule is None:
-                spec, reason = PartitionSpec(), "replicated: no rule matched"
-            else:
-                used_rules.add(rule)
-                spec, reason = rules.rules[rule].spec, f"rule {rule}: {rules.rules[rule].pattern}"
-        elif isinstance(specs, PartitionSpec):
-            spec, reason = specs, "the spec given for all leaves"
-        elif isinstance(specs, Mapping):
-            if path in specs:
-                spec, reason = parse_spec(specs[path]), "given by path"
-            else:
-                spec, reason = PartitionSpec(), "replicated: path not in the spec dict"
-        elif callable(specs):
-            spec, reason = parse_spec(specs(path, leaf)), "chosen by the spec function"
-        else:
-            spec, reason = parse_spec(flat_specs[position]), "from the spec tree"
-        problem = None
-        try:
-            layout = layout_array(leaf, mesh, spec)
-        except SpecError as error:
-            where = f", rule {rule} ({rules.rules[rule].pattern!r})" if rule is not None else ""
-            if on_invalid == "raise":
-                raise SpecError(f"leaf {path!r} (shape {shape}{where}): {error}") from None
-            problem = f"{error}{where}"
-            layout = layout_array(leaf, mesh, PartitionSpec())
-            reason = f"replicated: its spec {format_spec(spec)} does not fit"
-        leaves.append(LeafLayout(path, layout, reason, rule, problem))
-    unused = tuple(i for i in range(len(rules)) if i not in used_rules) if rules is not None else ()
-    return TreeLayout(mesh_shape, tuple(leaves), rules, unused)
+
+def _lay_out_leaf(
+    path: str, leaf: Any, mesh: Any, spec: PartitionSpec, reason: str, rule: int | None, rules: RuleTable | None,
+    on_invalid: str,
+) -> LeafLayout:
+    """One leaf's layout; a spec that does not fit raises, or (``on_invalid="replicate"``) is recorded."""
+    try:
+        return LeafLayout(path, layout_array(leaf, mesh, spec), reason, rule)
+    except SpecError as error:
+        where = f", rule {rule} ({rules.rules[rule].pattern!r})" if rule is not None else ""
+        if on_invalid == "raise":
+            raise SpecError(f"leaf {path!r} (shape {tuple(leaf.shape)}{where}): {error}") from None
+        layout = layout_array(leaf, mesh, PartitionSpec())
+        return LeafLayout(path, layout, f"replicated: its spec {format_spec(spec)} does not fit", rule, f"{error}{where}")
