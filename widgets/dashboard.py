@@ -302,7 +302,7 @@ class TrainingDashboard(widgets.VBox):
         finally:
             self.check_button.disabled = False
         # The report's own ledger: compiled once, for the step it checked.
-        ledger_text = ledger_table(report.ledger) if report.ledger else (
+        ledger_text = wb.ledger_table(report.ledger) if report.ledger else (
             f"no ledger: mode {config.mode!r} runs several programs per step, so there is no single compiled step")
         self.check_panel.value = check_html(report, ledger_text)
         if report.verdict == "ok":
