@@ -553,6 +553,113 @@ def _activation_bytes(model: Any, examples: int, seq_len: int, split: int, compu
     return int(model.n_layers * per_layer + logits)
 
 
+@dataclasses.dataclass(frozen=True)
+class _PlannedModel:
+    """The model being planned, resolved once: its name, preset overrides and abstract module."""
+
+    name: str
+    options: dict[str, Any]
+    resolved: dict[str, Any]  # every option of a registered model's preset, overrides applied
+    abstract: Any
+    registered: bool
+
+    @property
+    def is_lm(self) -> bool:
+        return self.registered and self.name == "transformer"
+
+
+def _resolve_model(model: Any, model_options: Any, seq_len: int | None, notes: list[str]) -> _PlannedModel:
+    """A registered model's name and options, or your own module, as one record (abstract: nothing allocated)."""
+    from ..training.models import abstract_model, model_class, model_config, parse_model_options
+
+    if isinstance(model, str):
+        model_class(model)  # unknown name: the registry's own message, listing the models
+        options = parse_model_options(model_options, model) if isinstance(model_options, str) else dict(model_options or {})
+        return _PlannedModel(model, options, model_config(model, **options).options,
+                             abstract_model(model, **options), registered=True)
+    abstract = _own_model(model, model_options)
+    name = type(abstract).__name__
+    notes.append(f"compute of your {name} is estimated as 6 FLOPs per parameter per "
+                 f"{'token' if seq_len else 'example'}; its activations are not estimated")
+    return _PlannedModel(name, {}, {}, abstract, registered=False)
+
+
+def _tensor_parallel_rules(declared, planned: _PlannedModel, custom_rules: RuleTable | None) -> list:
+    """The model's tensor-parallel rules when the mode splits layers over 'model' (and you gave no table)."""
+    if declared.state_placement != "tensor-parallel" or custom_rules is not None:
+        return []
+    from ..training.models import tensor_parallel_rules
+
+    tp_rules = tensor_parallel_rules(planned.name, MODEL_AXIS) if planned.registered else []
+    if not tp_rules:
+        raise WorkbenchError(
+            f"mode {declared.name!r} splits layers over the 'model' axis, but model {planned.name!r} has no splittable "
+            "layer pair: choose mlp, cnn or transformer, pass rules=[(regex, spec), ...] for your own model, "
+            "or plan a data-parallel mode"
+        )
+    return tp_rules
+
+
+def _flops_per_device(planned: _PlannedModel, n_params: int, seq_len: int | None, tokens: int, model_size: int,
+                      notes: list[str]) -> float:
+    """FLOPs of one step on one device: the transformer's own count, else 6 per parameter per example/token."""
+    if planned.is_lm:
+        abstract = planned.abstract
+        head = 2 * abstract.d_model * abstract.vocab  # the output head is replicated by the tp rules
+        forward = (abstract.flops_per_token(seq_len) - head) / model_size + head
+        return 3.0 * forward * tokens  # backward = 2 forwards (PaLM's 6N)
+    if model_size > 1:
+        notes.append(f"compute assumes every parameter of {planned.name!r} splits {model_size} ways: an approximation")
+    return 6.0 * n_params * tokens / model_size
+
+
+def _tensor_parallel_notes(planned: _PlannedModel, tensor_parallel: bool, model_size: int) -> list[str]:
+    """What the plan leaves out or warns about when layers split over 'model'."""
+    if not tensor_parallel or model_size == 1:
+        return []
+    if not planned.is_lm:
+        return [f"the activation all-reduces after {planned.name!r}'s row-parallel layers are not estimated "
+                "(only the transformer's are)"]
+    heads = planned.abstract.blocks[0].attn.n_heads
+    if heads % model_size:
+        return [f"n_heads={heads} does not divide by model={model_size}: devices would split heads; choose n_heads "
+                "divisible by the model axis"]
+    return []
+
+
+def _bound_by_compute(declared, sync_bytes: int, data_size: int, flops: float, tokens: int, seq_len: int | None,
+                      hw: Hardware, utilisation: float, notes: list[str]) -> ComputeBoundTest | None:
+    """Whether the gradient sync hides behind the step's compute (None where nothing syncs over 'data')."""
+    if sync_bytes and data_size > 1:
+        synced_params = sync_bytes / GRADIENT_BYTES
+        return compute_bound_test(
+            tokens, hw, bytes_per_param=GRADIENT_BYTES, flops_per_param_per_token=flops / tokens / synced_params,
+            group_size=data_size, utilisation=utilisation, unit="tokens" if seq_len else "examples",
+        )
+    if not declared.one_device:
+        notes.append("no gradient synchronisation over 'data': the compute-bound test does not apply (tp's "
+                     "activation all-reduces grow with the batch as its compute does)")
+    return None
+
+
+def _transient_params_bytes(declared, params_layout: TreeLayout, precision: str, notes: list[str]) -> int:
+    """Parameters a step holds beside the state: the gathered tree (fsdp) and/or the bf16 compute copy."""
+    if declared.state_placement == "shard":
+        full_params = params_layout.total_bytes
+        notes.append("the workbench's fsdp gathers the whole parameter tree for the step; production FSDP "
+                     "gathers a layer at a time and needs only the largest layer's share")
+        return full_params + (full_params // 2 if precision == "bf16" else 0)
+    return params_layout.bytes_per_device // 2 if precision == "bf16" else 0
+
+
+def _assumption_note(precision: str, utilisation: float) -> str:
+    slower = ""
+    if precision == "fp32":
+        slower = " (fp32 matmuls run slower: TF32 at half rate on H100, several bf16 passes on TPU)"
+    return (f"compute assumes the chip's bf16 peak at {utilisation:.0%} utilisation{slower}; collectives use one "
+            "ring per mesh axis, and nothing overlaps")
+
+
 def plan_training(
     model: Any,
     model_options: dict[str, Any] | str | None,
@@ -605,10 +712,10 @@ def plan_training(
     """
     from flax import nnx
 
-    from ..training.models import abstract_model, model_class, model_config, param_count, parse_model_options
+    from ..training.config import make_optimizer
+    from ..training.models import param_count
     from ..training.modes import PRECISIONS, mode_class
     from ..training.modes.base import placement_argument
-    from ..training.config import make_optimizer
 
     hw = lookup_hardware(hardware)
     memory = hw.memory_bytes if device_memory is None else parse_byte_size(device_memory)
@@ -618,113 +725,64 @@ def plan_training(
         raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     mesh_shape = parse_mesh(mesh)  # parsed once, here; everything below takes the record
     notes = _check_mesh(mesh_shape, mode)
-    tensor_parallel = declared.state_placement == "tensor-parallel"
-    registered = isinstance(model, str)
     custom_rules = RuleTable(rules) if rules is not None else None
-    if registered:
-        model_class(model)
-        options = parse_model_options(model_options, model) if isinstance(model_options, str) else dict(model_options or {})
-        resolved = model_config(model, **options).options
-        abstract = abstract_model(model, **options)
-    else:
-        abstract, options, resolved = _own_model(model, model_options), {}, {}
-        model = type(abstract).__name__
-        notes.append(f"compute of your {model} is estimated as 6 FLOPs per parameter per "
-                     f"{'token' if seq_len else 'example'}; its activations are not estimated")
-    tp_rules = []
-    if tensor_parallel and custom_rules is None:
-        from ..training.models import tensor_parallel_rules
+    planned = _resolve_model(model, model_options, seq_len, notes)
+    abstract = planned.abstract
+    tp_rules = _tensor_parallel_rules(declared, planned, custom_rules)
 
-        tp_rules = tensor_parallel_rules(model, MODEL_AXIS) if registered else []
-        if not tp_rules:
-            raise WorkbenchError(
-                f"mode {mode!r} splits layers over the 'model' axis, but model {model!r} has no splittable layer "
-                "pair: choose mlp, cnn or transformer, pass rules=[(regex, spec), ...] for your own model, "
-                "or plan a data-parallel mode"
-            )
-
+    # The state, laid out exactly as the mode builds it (ShardedJitMode.state_layout), from the same declaration.
     params = nnx.state(abstract, nnx.Param)
     opt_state = jax.eval_shape(make_optimizer(optimizer, 1e-3).init, params)
     target = abstract_mesh(mesh_shape)
     if custom_rules is not None:
         placement, kind = custom_rules, "custom"
-    else:  # exactly what the mode builds (ShardedJitMode.state_layout), from the same declaration
+    else:
         placement, kind = placement_argument(declared.state_placement, tp_rules), declared.state_placement
     params_layout = layout_tree(params, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
     opt_layout = layout_tree(opt_state, target, placement, data_axis=DATA_AXIS, on_invalid="replicate")
     warnings = lint_layout(params_layout, min_bytes=lint_min_bytes, optimizer_state=opt_layout)
     table = _export_table(kind, tp_rules, [(params, params_layout), (opt_state, opt_layout)], target, custom_rules)
 
+    # The batch and the maths one device does with it.
+    tensor_parallel = declared.state_placement == "tensor-parallel"
     data_size = 1 if declared.one_device else declared.batch_parts(mesh_shape)
     model_size = mesh_shape.axis_size(MODEL_AXIS) if tensor_parallel else 1
     batch = _batch(global_batch, data_size)
     examples = batch // data_size
     n_params = param_count(abstract)
-    is_lm = registered and model == "transformer"
     # Your own model: tokens per sequence only if you say so (then compute counts tokens, not examples).
-    seq_len = _seq_len(model, seq_len, resolved) if registered else _whole_seq_len(seq_len)
+    seq_len = _seq_len(planned.name, seq_len, planned.resolved) if planned.registered else _whole_seq_len(seq_len)
     tokens = examples * seq_len if seq_len else examples
-    if is_lm:
-        head = 2 * abstract.d_model * abstract.vocab  # the output head is replicated by the tp rules
-        forward = (abstract.flops_per_token(seq_len) - head) / model_size + head
-        flops = 3.0 * forward * tokens  # backward = 2 forwards (PaLM's 6N)
-    else:
-        flops = 6.0 * n_params * tokens / model_size
-        if model_size > 1:
-            notes.append(f"compute assumes every parameter of {model!r} splits {model_size} ways: an approximation")
+    flops = _flops_per_device(planned, n_params, seq_len, tokens, model_size, notes)
+
+    # What a step sends, and whether its compute hides it.
     compute_bytes = COMPUTE_BYTES[precision]
     # (B_local, T, d_model) activations summed over 'model' after each row-parallel layer of a block
-    block_activation = examples * seq_len * abstract.d_model * compute_bytes if is_lm else None
+    block_activation = examples * seq_len * abstract.d_model * compute_bytes if planned.is_lm else None
     collectives, sync_bytes = _step_collectives(
-        declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if is_lm else 0, notes,
+        declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if planned.is_lm else 0, notes,
         custom=custom_rules is not None,
     )
-    if not is_lm and tensor_parallel and model_size > 1:
-        notes.append(f"the activation all-reduces after {model!r}'s row-parallel layers are not estimated "
-                     "(only the transformer's are)")
-    if is_lm and tensor_parallel and abstract.blocks[0].attn.n_heads % model_size:
-        notes.append(f"n_heads={abstract.blocks[0].attn.n_heads} does not divide by model={model_size}: "
-                     "devices would split heads; choose n_heads divisible by the model axis")
+    notes += _tensor_parallel_notes(planned, tensor_parallel, model_size)
+    bound = _bound_by_compute(declared, sync_bytes, data_size, flops, tokens, seq_len, hw, utilisation, notes)
 
-    bound = None
-    if sync_bytes and data_size > 1:
-        synced_params = sync_bytes / GRADIENT_BYTES
-        bound = compute_bound_test(
-            tokens, hw, bytes_per_param=GRADIENT_BYTES, flops_per_param_per_token=flops / tokens / synced_params,
-            group_size=data_size, utilisation=utilisation, unit="tokens" if seq_len else "examples",
-        )
-    elif not declared.one_device:
-        notes.append("no gradient synchronisation over 'data': the compute-bound test does not apply (tp's "
-                     "activation all-reduces grow with the batch as its compute does)")
-
-    if is_lm:
+    # Memory beside the training state.
+    activations = None
+    if planned.is_lm:
         activations = _activation_bytes(abstract, examples, seq_len, model_size, compute_bytes)
-    else:
-        activations = None
-        if registered:
-            notes.append(f"activations of {model!r} are not estimated (small for this model at these batch sizes)")
-    full_params = params_layout.total_bytes
-    if declared.state_placement == "shard":
-        transient = full_params + (full_params // 2 if precision == "bf16" else 0)
-        notes.append("the workbench's fsdp gathers the whole parameter tree for the step; production FSDP "
-                     "gathers a layer at a time and needs only the largest layer's share")
-    else:
-        transient = params_layout.bytes_per_device // 2 if precision == "bf16" else 0
-    slower = ""
-    if precision == "fp32":
-        slower = " (fp32 matmuls run slower: TF32 at half rate on H100, several bf16 passes on TPU)"
-    notes.append(f"compute assumes the chip's bf16 peak at {utilisation:.0%} utilisation{slower}; collectives use one "
-                 "ring per mesh axis, and nothing overlaps")
+    elif planned.registered:
+        notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
+    transient = _transient_params_bytes(declared, params_layout, precision, notes)
+    notes.append(_assumption_note(precision, utilisation))
 
     return TrainingPlan(
-        model=model, model_options=options, mesh=mesh_shape, mode=mode, optimizer=optimizer, precision=precision,
-        hardware=hw, device_memory=memory, utilisation=utilisation, params=n_params, global_batch=batch,
-        seq_len=seq_len, data_parallel_size=data_size, examples_per_device=examples,
+        model=planned.name, model_options=planned.options, mesh=mesh_shape, mode=mode, optimizer=optimizer,
+        precision=precision, hardware=hw, device_memory=memory, utilisation=utilisation, params=n_params,
+        global_batch=batch, seq_len=seq_len, data_parallel_size=data_size, examples_per_device=examples,
         tokens_per_device=tokens, params_layout=params_layout, opt_state_layout=opt_layout, rule_table=table,
         activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
         collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
     )
-
 
 __all__ = [
     "DEFAULT_EXAMPLES_PER_REPLICA", "PlannedCollective", "TrainingPlan", "parse_byte_size", "plan_training",
