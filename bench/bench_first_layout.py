@@ -37,7 +37,7 @@ RENDER = {
 
 def _process_seconds(code: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=600)
     return time.perf_counter() - start
 
 

@@ -67,7 +67,7 @@ def first_step(case: tuple, cache: str, runs: str) -> dict:
     """One fresh process's time to its first step with ``cache`` as its compilation cache folder."""
     env = {**os.environ, "WORKBENCH_COMPILATION_CACHE": cache, "JAX_PLATFORMS": "cpu"}
     args = [sys.executable, "-c", _CHILD, json.dumps(case), runs, repr(time.time())]
-    done = subprocess.run(args, capture_output=True, text=True, env=env)
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"first-step process for {case[0]} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -52,7 +52,7 @@ def _fresh_process(what: str) -> dict:
     code = _CHILD.format(model=MODEL, options=OPTIONS, mesh=MESH, mode=MODE)
     # No compilation cache: the figure is a first plan ever, not one helped by an earlier process.
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "WORKBENCH_COMPILATION_CACHE": "off"}
-    done = subprocess.run([sys.executable, "-c", code, what], capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run([sys.executable, "-c", code, what], capture_output=True, text=True, env=env, check=True, timeout=600)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
