@@ -106,8 +106,7 @@ def test_a_data_mode_on_a_2d_mesh_trains_exactly_and_says_so():
 
 def test_check_verifies_exactly_the_step_trained():
     """Regression: Check used to build fp32, accum=1 whatever the Train tab had selected."""
-    # SGD: under bf16, Adam turns round-off in a near-zero gradient into a full +-lr step (see the README).
-    config = wb.TrainConfig(mode="dp", mesh="data=4", batch=32, precision="bf16", accum=2, optimizer="sgd", lr=0.1,
+    config = wb.TrainConfig(mode="dp", mesh="data=4", batch=32, precision="bf16", accum=2, optimizer="adam", lr=1e-3,
                             model_options={"hidden": 32})
     trainer = wb.Trainer(config, run_root="/tmp/wb-test-runs")
     report = wb.run_check(trainer)  # what the Train tab's Check does

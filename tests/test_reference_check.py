@@ -96,6 +96,21 @@ class _UsersShardMapStep(ShardMapDataParallel):
                 "weight": lax.pmean(sums["weight"], "data")}
 
 
+def test_bf16_with_adam_is_judged_on_the_rms_difference():
+    """A correct bf16 + Adam step passes (a few near-zero gradients round to the other sign and Adam
+    steps those parameters by -lr instead of +lr), and a lost optimizer state is still caught."""
+    options = dict(precision="bf16", accum=2, optimizer="adam", lr=1e-3)
+    report = _check("dp", **options)
+    assert report.verdict == "ok", report.to_text()
+    assert report.max_param_diff > 10 * wb.analysis.reference_check.UPDATE_TOLERANCE * report.reference_step  # max would flag it
+    assert max(report.param_rms_diffs) < 0.1 * report.reference_rms_step
+    assert "RMS diff (bf16)" in report.to_text()
+    broken = _check("dp", faults=["optimizer-reset"], **options)
+    assert [p.name for p in broken.problems] == ["update-mismatch"], broken.to_text()
+    assert broken.problems[0].causes[0] == "optimizer-reset"
+    assert "under bf16 the RMS difference" in broken.problems[0].message
+
+
 def test_a_users_own_buggy_step_is_diagnosed_from_measurements():
     dataset = wb.load_dataset("digits")
     model = wb.model_config_for_data("mlp", dataset, **SMALL).build(seed=0)

@@ -149,7 +149,8 @@ class TrainConfig:
         check_positive("sync_every", self.sync_every, "50 (0: never)", integer=True, allow_zero=True)
         check_positive("seed", self.seed, "0", integer=True, allow_zero=True)
         check_positive("lr", self.lr, "1e-3")
-        faults = check_faults(self.faults, self.mode, mode_class(self.mode).supported_faults)
+        declared = mode_class(self.mode)
+        faults = check_faults(self.faults, self.mode, declared.supported_faults, declared.fault_reasons)
         return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr), faults=faults)
 
     @property
