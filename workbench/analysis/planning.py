@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from typing import Any
@@ -652,6 +653,15 @@ def _transient_params_bytes(declared, params_layout: TreeLayout, precision: str,
     return params_layout.bytes_per_device // 2 if precision == "bf16" else 0
 
 
+@functools.lru_cache(maxsize=None)
+def _optimizer_for_shapes(name: str) -> Any:
+    """One optimizer per name for tracing the state's shapes, so JAX's trace cache answers a re-plan of the
+    same model (a 65B model's 2,568 moment leaves take 0.5 s to trace)."""
+    from ..training.config import make_optimizer
+
+    return make_optimizer(name, 1e-3)
+
+
 def _assumption_note(precision: str, utilisation: float) -> str:
     slower = ""
     if precision == "fp32":
@@ -712,8 +722,6 @@ def plan_training(
     """
     from flax import nnx
 
-    from ..training.config import make_optimizer
-    from ..training.models import param_count
     from ..training.modes import PRECISIONS, mode_class
     from ..training.modes.base import placement_argument
 
@@ -732,7 +740,7 @@ def plan_training(
 
     # The state, laid out exactly as the mode builds it (ShardedJitMode.state_layout), from the same declaration.
     params = nnx.state(abstract, nnx.Param)
-    opt_state = jax.eval_shape(make_optimizer(optimizer, 1e-3).init, params)
+    opt_state = jax.eval_shape(_optimizer_for_shapes(optimizer).init, params)
     target = abstract_mesh(mesh_shape)
     if custom_rules is not None:
         placement, kind = custom_rules, "custom"
@@ -749,7 +757,7 @@ def plan_training(
     model_size = mesh_shape.axis_size(MODEL_AXIS) if tensor_parallel else 1
     batch = _batch(global_batch, data_size)
     examples = batch // data_size
-    n_params = param_count(abstract)
+    n_params = sum(math.prod(leaf.layout.shape) for leaf in params_layout.leaves)  # no second walk of the model
     # Your own model: tokens per sequence only if you say so (then compute counts tokens, not examples).
     seq_len = _seq_len(planned.name, seq_len, planned.resolved) if planned.registered else _whole_seq_len(seq_len)
     tokens = examples * seq_len if seq_len else examples

@@ -86,7 +86,8 @@ class TreeLayout:
     def per_device_bytes(self) -> dict[int, int]:
         """device id -> bytes of the whole tree on it (equal for every device: shards are even)."""
         ids = self.leaves[0].layout.device_ids if self.leaves else tuple(range(self.mesh.size))
-        return {device: self.bytes_per_device for device in ids}
+        held = self.bytes_per_device  # summed once, not once per device
+        return dict.fromkeys(ids, held)
 
     @property
     def total_bytes(self) -> int:
