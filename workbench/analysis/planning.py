@@ -588,13 +588,11 @@ def _resolve_model(model: Any, model_options: Any, seq_len: int | None, notes: l
 def _registered_abstract_model(name: str, options: dict[str, Any]) -> Any:
     """A registered model's abstract module, traced once per name and options (planning only reads it), so
     re-planning it on another mesh or mode skips the trace (0.3 s for a 65B model)."""
-    from ..training.models import abstract_model
-
     key = tuple(sorted((k, type(v).__name__, v) for k, v in options.items()))
     try:
         hash(key)
     except TypeError:  # an option value that cannot be a key: trace afresh
-        return abstract_model(name, **options)
+        return _traced_model.__wrapped__(name, key)
     return _traced_model(name, key)
 
 
