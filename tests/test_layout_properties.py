@@ -78,6 +78,10 @@ def test_layout_equals_devices_indices_map(case):
     for device in layout.devices:
         position = tuple(device.coords[n] for n in mesh_shape.names)
         assert mesh.devices[position].id == device.device_id
+    # One device asked alone (no list of every device built) gives JAX's slice too, by position and by id.
+    alone = wb.layout_array(shape, mesh, spec)
+    assert {alone.device_slice(p).device_id: alone.device_slice(p).index for p in range(mesh_shape.size)} == expected
+    assert {i: alone.slice_of_device(i).index for i in expected} == expected
 
 
 @settings(max_examples=150, deadline=None)
@@ -97,6 +101,30 @@ def test_abstract_layout_tiles_the_array_exactly(case):
         assert all(0 <= start < stop <= size or size == 0 for (start, stop), size in zip(index, shape))
     assert layout.bytes_per_device == math.prod(layout.shard_shape) * 2
     assert layout.device_ids == tuple(range(mesh_shape.size))
+
+
+@settings(max_examples=150, deadline=None)
+@given(mesh_spec_shape(concrete=False), st.sampled_from(["float32", "bfloat16", "int8", "int4"]))
+def test_per_leaf_figures_equal_the_per_device_computation(case, dtype):
+    """Shard shape, bytes and replication are worked out once per leaf (no per-device list); each equals what
+    the devices' own slices say, and each device's slice computed alone equals the all-devices computation."""
+    mesh_shape, spec, shape, _ = case
+    tree = wb.layout_tree({"w": jax.ShapeDtypeStruct(shape, dtype)}, wb.abstract_mesh(mesh_shape), {"w": spec})
+    leaf = tree.leaf("w").layout
+    every = wb.layout_array(shape, mesh_shape, spec, dtype=dtype).devices  # vectorised over all devices
+    bits = np.dtype(jax.numpy.dtype(dtype)).itemsize * 8 if dtype != "int4" else 4
+    for position, device in enumerate(every):
+        alone = leaf.device_slice(position)
+        assert alone == device == leaf.slice_of_device(device.device_id)
+        block = tuple(stop - start for start, stop in alone.index)
+        assert block == leaf.shard_shape
+        assert -(-math.prod(block) * bits // 8) == leaf.bytes_per_device
+    copies = {}
+    for device in every:
+        copies[device.index] = copies.get(device.index, 0) + 1
+    assert set(copies.values()) == {leaf.replication}
+    assert leaf.device_ids == tuple(d.device_id for d in every) == tuple(range(mesh_shape.size))
+    assert tree.per_device_bytes == {d.device_id: leaf.bytes_per_device for d in every}
 
 
 def test_real_arrays_are_described_as_placed():

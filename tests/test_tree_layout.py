@@ -107,3 +107,20 @@ def test_rule_table_code_round_trips_regexes_with_backslashes():
     exec(table.to_code(), namespace)  # our own generated code, as a production script would paste it
     assert [pattern for pattern, _ in namespace["SHARDING_RULES"]] == [rule.pattern for rule in table.rules]
     assert r"(^|/)blocks/\d+/attn/(q|k|v)/kernel$" in table.to_code()
+
+
+def test_a_tree_on_16384_devices_holds_no_per_device_lists(abstract_state):
+    """Shard shapes and bytes are per leaf; per-device slices are built only for the leaf and device a view asks."""
+    table = wb.layout_tree(abstract_state, wb.abstract_mesh("data=2048,model=8"), [(r".*hidden/kernel", P(None, "model"))])
+    layouts = [leaf.layout for leaf in table.leaves]
+    assert all(layout.device_ids is layouts[0].device_ids for layout in layouts)  # one id list for the mesh
+    assert layouts[0].device_ids == tuple(range(16384))
+    kernel = table.leaf("params/hidden/kernel").layout
+    last = kernel.device_slice(16383)  # data=2047, model=7: the last 16 of 128 columns
+    assert last.coords == {"data": 2047, "model": 7} and last.index == ((0, 64), (112, 128))
+    assert kernel.slice_of_device(16383) == last
+    assert not any({"devices", "_starts"} & vars(layout).keys() for layout in layouts)
+    assert table.per_device_bytes == dict.fromkeys(range(16384), table.bytes_per_device)
+    held = {index for index in (kernel.device_slice(p).index for p in range(0, 16384, 997))}
+    assert held <= set(kernel.holders()) and len(kernel.holders()) == 8
+    assert {"devices", "_starts"} <= vars(kernel).keys()  # built for the leaf a view asked about

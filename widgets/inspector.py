@@ -88,7 +88,7 @@ def tree_table_html(tree: wb.TreeLayout, selected: str | None = None) -> str:
 def device_slices_html(layout: wb.ModelLayout, position: int) -> str:
     """Device ``position``'s slice of every array of ``layout`` as an HTML table, with its colour."""
     rows = layout.device_slices(position)
-    piece = _any_leaf(layout).layout.devices[position]
+    piece = _any_leaf(layout).layout.device_slice(position)
     color = wb.device_color(piece.device_id)
     swatch = (f'<span style="background:{color};color:{wb.text_color_for(color)};padding:0 6px">'
               f"device {piece.device_id}</span>")
@@ -398,5 +398,5 @@ class ShardingInspector(widgets.VBox):
         for index in points.point_inds:
             if isinstance(index, (list, tuple)) and len(index) == 2:
                 device_id = int(trace.customdata[index[0]][index[1]])
-                self.show_device(_any_leaf(self.model_layout).layout.device_ids.index(device_id))
+                self.show_device(_any_leaf(self.model_layout).layout.slice_of_device(device_id).position)
                 return

@@ -99,7 +99,7 @@ class ModelLayout:
         rows = []
         for tree_name, tree in self.trees().items():
             for leaf in tree.leaves:
-                piece = leaf.layout.devices[device]
+                piece = leaf.layout.device_slice(device)  # this device alone: cheap on any mesh
                 rows.append({
                     "tree": tree_name, "path": leaf.path, "shape": list(leaf.layout.shape),
                     "index": [list(interval) for interval in piece.index],

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Hashable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from jax.sharding import PartitionSpec
@@ -90,24 +90,31 @@ class ArrayLayout:
     def is_fully_replicated(self) -> bool:
         return self.replication == self.num_devices
 
-    @functools.cached_property
-    def _starts(self) -> np.ndarray:
-        """(devices, ndim) start index of every device's block: vectorised for meshes of any size."""
-        coords = _mesh_coords(self.mesh)
-        entries = spec_entries(self.spec)
-        starts = np.zeros((self.num_devices, len(self.shape)), dtype=np.int64)
-        for dim, entry in enumerate(entries):
-            block = np.zeros(self.num_devices, dtype=np.int64)
+    def _starts_at(self, coords: np.ndarray) -> np.ndarray:
+        """(n, ndim) start index of the block held at each row of ``coords`` ((n, axes) mesh coordinates)."""
+        starts = np.zeros((len(coords), len(self.shape)), dtype=np.int64)
+        for dim, entry in enumerate(spec_entries(self.spec)):
+            block = np.zeros(len(coords), dtype=np.int64)
             for axis in entry_axes(entry):  # mixed radix, first axis major
                 k = self.mesh.names.index(axis)
                 block = block * self.mesh.sizes[k] + coords[:, k]
             starts[:, dim] = block * self.shard_shape[dim]
         return starts
 
+    @functools.cached_property
+    def _starts(self) -> np.ndarray:
+        """(devices, ndim) start index of every device's block: vectorised for meshes of any size."""
+        return self._starts_at(_mesh_coords(self.mesh))
+
     def device_slice(self, position: int) -> DeviceSlice:
-        """The slice held by the device at a mesh position (row-major)."""
+        """The slice held by the device at a mesh position (row-major).
+
+        One device's slice is computed for it alone (unless every device's is known already), so asking
+        it of every leaf of a model on 16,384 devices stays cheap.
+        """
         coords = np.unravel_index(position, self.mesh.sizes)
-        starts = self._starts[position]
+        known = self.__dict__.get("_starts")
+        starts = known[position] if known is not None else self._starts_at(np.array([coords], dtype=np.int64))[0]
         return DeviceSlice(
             position=position,
             device_id=self.device_ids[position],
@@ -117,19 +124,24 @@ class ArrayLayout:
 
     @functools.cached_property
     def devices(self) -> tuple[DeviceSlice, ...]:
-        """Every device's slice, in mesh order."""
+        """Every device's slice, in mesh order (built on first use, for this leaf only)."""
+        self._starts  # every device at once, vectorised, before the per-device records
         return tuple(self.device_slice(p) for p in range(self.num_devices))
-
-    @functools.cached_property
-    def _position_of_id(self) -> dict[int, int]:
-        return {device_id: position for position, device_id in enumerate(self.device_ids)}
 
     def slice_of_device(self, device_id: int) -> DeviceSlice:
         """The slice held by the device with this id."""
         try:
-            return self.device_slice(self._position_of_id[device_id])
+            return self.device_slice(self._position_of(device_id))
         except KeyError:
             raise KeyError(f"device {device_id} is not in mesh {self.mesh}") from None
+
+    def _position_of(self, device_id: int) -> int:
+        """Where a device id sits in the mesh: a lookup on real meshes, the id itself on abstract ones."""
+        if self.concrete:
+            return _positions_by_id(self.device_ids)[device_id]
+        if isinstance(device_id, (int, np.integer)) and 0 <= device_id < self.num_devices:
+            return int(device_id)
+        raise KeyError(device_id)
 
     def holders(self) -> dict[tuple[Interval, ...], list[int]]:
         """Each distinct block -> the device ids holding it (in mesh order)."""
@@ -167,7 +179,20 @@ class ArrayLayout:
 
 
 def _nbytes(shape: Sequence[int], dtype: Any) -> int:
-    return -(-math.prod(shape) * itemsize_bits(dtype) // 8)
+    return -(-math.prod(shape) * _itemsize_bits(dtype) // 8)
+
+
+# Dtypes are read once each: parsing one costs more than the rest of a leaf's layout.
+_itemsize_bits = functools.lru_cache(maxsize=64)(itemsize_bits)
+
+
+def _dtype_name(dtype: Any) -> str:
+    return _cached_dtype_name(dtype) if isinstance(dtype, Hashable) else parse_dtype(dtype).name
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_dtype_name(dtype: Any) -> str:
+    return parse_dtype(dtype).name
 
 
 @functools.lru_cache(maxsize=64)
@@ -186,13 +211,48 @@ def _shape_and_dtype(array: Any, dtype: Any) -> tuple[tuple[int, ...], str]:
     else:
         shape = parse_shape(array)
         chosen = "float32" if dtype is None else dtype
-    return shape, parse_dtype(chosen).name
+    return shape, _dtype_name(chosen)
 
 
-def _device_ids(mesh: Any, shape: MeshShape) -> tuple[tuple[int, ...], bool]:
+class PlacedMesh(NamedTuple):
+    """A mesh read once for many layouts: its shape, the device id at each position, whether it is real."""
+
+    shape: MeshShape
+    device_ids: tuple[int, ...]
+    concrete: bool
+
+
+def place_mesh(mesh: Any) -> PlacedMesh:
+    """Read a mesh once (text, ``MeshShape``, abstract or concrete mesh) to lay out many arrays on it.
+
+    Every layout on one mesh shares the same ``device_ids`` tuple: a model's thousands of leaves on
+    16,384 devices hold one list of ids between them, not one each.
+
+    Example:
+        >>> place_mesh("data=4,model=2").device_ids
+        (0, 1, 2, 3, 4, 5, 6, 7)
+    """
+    if isinstance(mesh, PlacedMesh):
+        return mesh
+    shape = parse_mesh(mesh)
     if is_concrete(mesh):
-        return tuple(int(d.id) for d in mesh.devices.flat), True
-    return tuple(range(shape.size)), False
+        return PlacedMesh(shape, _concrete_device_ids(mesh), True)
+    return PlacedMesh(shape, _positions(shape.size), False)
+
+
+@functools.lru_cache(maxsize=16)
+def _concrete_device_ids(mesh: Any) -> tuple[int, ...]:
+    return tuple(int(d.id) for d in mesh.devices.flat)
+
+
+@functools.lru_cache(maxsize=16)
+def _positions(size: int) -> tuple[int, ...]:
+    return tuple(range(size))
+
+
+@functools.lru_cache(maxsize=16)
+def _positions_by_id(device_ids: tuple[int, ...]) -> dict[int, int]:
+    return {device_id: position for position, device_id in enumerate(device_ids)}
 
 
 def layout_array(array: Any, mesh: Any, spec: Any = None, *, dtype: Any = None) -> ArrayLayout:
@@ -203,7 +263,8 @@ def layout_array(array: Any, mesh: Any, spec: Any = None, *, dtype: Any = None) 
             ``jax.eval_shape``), or an array. With ``spec=None``, a ``jax.Array`` with a
             ``NamedSharding`` is described as it is placed.
         mesh: a concrete ``jax.sharding.Mesh`` (device ids are JAX's), an ``AbstractMesh``, a
-            :class:`~workbench.layout.mesh.MeshShape` or text such as ``"data=64,model=16"`` (any size).
+            :class:`~workbench.layout.mesh.MeshShape` or text such as ``"data=64,model=16"`` (any size),
+            or a :class:`PlacedMesh` (a mesh read once by :func:`place_mesh`, for many arrays).
         spec: a ``PartitionSpec`` or spec text (``"data, None"``); None means replicated.
         dtype: overrides the array's dtype (default float32 for bare shapes).
 
@@ -219,16 +280,17 @@ def layout_array(array: Any, mesh: Any, spec: Any = None, *, dtype: Any = None) 
         if mesh is None:
             mesh = array.sharding.mesh
     shape, dtype_name = _shape_and_dtype(array, dtype)
-    mesh_shape = parse_mesh(mesh)
+    # Shard shape, bytes and replication hold for the leaf as a whole (every device holds an equal block);
+    # the per-device slices wait until a view asks for them.
+    placed = place_mesh(mesh)
+    mesh_shape = placed.shape
     parsed = validate_spec(spec, mesh_shape, shape)  # the text itself, so a message can quote how it was written
-    entries = spec_entries(parsed)
     shard_shape = list(shape)
     used_devices = 1
-    for dim, entry in enumerate(entries):
+    for dim, entry in enumerate(spec_entries(parsed)):
         parts = math.prod(mesh_shape.axis_size(a) for a in entry_axes(entry))
         shard_shape[dim] = shape[dim] // parts
         used_devices *= parts
-    device_ids, concrete = _device_ids(mesh, mesh_shape)
     return ArrayLayout(
         shape=shape,
         dtype=dtype_name,
@@ -237,6 +299,6 @@ def layout_array(array: Any, mesh: Any, spec: Any = None, *, dtype: Any = None) 
         shard_shape=tuple(shard_shape),
         bytes_per_device=_nbytes(shard_shape, dtype_name),
         replication=mesh_shape.size // used_devices,
-        device_ids=device_ids,
-        concrete=concrete,
+        device_ids=placed.device_ids,
+        concrete=placed.concrete,
     )

@@ -268,21 +268,21 @@ def validate_spec(spec: Any, mesh: Any, shape: Sequence[int] | None = None) -> P
     parsed = parse_spec(spec)
     mesh_shape = parse_mesh(mesh)
     entries = spec_entries(parsed)
-    text = format_spec(parsed, style="code")
+    code = lambda: format_spec(parsed, style="code")  # noqa: E731  (only a message needs the text)
     used: dict[str, int] = {}
     for dim, entry in enumerate(entries):
         for axis in entry_axes(entry):
             if not isinstance(axis, str):
-                raise SpecError(f"spec {text} has {axis!r} where a mesh axis name belongs: use a name such as 'data'")
+                raise SpecError(f"spec {code()} has {axis!r} where a mesh axis name belongs: use a name such as 'data'")
             if axis not in mesh_shape.names:
                 raise SpecError(
-                    f"spec {text} names axis {axis!r}, which mesh {mesh_shape} does not have: "
+                    f"spec {code()} names axis {axis!r}, which mesh {mesh_shape} does not have: "
                     f"use one of {', '.join(mesh_shape.names)} or None"
                 )
             if axis in used:
                 where = f"dimensions {used[axis]} and {dim}" if used[axis] != dim else f"dimension {dim} twice"
                 raise SpecError(
-                    f"spec {text} uses mesh axis {axis!r} on {where}: an axis can shard only one "
+                    f"spec {code()} uses mesh axis {axis!r} on {where}: an axis can shard only one "
                     "dimension, once; use it once and None elsewhere"
                 )
             used[axis] = dim

@@ -22,8 +22,8 @@ import jax
 from jax.sharding import PartitionSpec
 
 from ..errors import SpecError, WorkbenchError
-from .array_layout import ArrayLayout, layout_array
-from .mesh import MeshShape, parse_mesh
+from .array_layout import ArrayLayout, PlacedMesh, layout_array, place_mesh
+from .mesh import MeshShape
 from .paths import is_array_like, leaves_with_paths
 from .rules import RuleTable
 from .specs import format_spec, parse_spec
@@ -86,7 +86,8 @@ class TreeLayout:
     def per_device_bytes(self) -> dict[int, int]:
         """device id -> bytes of the whole tree on it (equal for every device: shards are even)."""
         ids = self.leaves[0].layout.device_ids if self.leaves else tuple(range(self.mesh.size))
-        return {device: self.bytes_per_device for device in ids}
+        held = self.bytes_per_device  # summed once, not once per device
+        return dict.fromkeys(ids, held)
 
     @property
     def total_bytes(self) -> int:
@@ -180,7 +181,8 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
     """
     if on_invalid not in ON_INVALID:
         raise WorkbenchError(f"on_invalid={on_invalid!r} is not one of {', '.join(ON_INVALID)}")
-    mesh_shape = parse_mesh(mesh)
+    placed = place_mesh(mesh)  # read once: every leaf's layout shares its shape and device ids
+    mesh_shape = placed.shape
     all_pairs = leaves_with_paths(tree)
     source = _spec_source(specs, mesh_shape, data_axis, len(all_pairs))
     leaves = []
@@ -191,7 +193,7 @@ def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "da
         spec, reason, rule = source.choose(position, path, leaf)
         if rule is not None:
             used_rules.add(rule)
-        leaves.append(_lay_out_leaf(path, leaf, mesh, spec, reason, rule, source.rules, on_invalid))
+        leaves.append(_lay_out_leaf(path, leaf, placed, spec, reason, rule, source.rules, on_invalid))
     rules = source.rules
     unused = tuple(i for i in range(len(rules)) if i not in used_rules) if rules is not None else ()
     return TreeLayout(mesh_shape, tuple(leaves), rules, unused)
@@ -262,7 +264,7 @@ def _spec_source(specs: Any, mesh: MeshShape, data_axis: str, leaf_count: int) -
 
 
 def _lay_out_leaf(
-    path: str, leaf: Any, mesh: Any, spec: PartitionSpec, reason: str, rule: int | None, rules: RuleTable | None,
+    path: str, leaf: Any, mesh: PlacedMesh, spec: PartitionSpec, reason: str, rule: int | None, rules: RuleTable | None,
     on_invalid: str,
 ) -> LeafLayout:
     """One leaf's layout; a spec that does not fit raises, or (``on_invalid="replicate"``) is recorded."""
