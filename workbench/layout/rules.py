@@ -79,7 +79,7 @@ class RuleTable:
 
         Example:
             >>> RuleTable.parse("kernel$ => None, model\\n.* => P()").rules[0].spec
-            PartitionSpec(None, 'model')
+            P(None, 'model')
         """
         pairs = []
         for line_number, line in enumerate(text.splitlines(), start=1):

@@ -123,9 +123,9 @@ def parse_spec(text: str | PartitionSpec | Sequence[Any] | None) -> PartitionSpe
 
     Example:
         >>> parse_spec("(data, model), None")
-        PartitionSpec(('data', 'model'), None)
+        P(('data', 'model'), None)
         >>> parse_spec("P('data', None)")
-        PartitionSpec('data', None)
+        P('data', None)
     """
     if text is None:
         return PartitionSpec()
@@ -263,7 +263,7 @@ def validate_spec(spec: Any, mesh: Any, shape: Sequence[int] | None = None) -> P
 
     Example:
         >>> validate_spec("data, None", "data=4", (8, 3))
-        PartitionSpec('data', None)
+        P('data', None)
     """
     parsed = parse_spec(spec)
     mesh_shape = parse_mesh(mesh)

@@ -81,8 +81,8 @@ def mesh_fit(mode: str, mesh) -> MeshFit:
 
     Example:
         >>> fit = mesh_fit("dp", "data=4,model=2")
-        >>> fit.ok, [(f.mode, f.mesh) for f in fit.fixes]
-        (False, [('dp-tp', None), (None, 'data=8')])
+        >>> fit.ok, fit.level, [(f.mode, f.mesh) for f in fit.fixes]
+        (True, 'warning', [('dp-tp', None), (None, 'data=8')])
     """
     shape = parse_mesh(mesh)
     split = {name for name, size in shape.axes.items() if size > 1}
