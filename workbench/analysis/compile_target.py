@@ -94,7 +94,10 @@ def parse_target(value: Any) -> CompileTarget:
 
 def libtpu_installed() -> bool:
     """Whether the ``libtpu`` wheel (the TPU compiler) can be imported here."""
-    return importlib.util.find_spec("libtpu") is not None
+    try:
+        return importlib.util.find_spec("libtpu") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def fitting_mesh(mesh: MeshShape, devices: int) -> MeshShape | None:
@@ -128,9 +131,9 @@ def mesh_mismatch(mesh: MeshShape, target: CompileTarget, devices: int) -> MeshE
 def check_target(target: CompileTarget, mesh: MeshShape) -> None:
     """Raise a WorkbenchError now, before any child process, when ``target`` cannot compile for ``mesh``.
 
-    The CPU compiler takes up to :data:`CPU_DEVICE_LIMIT` devices; a TPU topology needs libtpu, and its
-    chip count must equal the mesh's (v5e, v5p and v6e have one device per chip; v4's count of
-    TensorCores is checked where libtpu reports it).
+    The CPU compiler takes up to :data:`CPU_DEVICE_LIMIT` devices; a TPU topology's chip count must equal
+    the mesh's (v5e, v5p and v6e have one device per chip; v4's devices are counted where libtpu reports
+    them), and it needs libtpu.
 
     Example:
         >>> check_target(parse_target("cpu"), MeshShape(("data",), (4096,)))  # doctest: +ELLIPSIS
@@ -142,14 +145,14 @@ def check_target(target: CompileTarget, mesh: MeshShape) -> None:
         if mesh.size > CPU_DEVICE_LIMIT:
             raise WorkbenchError(
                 f"mesh {mesh} has {mesh.size:,} devices; XLA:CPU compiles for at most {CPU_DEVICE_LIMIT:,} simulated "
-                f"devices (it fails at 8,192): verify on --mesh {fitting_mesh(mesh, CPU_DEVICE_LIMIT)} or, with "
-                "libtpu, against a TPU topology (--verify tpu:v5p:16x16x16 has 4,096 chips)"
+                f"devices (it fails at 8,192): verify on --mesh {fitting_mesh(mesh, CPU_DEVICE_LIMIT)}, or against a "
+                "TPU topology of as many chips with libtpu (e.g. --verify tpu:v5p:16x16x16 has 4,096)"
             )
         return
-    if not libtpu_installed():
-        raise WorkbenchError(INSTALL_LIBTPU)
     if target.generation != "v4" and target.chips != mesh.size:
         raise mesh_mismatch(mesh, target, target.chips)
+    if not libtpu_installed():
+        raise WorkbenchError(INSTALL_LIBTPU)
 
 
 __all__ = [

@@ -5,8 +5,8 @@ the model code that caused each, as a plain record.
 ``as_text()``) into a :class:`CompiledStep`, JSON-able both ways so a child process can hand it back
 (:mod:`workbench.analysis.verification` compiles the step there). Its peak per device is the compiler's
 own figure when it reports one (the TPU compiler does), else arguments + outputs - aliased + temporaries,
-as MaxText counts it. XLA:CPU's ``peak_memory_in_bytes`` is arguments + outputs, leaving its temporaries
-out (measured, JAX 0.10.2): a figure below arguments + temporaries is not taken for a peak.
+as MaxText counts it. XLA:CPU's ``peak_memory_in_bytes`` is arguments + outputs, its temporaries left
+out (measured, JAX 0.10.2), so on CPU the formula is used.
 
 Example:
     >>> step = build_abstract_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
@@ -108,14 +108,17 @@ class CompiledStep:
 
     @property
     def _reports_peak(self) -> bool:
-        return bool(self.compiler_peak_bytes) and self.compiler_peak_bytes >= self.argument_bytes + self.temp_bytes
+        return bool(self.compiler_peak_bytes) and self.device_kind != "cpu"
+
+    @property
+    def summed_peak_bytes(self) -> int:
+        """:data:`PEAK_FORMULA`: what MaxText reports as a compiled step's memory per device."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
 
     @property
     def peak_bytes(self) -> int:
         """Per device: the compiler's peak if it reports one, else :data:`PEAK_FORMULA`."""
-        if self._reports_peak:
-            return self.compiler_peak_bytes
-        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+        return self.compiler_peak_bytes if self._reports_peak else self.summed_peak_bytes
 
     @property
     def peak_source(self) -> str:
@@ -131,6 +134,7 @@ class CompiledStep:
     def to_json(self) -> dict[str, Any]:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "collectives"}
         return {**fields, "devices": self.devices, "peak_bytes": self.peak_bytes, "peak_source": self.peak_source,
+                "summed_peak_bytes": self.summed_peak_bytes,
                 "collectives": [c.to_json() for c in self.collectives], "bytes_by_kind": self.bytes_by_kind()}
 
     @classmethod

@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any
 
 from ..formatting import align_columns, format_bytes, format_seconds
-from .compiled_step import CompiledStep
+from .compiled_step import PEAK_FORMULA, CompiledStep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +80,12 @@ def _shown(value: float | None, unit: str) -> str:
     return format_bytes(int(value)) if unit == "bytes" else f"{value:.3g}"
 
 
+def _peak_words(compiled: CompiledStep) -> str:
+    if compiled.peak_bytes == compiled.summed_peak_bytes:
+        return compiled.peak_source
+    return f"{compiled.peak_source} ({format_bytes(compiled.summed_peak_bytes)} as {PEAK_FORMULA})"
+
+
 def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
     """The plan's figures beside the compiler's for the same step (see the module docstring)."""
     state = plan.params_bytes + plan.opt_state_bytes
@@ -94,7 +100,7 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
         ComparedFigure("temporaries", "bytes", transients, compiled.temp_bytes,
                        "plan: gradients + activations + transient parameters"),
         ComparedFigure("peak", "bytes", plan.peak_bytes, compiled.peak_bytes,
-                       f"plan: state + gradients + transients; compiler: {compiled.peak_source}"),
+                       f"plan: state + gradients + transients; compiler: {_peak_words(compiled)}"),
         ComparedFigure("FLOPs", "FLOPs", plan.flops_per_device, compiled.flops,
                        "plan: the model's analytic count; compiler: its cost analysis"),
     ]

@@ -9,7 +9,8 @@ compiles it with ``mode.compile_step``. What comes back is a :class:`~.compiled_
 Use :func:`verify_step` to wait for it, or :func:`start_verification` to run it in the background:
 the returned :class:`VerificationJob` has ``progress``, ``done``, ``cancel()`` and ``result()`` (what a
 notebook button needs). Every wait has a time limit, and the child is killed and reaped on every way
-out: success, error, time-out, ``cancel()``, Ctrl-C, or the job being garbage collected.
+out: success, error, time-out, ``cancel()``, Ctrl-C, or the job being garbage collected. Why and what was
+measured: docs/design/compile-verification.md.
 
 Example:
     >>> config = TrainConfig(model="transformer", mode="fsdp", mesh="data=64,model=8", batch=1024,
@@ -101,6 +102,8 @@ def _child_environment(config: Any, target: CompileTarget) -> dict[str, str]:
         "WORKBENCH_COMPILATION_CACHE": "off",
         "PYTHONPATH": os.pathsep.join(p for p in [_package_root(), env.get("PYTHONPATH", "")] if p),
         "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        # libtpu locks /tmp/libtpu_lockfile for one process at a time; compiling for a topology uses no chip.
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
     })
     env.pop("JAX_NUM_CPU_DEVICES", None)
     env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\S*", "", env.get("XLA_FLAGS", "")).strip()
@@ -329,7 +332,11 @@ def verify_step(config: Any, target: Any = "cpu", *, seq_len: int | None = None,
         >>> step.devices, step.alias_bytes <= step.argument_bytes  # doctest: +SKIP
         (64, True)
     """
-    job = start_verification(config, target, seq_len=seq_len, timeout=timeout, on_progress=on_progress)
+    return _finished(start_verification(config, target, seq_len=seq_len, timeout=timeout, on_progress=on_progress))
+
+
+def _finished(job: VerificationJob) -> CompiledStep:
+    """The job's result, waited for; whatever happens while waiting, no child is left running."""
     try:
         return job.result()
     finally:
@@ -371,12 +378,7 @@ def start_plan_verification(plan: Any, verify: Any = "cpu") -> VerificationJob:
 
 def verify_plan(plan: Any, verify: Any = "cpu") -> CompiledStep:
     """Compile the step ``plan`` describes for ``verify`` (a target or VerifySettings) and wait for it."""
-    job = start_plan_verification(plan, verify)
-    try:
-        return job.result()
-    finally:
-        if not job.done:
-            job.cancel()
+    return _finished(start_plan_verification(plan, verify))
 
 
 __all__ = [
