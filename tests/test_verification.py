@@ -179,6 +179,8 @@ def test_verify_refuses_what_the_step_cannot_express():
         wb.plan_training("mlp", {}, "data=8", "fsdp", rules=[(".*", "data")], verify="cpu")
     with pytest.raises(WorkbenchError, match="'dp-pmap'.*is not one jit program.*use 'dp'"):
         build_abstract_step(TrainConfig(model="mlp", mode="dp-pmap", mesh="data=8", batch=64))
+    with pytest.raises(WorkbenchError, match="'simulated'.*is not one jit program.*use 'dp'"):
+        wb.plan_training("mlp", {}, "data=8", "simulated", verify="cpu")
     with pytest.raises(WorkbenchError, match="contradicts --verify tpu:v5e:4x4"):
         wb.plan_training("mlp", {}, "data=16", "dp", hardware="h100-nvlink", verify="tpu:v5e:4x4")
 

@@ -751,7 +751,7 @@ def plan_training(
         raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     mesh_shape = parse_mesh(mesh)  # parsed once, here; everything below takes the record
     if settings is not None:
-        _check_verifiable(settings, mesh_shape, model, rules)
+        _check_verifiable(settings, mesh_shape, mode, model, rules)
     notes = _check_mesh(mesh_shape, mode)
     custom_rules = RuleTable(rules) if rules is not None else None
     planned = _resolve_model(model, model_options, seq_len, notes)
@@ -818,10 +818,13 @@ def plan_training(
     return plan.with_compiled(verify_plan(plan, settings))
 
 
-def _check_verifiable(settings: Any, mesh: MeshShape, model: Any, rules: Any) -> None:
-    """Bad ``verify`` input, before anything is planned: the target against the mesh, your own model or rules."""
+def _check_verifiable(settings: Any, mesh: MeshShape, mode: str, model: Any, rules: Any) -> None:
+    """Bad ``verify`` input, before anything is planned: the target against the mesh, a mode that is not one
+    program, your own model or rules."""
+    from ..training.step import check_compiles_ahead
     from .compile_target import check_target
 
+    check_compiles_ahead(mode)
     check_target(settings.target, mesh)
     if not isinstance(model, str):
         raise WorkbenchError("verify compiles the workbench's own step, which cannot rebuild your module in another "

@@ -311,14 +311,18 @@ def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None 
     ``target`` in a child process; returns at once with a :class:`VerificationJob`.
 
     Bad input (an unknown target, too many CPU devices, libtpu missing, a topology whose chip count is
-    not the mesh's, a bad config) raises WorkbenchError here, before any process starts.
+    not the mesh's, a mode that is not one jit program, a bad config) raises WorkbenchError here, before
+    any process starts.
 
     Example:
         >>> job = start_verification(TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64), "cpu")  # doctest: +SKIP
         >>> job.cancel()  # doctest: +SKIP
     """
+    from ..training.step import check_compiles_ahead
+
     settings = VerifySettings(target, timeout, on_progress)
     config = config.checked()
+    check_compiles_ahead(config.mode)
     check_target(settings.target, config.mesh_shape)
     return VerificationJob(config, settings.target, seq_len, settings.timeout, settings.on_progress)
 

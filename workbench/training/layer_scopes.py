@@ -71,7 +71,7 @@ def name_layers(model: nnx.Module) -> nnx.Module:
         object.__setattr__(node, _NAME_ATTRIBUTE, "/".join(map(str, path[parent:])))  # plain data, not a Variable
         try:
             node.__class__ = _named_class(type(node))
-        except TypeError:  # a class with __slots__ or another layout: left unnamed, still correct
+        except Exception:  # noqa: BLE001 - a class that cannot be subclassed or swapped: left unnamed, still correct
             pass
     return model
 

@@ -28,7 +28,7 @@ from .data import Dataset, load_dataset
 from .layer_scopes import module_paths
 from .models import abstract_batch, model_class, model_config, model_config_for_data
 from .modes import ParallelMode, StepPlan, build_mode, mode_class, mesh_fit
-from .modes.base import training_mesh
+from .modes.base import ShardedJitMode, training_mesh
 from .modes.core import LossFn, TrainState, init_state
 
 
@@ -172,6 +172,17 @@ class AbstractStep:
         return self.mode.compile_step(self.state, self.batch)
 
 
+def check_compiles_ahead(mode: str) -> None:
+    """WorkbenchError unless mode ``mode`` is one jit program over a mesh, whose step can be compiled ahead
+    of time for abstract inputs (``simulated`` loops in Python, ``dp-pmap`` maps over local devices)."""
+    cls = mode_class(mode)
+    if not issubclass(cls, ShardedJitMode):
+        raise WorkbenchError(
+            f"mode {mode!r} ({cls.summary}) is not one jit program over a mesh, so its step cannot be compiled "
+            "ahead of time: use 'dp' for the same data parallelism"
+        )
+
+
 def _with_shardings(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
                         tree, shardings)
@@ -194,6 +205,7 @@ def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devi
         ((64, 64), PartitionSpec('data',))
     """
     config = config.checked()
+    check_compiles_ahead(config.mode)
     devices = tuple(devices) if devices is not None else None
     check_mesh_for_training(config, devices)
     model_cfg = model_config(config.model, **config.model_options)
@@ -201,15 +213,13 @@ def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devi
     optimizer = make_optimizer(config.optimizer, config.lr)
     graphdef, state = jax.eval_shape(lambda: init_state(model_cfg.build(seed=config.seed), optimizer))
     mode = _mode(config, graphdef, state, loss, tp_rules, optimizer, None, devices)
-    if not hasattr(mode, "state_shardings"):
-        raise WorkbenchError(
-            f"mode {mode.name!r} ({mode.summary}) is not one jit program over a mesh, so its step cannot be "
-            "compiled ahead of time: use 'dp' for the same data parallelism"
-        )
     batch = abstract_batch(model_cfg, config.batch, seq_len)
     batch = _with_shardings(batch, {name: mode.batch_sharding(leaf) for name, leaf in batch.items()})
     layers = tuple(module_paths(nnx.merge(graphdef, state.params, state.other)))
     return AbstractStep(config, mode, _with_shardings(state, mode.state_shardings(state)), batch, layers)
 
 
-__all__ = ["AbstractStep", "BuiltStep", "CustomModel", "build_abstract_step", "build_step", "check_mesh_for_training"]
+__all__ = [
+    "AbstractStep", "BuiltStep", "CustomModel", "build_abstract_step", "build_step", "check_compiles_ahead",
+    "check_mesh_for_training",
+]
