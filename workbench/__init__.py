@@ -37,6 +37,14 @@ from .analysis.reference_check import CheckReport as CheckReport
 from .analysis.reference_check import reference_check as reference_check
 from .analysis.reference_check import run_check as run_check
 from .analysis.step_ledger import ledger_for_config as ledger_for_config
+from .analysis.compiled_step import CompiledStep as CompiledStep
+from .analysis.plan_comparison import PlanComparison as PlanComparison
+from .analysis.verification import VerificationJob as VerificationJob
+from .analysis.verification import VerifySettings as VerifySettings
+from .analysis.verification import start_plan_verification as start_plan_verification
+from .analysis.verification import start_verification as start_verification
+from .analysis.verification import verify_plan as verify_plan
+from .analysis.verification import verify_step as verify_step
 from .views.colors import OKABE_ITO as OKABE_ITO
 from .views.colors import device_color as device_color
 from .views.colors import text_color_for as text_color_for
@@ -65,6 +73,7 @@ from .errors import RuleError as RuleError
 from .errors import RunError as RunError
 from .errors import ShapeError as ShapeError
 from .errors import SpecError as SpecError
+from .errors import VerificationError as VerificationError
 from .errors import WorkbenchError as WorkbenchError
 from .formatting import align_columns as align_columns
 from .formatting import format_bytes as format_bytes
@@ -120,7 +129,9 @@ from .layout.specs import validate_spec as validate_spec
 from .training.config import OPTIMIZERS as OPTIMIZERS
 from .training.config import TrainConfig as TrainConfig
 from .training.config import make_optimizer as make_optimizer
+from .training.step import AbstractStep as AbstractStep
 from .training.step import BuiltStep as BuiltStep
+from .training.step import build_abstract_step as build_abstract_step
 from .training.step import CustomModel as CustomModel
 from .training.step import build_step as build_step
 from .training.sync_diagnostics import SyncReport as SyncReport

@@ -63,6 +63,25 @@ def _accelerator_requested() -> bool:
     return bool(platforms) and "cpu" not in platforms.split(",")
 
 
+def _libtpu_without_accelerators() -> bool:
+    """libtpu is installed (the ``tpu`` extra, for compiling against TPU topologies) on a machine with no TPU
+    chip and no GPU, and JAX was left to pick its platforms: it would start libtpu anyway, which prints a
+    screenful of warnings about hostnames and accelerator types before falling back to the CPU."""
+    import importlib.util
+
+    if os.environ.get("JAX_PLATFORMS", "").strip():
+        return False
+    try:
+        if importlib.util.find_spec("libtpu") is None:
+            return False
+        from jax._src import hardware_utils  # what JAX itself asks before starting libtpu's cloud set-up
+
+        return (hardware_utils.num_available_tpu_chips_and_device_id()[0] == 0
+                and not hardware_utils.has_visible_nvidia_gpu() and not hardware_utils.num_available_amd_gpus(1))
+    except Exception:  # noqa: BLE001 - another JAX layout: leave JAX's own choice alone
+        return False
+
+
 def configure_cpu_devices() -> DeviceSetup:
     """Ask JAX for simulated CPU devices, if JAX has not started yet. Called by ``import workbench``.
 
@@ -79,6 +98,11 @@ def configure_cpu_devices() -> DeviceSetup:
     import jax
 
     requested = _requested_count()
+    if _libtpu_without_accelerators():
+        try:
+            jax.config.update("jax_platforms", "cpu")  # the CPU is all there is: don't start libtpu
+        except RuntimeError:
+            pass
     if _accelerator_requested():
         _setup = DeviceSetup(None, False, "JAX_PLATFORMS names an accelerator: left alone")
     elif requested is None:

@@ -37,6 +37,11 @@ class GradientSyncError(WorkbenchError):
     or gradients that JAX already summed across devices)."""
 
 
+class VerificationError(WorkbenchError):
+    """A step that could not be compiled to check a plan: the compiler failed or ran out of memory, its
+    process died, ran out of time or was cancelled."""
+
+
 class RunError(WorkbenchError):
     """A training run on disk that cannot be written, found or read (bad name, non-JSON value, garbled file)."""
 

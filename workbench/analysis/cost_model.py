@@ -75,6 +75,18 @@ HARDWARE: dict[str, Hardware] = {
             "(the 'How to Scale Your Model' book: 1e11 B/s one-way per link). Latency ~1 us per hop: rough.",
         ),
         Hardware(
+            "tpu-v4", 275e12, 32 * GiB, 45e9, 1e-6,
+            "Google Cloud TPU v4 docs (cloud.google.com/tpu/docs/v4): 275 TFLOP/s bf16 per chip, 32 GiB HBM2, 6 ICI "
+            "ports (3-D torus); 45 GB/s per link one way from the 'How to Scale Your Model' book's table (ICI "
+            "4.5e10 B/s one-way per link). Latency ~1 us per hop: rough.",
+        ),
+        Hardware(
+            "tpu-v6e", 918e12, 32 * GiB, 100e9, 1e-6,
+            "Google Cloud TPU v6e docs (cloud.google.com/tpu/docs/v6e): 918 TFLOP/s bf16 per chip, 32 GB HBM, "
+            "800 GB/s bidirectional ICI per chip over 4 ports (2-D torus), i.e. 100 GB/s per link one way. "
+            "Latency ~1 us per hop: rough.",
+        ),
+        Hardware(
             "h100-nvlink", 989e12, 80 * GiB, 450e9, 3e-6,
             "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense bf16 (1,979 with sparsity), 80 GB HBM3; NVLink 4 at "
             "900 GB/s bidirectional per GPU (18 links) through NVSwitch, i.e. 450 GB/s per direction. Latency "

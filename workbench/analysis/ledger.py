@@ -479,6 +479,77 @@ def _whole_arrays(op: _Op, kind: str, is_start: bool, group_size: int, shapes: d
     return _arrays(elements[0])  # other -start ops return (operands, outputs, context...)
 
 
+@dataclasses.dataclass(frozen=True)
+class CollectiveOp:
+    """One collective instruction of a compiled program, before grouping into :class:`Collective` rows.
+
+    Attributes:
+        name: the instruction's HLO name, e.g. ``"all-reduce.51"``.
+        kind, bytes, axes, dtype, shapes, group_size: as in :class:`Collective`.
+        times: how often it runs per execution of the program (loop trip counts multiplied).
+        metadata: the raw ``metadata={...}`` text of each array it carries: a tuple-shaped collective
+            the compiler combined from several has one per element (read from its ``get-tuple-element``
+            users, which keep the original operations' metadata), any other has its own one.
+    """
+
+    name: str
+    kind: str
+    bytes: int
+    axes: tuple[str, ...]
+    dtype: str
+    shapes: tuple[tuple[int, ...], ...]
+    group_size: int
+    times: int
+    metadata: tuple[str, ...] = ()
+
+
+def _element_metadata(ops: Sequence[_Op]) -> dict[str, dict[int, str]]:
+    """collective name -> {tuple index: metadata text} from its ``get-tuple-element`` users."""
+    out: dict[str, dict[int, str]] = {}
+    for op in ops:
+        if op.opcode != "get-tuple-element":
+            continue
+        index, metadata = _attr(op.attrs, "index"), _attr(op.attrs, "metadata")
+        source = op.operands.rsplit("%", 1)[-1].split()[-1] if op.operands.strip() else ""
+        if index is not None and index.isdigit() and metadata:
+            out.setdefault(source, {})[int(index)] = metadata
+    return out
+
+
+def collective_ops(hlo_text: str, mesh: Any = None) -> list[CollectiveOp]:
+    """Every collective instruction in optimised HLO text, in program order (see :func:`collectives_from_hlo`).
+
+    Example:
+        >>> line = "%ar = f32[64,128]{1,0} all-reduce(%g), replica_groups={{0,2},{1,3}}, to_apply=%add"
+        >>> [(op.name, op.kind, op.axes, op.times) for op in collective_ops(line, "data=2,model=2")]
+        [('ar', 'all-reduce', ('data',), 1)]
+    """
+    ops, entry, header = _parse_module(hlo_text)
+    times = _multipliers(ops, entry)
+    shapes = {op.name: op.shape for op in ops}
+    elements = _element_metadata(ops)
+    mesh_size = parse_mesh(mesh).size if mesh is not None else None
+    found = []
+    for op in ops:
+        if op.opcode not in _OPCODES:
+            continue
+        kind, is_start = _OPCODES[op.opcode]
+        if kind == "collective-permute":  # each pair is a "group": the axes are those a pair crosses
+            groups = _permute_pairs(op)
+            group_size = len({device for pair in groups for device in pair}) or 1
+        else:
+            groups = _device_groups(op, kind, header, mesh_size)
+            group_size = max(len(g) for g in groups)
+        arrays = _whole_arrays(op, kind, is_start, group_size, shapes)
+        dtype = "+".join(sorted({numpy_dtype_name(d) for d, _ in arrays})) or "none"
+        per_element = elements.get(op.name, {})
+        own = _attr(op.attrs, "metadata")
+        metadata = tuple(per_element[i] for i in sorted(per_element)) if per_element else ((own,) if own else ())
+        found.append(CollectiveOp(op.name, kind, _nbytes(arrays), _axes_spanned(groups, mesh), dtype,
+                                  tuple(dims for _, dims in arrays), group_size, times.get(op.computation, 1), metadata))
+    return found
+
+
 def collectives_from_hlo(hlo_text: str, mesh: Any = None) -> list[Collective]:
     """Every collective in optimised HLO text, grouped by (kind, axes, bytes, dtype, shapes) with counts.
 
@@ -496,25 +567,10 @@ def collectives_from_hlo(hlo_text: str, mesh: Any = None) -> list[Collective]:
         >>> [(c.kind, c.bytes, c.axes, c.count) for c in collectives_from_hlo(line, "data=2,model=2")]
         [('all-reduce', 32768, ('data',), 1)]
     """
-    ops, entry, header = _parse_module(hlo_text)
-    times = _multipliers(ops, entry)
-    shapes = {op.name: op.shape for op in ops}
-    mesh_size = parse_mesh(mesh).size if mesh is not None else None
     counts: dict[tuple, int] = {}
-    for op in ops:
-        if op.opcode not in _OPCODES:
-            continue
-        kind, is_start = _OPCODES[op.opcode]
-        if kind == "collective-permute":  # each pair is a "group": the axes are those a pair crosses
-            groups = _permute_pairs(op)
-            group_size = len({device for pair in groups for device in pair}) or 1
-        else:
-            groups = _device_groups(op, kind, header, mesh_size)
-            group_size = max(len(g) for g in groups)
-        arrays = _whole_arrays(op, kind, is_start, group_size, shapes)
-        dtype = "+".join(sorted({numpy_dtype_name(d) for d, _ in arrays})) or "none"
-        key = (kind, _axes_spanned(groups, mesh), _nbytes(arrays), dtype, tuple(dims for _, dims in arrays), group_size)
-        counts[key] = counts.get(key, 0) + times.get(op.computation, 1)
+    for op in collective_ops(hlo_text, mesh):
+        key = (op.kind, op.axes, op.bytes, op.dtype, op.shapes, op.group_size)
+        counts[key] = counts.get(key, 0) + op.times
     rows = [Collective(k, b, axes, n, dtype, shp, size) for (k, axes, b, dtype, shp, size), n in counts.items()]
     return sorted(rows, key=lambda c: (KINDS.index(c.kind), -c.bytes, c.axes, c.shapes))
 
@@ -680,7 +736,8 @@ def ledger_table(ledger: CommLedger) -> str:
 
 
 __all__ = [
-    "KINDS", "MEMORY_LABEL", "PREDICTION_LABEL", "Collective", "CommLedger", "collectives_from_hlo",
+    "KINDS", "MEMORY_LABEL", "PREDICTION_LABEL", "Collective", "CollectiveOp", "CommLedger", "collective_ops",
+    "collectives_from_hlo",
     "compare_with_theory", "element_bits", "float_param_bytes", "ledger_for_mode", "ledger_table",
     "memory_figures", "numpy_dtype_name", "theoretical_collectives",
 ]

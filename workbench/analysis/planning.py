@@ -147,6 +147,19 @@ class TrainingPlan:
     compute_bound: ComputeBoundTest | None
     notes: tuple[str, ...]
     warnings: tuple[LayoutWarning, ...] = ()
+    compiled: Any = None  # the compiler's CompiledStep of the same step, when verified
+
+    def with_compiled(self, compiled: Any) -> "TrainingPlan":
+        """This plan with the compiler's figures for its step attached (a :class:`~.compiled_step.CompiledStep`
+        from :func:`~.verification.verify_plan` or a :class:`~.verification.VerificationJob`)."""
+        return dataclasses.replace(self, compiled=compiled)
+
+    @property
+    def comparison(self):
+        """The analytic figures beside the compiler's (:class:`~.plan_comparison.PlanComparison`); None unverified."""
+        from .plan_comparison import compare_plan
+
+        return None if self.compiled is None else compare_plan(self, self.compiled)
 
     @property
     def params_bytes(self) -> int:
@@ -264,6 +277,7 @@ class TrainingPlan:
             "replicated_leaves": len(self.params_layout.replicated_leaves),
             "warnings": [w.to_json() for w in self.warnings],
             "notes": list(self.notes),
+            "compiler": None if self.compiled is None else self.comparison.to_json(),
         }
 
     def to_text(self, *, with_code: bool = True) -> str:
@@ -273,6 +287,8 @@ class TrainingPlan:
             lines += ["", "layout warnings"] + [lint_text(list(self.warnings))]
         if self.notes:
             lines += ["", "notes"] + [f"  - {note}" for note in self.notes]
+        if self.compiled is not None:
+            lines += ["", self.comparison.to_text()]
         if with_code:
             lines += ["", self.rules_code()]
         return "\n".join(lines)
@@ -694,7 +710,7 @@ def plan_training(
     mesh: Any,
     mode: str,
     optimizer: str = "adamw",
-    hardware: str | Hardware = "tpu-v5p",
+    hardware: str | Hardware | None = None,
     device_memory: int | str | None = None,
     global_batch: int | None = None,
     seq_len: int | None = None,
@@ -702,6 +718,7 @@ def plan_training(
     utilisation: float = DEFAULT_UTILISATION,
     rules: Any = None,
     lint_min_bytes: int = DEFAULT_MIN_BYTES,
+    verify: Any = None,
 ) -> TrainingPlan:
     """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
 
@@ -718,7 +735,8 @@ def plan_training(
         mesh: e.g. ``"data=64,model=8"``.
         mode: a parallel mode (see :data:`workbench.training.modes.MODES`).
         optimizer: ``sgd``, ``adam`` or ``adamw`` (what its state holds is read from optax itself).
-        hardware: a preset name of :data:`workbench.analysis.cost_model.HARDWARE` or a ``Hardware``.
+        hardware: a preset name of :data:`workbench.analysis.cost_model.HARDWARE` or a ``Hardware``;
+            default ``tpu-v5p``, or the preset of the TPU topology ``verify`` names.
         device_memory: bytes per device (or text like ``"16GiB"``); default: the hardware's memory.
         global_batch: examples (sequences) per step over all devices; default
             ``DEFAULT_EXAMPLES_PER_REPLICA`` (16) per data-parallel replica.
@@ -730,6 +748,11 @@ def plan_training(
             spec does not fit is planned replicated and reported in ``warnings``, with every other.
         lint_min_bytes: the smallest replicated leaf the layout linter warns about
             (:func:`~workbench.layout.lint.lint_layout`).
+        verify: also compile the real step for this mesh and attach the compiler's figures (``compiled``,
+            ``comparison``): ``"cpu"`` (simulated CPU devices, up to 2048) or ``"tpu:v5p:8x8x8"`` (any
+            topology libtpu knows; needs the ``tpu`` extra), or :class:`~.verification.VerifySettings`
+            for a time limit and progress messages. Registered models only, without ``rules``; see
+            :mod:`workbench.analysis.verification` to run it in the background.
 
     Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
 
@@ -743,13 +766,18 @@ def plan_training(
     from ..training.modes import PRECISIONS, mode_class
     from ..training.modes.base import placement_argument
 
-    hw = lookup_hardware(hardware)
+    from .verification import planned_hardware, verify_settings
+
+    settings = None if verify is None else verify_settings(verify)
+    hw = lookup_hardware(planned_hardware(hardware, settings))
     memory = hw.memory_bytes if device_memory is None else parse_byte_size(device_memory)
     compute_time(0.0, hw, utilisation)  # checks utilisation now, not when the plan is printed
     declared = mode_class(mode)  # unknown mode: the modes' own message, listing them
     if precision not in PRECISIONS:
         raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     mesh_shape = parse_mesh(mesh)  # parsed once, here; everything below takes the record
+    if settings is not None:
+        _check_verifiable(settings, mesh_shape, mode, model, rules)
     notes = _check_mesh(mesh_shape, mode)
     custom_rules = RuleTable(rules) if rules is not None else None
     planned = _resolve_model(model, model_options, seq_len, notes)
@@ -801,7 +829,7 @@ def plan_training(
     transient = _transient_params_bytes(declared, params_layout, precision, notes)
     notes.append(_assumption_note(precision, utilisation))
 
-    return TrainingPlan(
+    plan = TrainingPlan(
         model=planned.name, model_options=planned.options, mesh=mesh_shape, mode=mode, optimizer=optimizer,
         precision=precision, hardware=hw, device_memory=memory, utilisation=utilisation, params=n_params,
         global_batch=batch, seq_len=seq_len, data_parallel_size=data_size, examples_per_device=examples,
@@ -809,6 +837,27 @@ def plan_training(
         activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
         collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
     )
+    if settings is None:
+        return plan
+    from .verification import verify_plan
+
+    return plan.with_compiled(verify_plan(plan, settings))
+
+
+def _check_verifiable(settings: Any, mesh: MeshShape, mode: str, model: Any, rules: Any) -> None:
+    """Bad ``verify`` input, before anything is planned: the target against the mesh, a mode that is not one
+    program, your own model or rules."""
+    from ..training.step import check_compiles_ahead
+    from .compile_target import check_target
+
+    check_compiles_ahead(mode)
+    check_target(settings.target, mesh)
+    if not isinstance(model, str):
+        raise WorkbenchError("verify compiles the workbench's own step, which cannot rebuild your module in another "
+                             "process: verify a registered model of similar size, or drop verify")
+    if rules is not None:
+        raise WorkbenchError("verify compiles the mode's own layout, not your rule table: drop rules to verify, or "
+                             "drop verify to plan your table")
 
 __all__ = [
     "DEFAULT_EXAMPLES_PER_REPLICA", "PlannedCollective", "TrainingPlan", "parse_byte_size", "plan_training",

@@ -5,8 +5,11 @@ it fits the chip's memory, the collectives a step runs with their ring-model tim
 and the layout as a ``(regex, PartitionSpec)`` table to paste into a training script. Nothing is
 allocated and no accelerator is needed: a 512-chip plan of a 1B-parameter model takes well under 2 s.
 
+``--verify cpu`` (or ``--verify tpu:v5p:8x8x8``, with the ``tpu`` extra) also compiles the real step for
+the mesh in a child process and prints the compiler's figures beside the plan's (``compiler`` in the JSON).
+
 With ``--json`` stdout holds exactly one JSON object (see :meth:`workbench.analysis.planning.TrainingPlan.to_json`).
-Bad input prints one line ``error: ...`` on stderr and exits with status 2.
+Bad input, or a step that cannot be compiled, prints one line ``error: ...`` on stderr and exits with status 2.
 
 Example:
     $ workbench plan --model transformer --config d_model=2048,n_layers=24,n_heads=16,vocab=32000 \\
@@ -18,8 +21,9 @@ from __future__ import annotations
 
 import json
 import pathlib
+import sys
 
-from .exit_codes import EXIT_OK
+from .exit_codes import EXIT_INTERRUPTED, EXIT_OK
 
 
 def add_plan_parser(commands) -> None:
@@ -41,7 +45,8 @@ def add_plan_parser(commands) -> None:
     plan.add_argument("--mesh", required=True, help="axes as name=size, e.g. data=64,model=8")
     plan.add_argument("--mode", required=True, choices=MODES, help="the parallel mode, e.g. fsdp")
     plan.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw")
-    plan.add_argument("--hardware", default="tpu-v5p", help=f"one of {', '.join(HARDWARE_NAMES)} (default tpu-v5p)")
+    plan.add_argument("--hardware", default=None,
+                      help=f"one of {', '.join(HARDWARE_NAMES)} (default tpu-v5p, or the --verify topology's)")
     plan.add_argument("--device-memory", default=None, help="memory per device, e.g. 16GiB, 80GB (default: the hardware's)")
     plan.add_argument("--batch", type=int, default=None,
                       help="global batch in examples/sequences (default 16 per data-parallel replica)")
@@ -51,6 +56,10 @@ def add_plan_parser(commands) -> None:
                       help=f"assumed fraction of peak FLOP/s reached, MFU (default {DEFAULT_UTILISATION})")
     plan.add_argument("--rules", default=None, metavar="FILE",
                       help="your own rule table instead of the mode's layout: a text file of 'regex => spec' lines")
+    plan.add_argument("--verify", default=None, metavar="TARGET",
+                      help="also compile the real step for the mesh and show the compiler's figures beside the plan's: "
+                      "cpu (simulated devices, up to 2048) or tpu:<generation>:<shape>, e.g. tpu:v5p:8x8x8 "
+                      "(needs pip install -e '.[tpu]')")
     plan.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
@@ -69,20 +78,33 @@ def plan_command(args) -> int:
     """Run ``workbench plan``; WorkbenchError propagates to ``cli.main`` (one line, status 2)."""
     from ..training.models import parse_model_options
     from ..analysis.planning import plan_training
+    from ..analysis.verification import VerifySettings
 
-    plan = plan_training(
-        args.model,
-        parse_model_options(args.config, args.model),
-        args.mesh,
-        args.mode,
-        optimizer=args.optimizer,
-        hardware=args.hardware,
-        device_memory=args.device_memory,
-        global_batch=args.batch,
-        seq_len=args.seq_len,
-        precision=args.precision,
-        utilisation=args.utilisation,
-        rules=_read_rules(args.rules) if args.rules else None,
-    )
+    verify = None
+    if args.verify is not None:  # progress on stderr when a person watches; stdout stays the plan alone
+        verify = VerifySettings(args.verify, on_progress=_progress_line if sys.stderr.isatty() else None)
+    try:
+        plan = plan_training(
+            args.model,
+            parse_model_options(args.config, args.model),
+            args.mesh,
+            args.mode,
+            optimizer=args.optimizer,
+            hardware=args.hardware,
+            device_memory=args.device_memory,
+            global_batch=args.batch,
+            seq_len=args.seq_len,
+            precision=args.precision,
+            utilisation=args.utilisation,
+            rules=_read_rules(args.rules) if args.rules else None,
+            verify=verify,
+        )
+    except KeyboardInterrupt:  # the child compiling the step was stopped on the way out
+        print("interrupted: the compile was stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(json.dumps(plan.to_json()) if args.json else plan.to_text())
     return EXIT_OK
+
+
+def _progress_line(text: str) -> None:
+    print(f"verify: {text}", file=sys.stderr, flush=True)

@@ -135,6 +135,11 @@ class RegisteredModel(nnx.Module):
         """Fills derived defaults and checks options against each other (types are checked before)."""
         return options
 
+    @classmethod
+    def example_shapes(cls, options: dict[str, Any], seq_len: int | None = None) -> tuple[tuple, tuple]:
+        """One example's ``x`` and ``y`` shapes as its data set's batches hold them (resolved ``options``)."""
+        raise NotImplementedError
+
 
 class LinearRegression(RegisteredModel):
     """``y = x W + b``. A single layer has no partner to pair a split with: no tensor-parallel rules."""
@@ -146,6 +151,10 @@ class LinearRegression(RegisteredModel):
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
         return {"in_features": math.prod(dataset.input_shape), "out_features": math.prod(dataset.target_shape) or 1}
+
+    @classmethod
+    def example_shapes(cls, options: dict[str, Any], seq_len: int | None = None) -> tuple[tuple, tuple]:
+        return (options["in_features"],), (options["out_features"],)
 
     def __init__(self, *, in_features: int = 16, out_features: int = 1, use_bias: bool = True, rngs: nnx.Rngs):
         self.linear = nnx.Linear(in_features, out_features, use_bias=use_bias, rngs=rngs)
@@ -164,6 +173,10 @@ class MLPClassifier(RegisteredModel):
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
         return {"in_features": math.prod(dataset.input_shape), "num_classes": dataset.num_classes}
+
+    @classmethod
+    def example_shapes(cls, options: dict[str, Any], seq_len: int | None = None) -> tuple[tuple, tuple]:
+        return (options["in_features"],), ()
 
     def __init__(self, *, in_features: int = 64, hidden: int = 128, num_classes: int = 10, rngs: nnx.Rngs):
         self.hidden1 = nnx.Linear(in_features, hidden, rngs=rngs)
@@ -200,6 +213,10 @@ class CNNClassifier(RegisteredModel):
                 f"model 'cnn' needs square images; data {dataset.name!r} has inputs of shape {shape}: use mlp"
             )
         return {"image_size": side, "in_channels": channels, "num_classes": dataset.num_classes}
+
+    @classmethod
+    def example_shapes(cls, options: dict[str, Any], seq_len: int | None = None) -> tuple[tuple, tuple]:
+        return (options["image_size"] ** 2 * options["in_channels"],), ()  # flattened rows, as digits ships
 
     def __init__(self, *, image_size: int = 8, in_channels: int = 1, conv1_channels: int = 16,
                  conv2_channels: int = 32, num_classes: int = 10, rngs: nnx.Rngs):
@@ -330,6 +347,11 @@ class TransformerLM(RegisteredModel):
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
         return {"vocab": dataset.vocab_size, "max_len": dataset.input_shape[0]}
+
+    @classmethod
+    def example_shapes(cls, options: dict[str, Any], seq_len: int | None = None) -> tuple[tuple, tuple]:
+        length = options["max_len"] if seq_len is None else seq_len
+        return (length,), (length,)  # tokens, and the next token of each position
 
     def __init__(self, *, vocab: int = 256, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
                  d_ff: int | None = None, max_len: int = 128, norm_epsilon: float = 1e-5, rngs: nnx.Rngs):
@@ -524,6 +546,27 @@ def abstract_model(name: str, seed: int = 0, **overrides: Any) -> RegisteredMode
     """
     config = model_config(name, **overrides)
     return nnx.eval_shape(lambda: config.build(seed=seed))
+
+
+# What a batch of each kind of data holds: (x dtype, y dtype); every batch also has a float32 "mask".
+_BATCH_DTYPES = {"regression": ("float32", "float32"), "classification": ("float32", "int32"),
+                 "language": ("int32", "int32")}
+
+
+def abstract_batch(config: ModelConfig, examples: int, seq_len: int | None = None) -> dict[str, jax.ShapeDtypeStruct]:
+    """A batch of ``examples`` for model ``config`` as shapes (``x``, ``y``, ``mask``), without any data:
+    what its data set's batches hold, for compiling a step ahead of time.
+
+    Example:
+        >>> {k: v.shape for k, v in abstract_batch(model_config("transformer"), 8, seq_len=64).items()}
+        {'x': (8, 64), 'y': (8, 64), 'mask': (8,)}
+    """
+    cls = model_class(config.name)
+    x_shape, y_shape = cls.example_shapes(config.options, seq_len)
+    x_dtype, y_dtype = _BATCH_DTYPES[cls.DATA_KIND]
+    return {"x": jax.ShapeDtypeStruct((examples, *x_shape), x_dtype),
+            "y": jax.ShapeDtypeStruct((examples, *y_shape), y_dtype),
+            "mask": jax.ShapeDtypeStruct((examples,), "float32")}
 
 
 def param_count(model: nnx.Module) -> int:

@@ -3,7 +3,8 @@ state and the parallel mode, checked before anything compiles.
 
 The trainer, the reference check, the communication ledger and the CLI all call :func:`build_step`, so
 what is checked or compiled is exactly what is trained: the same accumulation, precision, data and
-model options, faults and custom model.
+model options, faults and custom model. :func:`build_abstract_step` builds the same step with nothing
+allocated and no data read, for compiling it ahead of time for a mesh larger than the machine.
 
 Example:
     >>> built = build_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
@@ -24,9 +25,10 @@ from flax import nnx
 from ..errors import MeshError, WorkbenchError
 from .config import TrainConfig, make_optimizer
 from .data import Dataset, load_dataset
-from .models import model_class, model_config, model_config_for_data
+from .layer_scopes import module_paths
+from .models import abstract_batch, model_class, model_config, model_config_for_data
 from .modes import ParallelMode, StepPlan, build_mode, mode_class, mesh_fit
-from .modes.base import training_mesh
+from .modes.base import ShardedJitMode, training_mesh
 from .modes.core import LossFn, TrainState, init_state
 
 
@@ -76,13 +78,14 @@ class BuiltStep:
         return list(itertools.islice(self.train_batches(self.config.seed), count))
 
 
-def check_mesh_for_training(config: TrainConfig) -> None:
-    """The mode x mesh verdict and the device count, before any data or model is loaded."""
+def check_mesh_for_training(config: TrainConfig, devices: Any = None) -> None:
+    """The mode x mesh verdict and the device count (of ``devices``, else the local ones), before any
+    data or model is loaded."""
     fit = mesh_fit(config.mode, config.mesh)
     if not fit.ok:
         raise MeshError(fit.message)
     if not mode_class(config.mode).one_device:
-        training_mesh(fit.mesh)  # a mesh larger than the machine: says how to get the devices
+        training_mesh(fit.mesh, devices)  # a mesh larger than the machine: says how to get the devices
 
 
 def _data(config: TrainConfig, custom: CustomModel | None):
@@ -125,18 +128,98 @@ def build_step(
     else:
         model_cfg = model_cfg or model_config(config.model, **config.model_options)
         model = model_cfg.build(seed=config.seed)
-        loss, tp_rules = type(model).loss, tuple(model_class(model_cfg.name).tensor_parallel_rules())
+        loss, tp_rules = _registered_loss_and_rules(model_cfg)
         options = model_cfg.options
     optimizer = make_optimizer(config.optimizer, config.lr)
     graphdef, state = init_state(model, optimizer)
+    mode = _mode(config, graphdef, state, loss, tp_rules, optimizer, modes)
+    return BuiltStep(config, mode, state, model, loss, train, evaluate, dataset, options)
+
+
+def _registered_loss_and_rules(model_cfg) -> tuple[LossFn, tuple]:
+    cls = model_class(model_cfg.name)
+    return cls.loss, tuple(cls.tensor_parallel_rules())
+
+
+def _mode(config: TrainConfig, graphdef: Any, state: TrainState, loss: LossFn, tp_rules: tuple, optimizer: Any,
+          modes: dict | None, devices: tuple | None = None) -> ParallelMode:
+    """The built mode for this step, reused from ``modes`` when nothing that decides its program changed."""
     key = (config.mode, config.mesh, config.batch, config.accum, config.precision, config.optimizer, config.faults,
-           str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules)
+           str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules, devices)
     modes = {} if modes is None else modes
     if key not in modes:
         plan = StepPlan(graphdef, loss, optimizer, config.mesh, config.batch, config.accum, config.precision,
-                        tp_rules, config.faults)
+                        tp_rules, config.faults, devices)
         modes[key] = build_mode(config.mode, plan)
-    return BuiltStep(config, modes[key], state, model, loss, train, evaluate, dataset, options)
+    return modes[key]
 
 
-__all__ = ["BuiltStep", "CustomModel", "build_step", "check_mesh_for_training"]
+@dataclasses.dataclass(frozen=True, eq=False)
+class AbstractStep:
+    """What :func:`build_abstract_step` made: the checked ``config``, the built ``mode`` (its mesh over the
+    devices asked for), and the ``state`` and ``batch`` as ``jax.ShapeDtypeStruct`` leaves carrying the
+    mode's shardings: nothing allocated. ``layers`` lists the model's submodule paths (``blocks/3/mlp``)."""
+
+    config: TrainConfig
+    mode: ParallelMode
+    state: TrainState
+    batch: dict[str, jax.ShapeDtypeStruct]
+    layers: tuple[str, ...]
+
+    def compile(self):
+        """The mode's step compiled for these shapes and shardings (``mode.compile_step``): a
+        ``jax.stages.Compiled``, never run. Modes that run several programs per step raise WorkbenchError."""
+        return self.mode.compile_step(self.state, self.batch)
+
+
+def check_compiles_ahead(mode: str) -> None:
+    """WorkbenchError unless mode ``mode`` is one jit program over a mesh, whose step can be compiled ahead
+    of time for abstract inputs (``simulated`` loops in Python, ``dp-pmap`` maps over local devices)."""
+    cls = mode_class(mode)
+    if not issubclass(cls, ShardedJitMode):
+        raise WorkbenchError(
+            f"mode {mode!r} ({cls.summary}) is not one jit program over a mesh, so its step cannot be compiled "
+            "ahead of time: use 'dp' for the same data parallelism"
+        )
+
+
+def _with_shardings(tree: Any, shardings: Any) -> Any:
+    return jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
+                        tree, shardings)
+
+
+def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devices: Any = None) -> AbstractStep:
+    """The step :func:`build_step` builds for ``config`` (a registered model), with nothing allocated and no
+    data read: parameters and optimizer state come from ``jax.eval_shape``, the batch is
+    ``config.batch`` examples of the shapes the model's data holds (``seq_len`` tokens for the
+    transformer; default its ``max_len``), all laid out as the mode lays them out.
+
+    Args:
+        config: the run's settings; ``data`` is not read.
+        seq_len: tokens per sequence (language models only).
+        devices: the devices of the mesh, in mesh order (e.g. a TPU topology's); default the local ones.
+
+    Example:
+        >>> step = build_abstract_step(TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64))
+        >>> step.batch["x"].shape, step.batch["x"].sharding.spec
+        ((64, 64), PartitionSpec('data',))
+    """
+    config = config.checked()
+    check_compiles_ahead(config.mode)
+    devices = tuple(devices) if devices is not None else None
+    check_mesh_for_training(config, devices)
+    model_cfg = model_config(config.model, **config.model_options)
+    loss, tp_rules = _registered_loss_and_rules(model_cfg)
+    optimizer = make_optimizer(config.optimizer, config.lr)
+    graphdef, state = jax.eval_shape(lambda: init_state(model_cfg.build(seed=config.seed), optimizer))
+    mode = _mode(config, graphdef, state, loss, tp_rules, optimizer, None, devices)
+    batch = abstract_batch(model_cfg, config.batch, seq_len)
+    batch = _with_shardings(batch, {name: mode.batch_sharding(leaf) for name, leaf in batch.items()})
+    layers = tuple(module_paths(nnx.merge(graphdef, state.params, state.other)))
+    return AbstractStep(config, mode, _with_shardings(state, mode.state_shardings(state)), batch, layers)
+
+
+__all__ = [
+    "AbstractStep", "BuiltStep", "CustomModel", "build_abstract_step", "build_step", "check_compiles_ahead",
+    "check_mesh_for_training",
+]

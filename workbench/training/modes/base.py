@@ -50,6 +50,8 @@ class StepPlan:
         precision: ``"fp32"`` or ``"bf16"`` (bfloat16 compute, float32 master weights).
         tp_rules: ``(regex, spec)`` pairs splitting parameters over the model axis (tensor parallelism).
         faults: teaching faults to write into the step (see :mod:`.faults`); none unless asked for.
+        devices: the devices to build the mesh over, in mesh order (e.g. a TPU topology's, to compile for
+            chips this machine does not have); None: the local devices.
     """
 
     graphdef: Any
@@ -61,6 +63,7 @@ class StepPlan:
     precision: str = "fp32"
     tp_rules: tuple = ()
     faults: tuple = ()
+    devices: tuple | None = None
 
     def __post_init__(self):
         if not isinstance(self.mesh, MeshShape):  # parsed at the boundary, once
@@ -85,12 +88,14 @@ def check_batch(plan: StepPlan, parts: int, what: str) -> None:
         )
 
 
-def training_mesh(shape: MeshShape) -> Mesh:
-    """A mesh with Auto axes over the first ``shape.size`` local devices.
+def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh:
+    """A mesh with Auto axes over the first ``shape.size`` local devices, or over ``devices`` (in mesh order).
 
     Auto, not Explicit: the compiler then chooses how to compute with sharded weights (e.g. the
     all-reduce after a row-parallel matmul), where Explicit axes refuse a sharded contraction.
     """
+    if devices is not None:
+        return build_mesh(shape, axis_types="auto", devices=list(devices))
     available = len(jax.devices())
     if shape.size > available:
         raise MeshError(
@@ -100,9 +105,10 @@ def training_mesh(shape: MeshShape) -> Mesh:
     return build_mesh(shape, axis_types="auto", devices=jax.devices()[: shape.size])
 
 
-def single_device_mesh() -> Mesh:
-    """A ``data=1`` mesh on the first device: where ``single`` and ``simulated`` compute."""
-    return build_mesh({DATA_AXIS: 1}, axis_types="auto", devices=jax.devices()[:1])
+def single_device_mesh(devices: Any = None) -> Mesh:
+    """A ``data=1`` mesh on the first device (of ``devices``, else the local ones): where ``single`` and
+    ``simulated`` compute."""
+    return build_mesh({DATA_AXIS: 1}, axis_types="auto", devices=list(devices or jax.devices())[:1])
 
 
 def step_sums(plan: StepPlan, params: Any, other: Any, batch: Any) -> dict[str, Any]:
@@ -277,7 +283,7 @@ class ShardedJitMode(ParallelMode):
         self._eval = None
 
     def build_mesh(self, plan: StepPlan) -> Mesh:
-        return training_mesh(plan.mesh)
+        return training_mesh(plan.mesh, plan.devices)
 
     def state_layout(self, state: TrainState) -> TreeLayout:
         placement = placement_argument(self.state_placement, self.plan.tp_rules)

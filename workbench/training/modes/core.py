@@ -34,6 +34,7 @@ from flax import nnx
 
 from ...errors import WorkbenchError
 from ...layout.paths import leaves_with_paths
+from ..layer_scopes import name_layers
 
 PRECISIONS = ("fp32", "bf16")
 LossFn = Callable[[nnx.Module, Mapping[str, Any]], tuple[jax.Array, dict[str, jax.Array]]]
@@ -79,7 +80,8 @@ def model_loss(graphdef: Any, loss: LossFn, precision: str, params: Any, other: 
     """``(loss, aux)`` of the model rebuilt from ``params``, computed at ``precision``."""
     if precision == "bf16":
         params, batch = _cast_floats(params, jnp.bfloat16), _cast_floats(batch, jnp.bfloat16)
-    value, aux = loss(nnx.merge(graphdef, params, other), batch)
+    model = name_layers(nnx.merge(graphdef, params, other))  # op names carry layer paths: metadata only
+    value, aux = loss(model, batch)
     return value.astype(jnp.float32), aux
 
 

@@ -31,4 +31,4 @@ class SingleDevice(ShardedJitMode):
 
     def build_mesh(self, plan: StepPlan) -> Mesh:
         # A one-device mesh keeps the code path of the other jit modes; nothing is split.
-        return single_device_mesh()
+        return single_device_mesh(plan.devices)

@@ -1,0 +1,109 @@
+"""The child process of a verification: compiles one training step for a target and reports it.
+
+Run as ``python -m workbench.analysis.compile_child`` by :mod:`workbench.analysis.verification`, which
+sets the simulated device count in the environment first (JAX fixes it when it starts). It reads one
+JSON request line on stdin, writes JSON lines on its own channel (the original stdout): ``{"progress":
+text}`` as it goes, then ``{"result": CompiledStep.to_json()}`` or ``{"error": {"type", "message"}}``.
+Everything else anything prints (libtpu's start-up noise, warnings) goes to stderr, which the parent
+keeps out of sight. It exits at once when its stdin closes: the parent went away.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory: ``VmHWM`` on Linux (``ru_maxrss`` may include the parent's)."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        import resource
+
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return maxrss if sys.platform == "darwin" else maxrss * 1024
+
+
+def _topology_devices(target, mesh) -> list:
+    """The TPU topology's devices, in an order that follows the chips' physical layout for this mesh."""
+    from jax.experimental import mesh_utils, topologies
+
+    from ..errors import WorkbenchError
+    from .compile_target import mesh_mismatch
+
+    try:
+        devices = list(topologies.get_topology_desc(platform="tpu", topology_name=target.topology).devices)
+    except Exception as error:  # noqa: BLE001 - libtpu raises a runtime error with its reason
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise WorkbenchError(f"libtpu does not accept TPU topology {target.topology!r}: {reason}; use a shape "
+                             "its generation offers, e.g. tpu:v5e:4x4, tpu:v5p:8x8x8, tpu:v4:4x4x4") from None
+    if len(devices) != mesh.size:
+        raise mesh_mismatch(mesh, target, len(devices))
+    try:  # as jax.make_mesh does on real chips: neighbouring mesh positions on neighbouring chips
+        return list(mesh_utils.create_device_mesh(mesh.sizes, devices, allow_split_physical_axes=True).flat)
+    except Exception:  # noqa: BLE001 - a shape the helper cannot map: plain order compiles the same program
+        return devices
+
+
+def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[str, Any]:
+    """Build the step ``request`` describes, compile it and return ``CompiledStep.to_json()``."""
+    from ..training.config import TrainConfig
+    from ..training.step import build_abstract_step
+    from .compile_target import parse_target
+    from .compiled_step import read_compiled_step
+
+    config = TrainConfig.from_json(request["config"])
+    target = parse_target(request["target"])
+    start = time.perf_counter()
+    devices = None
+    if target.kind == "tpu":
+        say(progress=f"starting libtpu for topology {target.topology}")
+        devices = _topology_devices(target, config.mesh_shape)
+    say(progress="tracing the model and laying out the step (nothing is allocated)")
+    step = build_abstract_step(config, seq_len=request.get("seq_len"), devices=devices)
+    built = time.perf_counter()
+    say(progress=f"compiling the step for {step.mode.mesh.size:,} {target} devices")
+    compiled = step.compile()
+    compiled_at = time.perf_counter()
+    say(progress="reading the compiled program's memory, FLOPs and collectives")
+    report = read_compiled_step(compiled, step.mode.mesh, step.layers, target=str(target),
+                                compile_seconds=compiled_at - built, build_seconds=built - start,
+                                peak_rss_bytes=peak_rss_bytes())
+    return report.to_json()
+
+
+def _exit_when_parent_goes() -> None:
+    sys.stdin.read()  # returns at EOF: the parent closed our stdin, or died
+    os._exit(3)
+
+
+def main() -> None:
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever else prints goes where the parent keeps it out of sight
+
+    def say(**message: Any) -> None:
+        channel.write(json.dumps(message) + "\n")
+
+    request = json.loads(sys.stdin.readline())
+    threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
+    try:
+        say(result=compile_request(request, say))
+    except BaseException as error:  # noqa: BLE001 - everything is reported; the parent decides what it means
+        from ..errors import WorkbenchError
+
+        kind = type(error).__name__
+        message = str(error) if isinstance(error, WorkbenchError) else f"{str(error).strip()[-4000:]}"
+        say(error={"type": kind, "message": message, "workbench": isinstance(error, WorkbenchError)})
+    channel.flush()
+    sys.stderr.flush()
+    os._exit(0)  # JAX's and libtpu's teardown adds nothing the parent needs
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The plan's analytic figures beside the compiler's, per device, with their ratio.
+
+:func:`compare_plan` lines a :class:`~workbench.TrainingPlan` up against the
+:class:`~.compiled_step.CompiledStep` of the same step: memory part by part, the peak, FLOPs, and the
+bytes each kind of collective moves. ``ratio`` is analytic / compiler (1.0: the plan is exact; below 1:
+the plan promises less than the compiler needs). A figure the plan does not model has no ratio.
+
+Example:
+    >>> plan = plan_training("mlp", {}, "data=8", "dp", hardware="cpu", verify="cpu")  # doctest: +SKIP
+    >>> [(row.figure, round(row.ratio, 2)) for row in compare_plan(plan, plan.compiled).rows][-1]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..formatting import align_columns, format_bytes, format_seconds
+from .compiled_step import PEAK_FORMULA, CompiledStep
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparedFigure:
+    """One figure both ways. ``unit`` is ``"bytes"`` or ``"FLOPs"``; ``analytic`` is None where the plan
+    does not model it; ``note`` says what each side counts."""
+
+    figure: str
+    unit: str
+    analytic: float | None
+    compiler: float | None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """analytic / compiler, None when either is missing or the compiler's is 0."""
+        if self.analytic is None or not self.compiler:
+            return None
+        return self.analytic / self.compiler
+
+    def to_json(self) -> dict[str, Any]:
+        return {"figure": self.figure, "unit": self.unit, "analytic": self.analytic, "compiler": self.compiler,
+                "ratio": self.ratio, "note": self.note}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanComparison:
+    """Rows of :class:`ComparedFigure` and the :class:`~.compiled_step.CompiledStep` they came from."""
+
+    rows: tuple[ComparedFigure, ...]
+    compiled: CompiledStep
+
+    def row(self, figure: str) -> ComparedFigure:
+        """The row called ``figure`` (e.g. ``"peak"``); KeyError naming the figures if none."""
+        for row in self.rows:
+            if row.figure == figure:
+                return row
+        raise KeyError(f"no figure {figure!r}: the rows are {', '.join(r.figure for r in self.rows)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": [row.to_json() for row in self.rows], "compiled": self.compiled.to_json()}
+
+    def to_text(self) -> str:
+        """The side-by-side table, then the compiler's collectives with the code that caused them."""
+        c = self.compiled
+        rss = f", child peak RSS {format_bytes(c.peak_rss_bytes)}" if c.peak_rss_bytes else ""
+        lines = [f"compiler     {c.target}: {c.device_kind}, {c.devices:,} devices ({c.mesh}); compiled in "
+                 f"{format_seconds(c.compile_seconds)} after {format_seconds(c.build_seconds)} of tracing{rss}"]
+        table = [[row.figure, _shown(row.analytic, row.unit), _shown(row.compiler, row.unit),
+                  "-" if row.ratio is None else f"{row.ratio:.2f}", row.note] for row in self.rows]
+        lines += ["  " + line for line in align_columns(
+            ["per device", "analytic", "compiler", "ratio", "what each side counts"], table, right=range(1, 4))]
+        lines += ["", "collectives in the compiled step (per device; the layer and code each came from)",
+                  c.collectives_text()]
+        return "\n".join(lines)
+
+
+def _shown(value: float | None, unit: str) -> str:
+    if value is None:
+        return "not modelled"
+    return format_bytes(int(value)) if unit == "bytes" else f"{value:.3g}"
+
+
+def _peak_words(compiled: CompiledStep) -> str:
+    if compiled.peak_bytes == compiled.summed_peak_bytes:
+        return compiled.peak_source
+    return f"{compiled.peak_source} ({format_bytes(compiled.summed_peak_bytes)} as {PEAK_FORMULA})"
+
+
+def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
+    """The plan's figures beside the compiler's for the same step (see the module docstring)."""
+    state = plan.params_bytes + plan.opt_state_bytes
+    transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes
+    rows = [
+        ComparedFigure("arguments", "bytes", state, compiled.argument_bytes,
+                       "plan: parameters + optimizer state; compiler: the step's inputs, the batch too"),
+        ComparedFigure("outputs", "bytes", state, compiled.output_bytes,
+                       "plan: the updated state; compiler: the step's outputs, metrics too"),
+        ComparedFigure("aliased", "bytes", None, compiled.alias_bytes,
+                       "outputs written over donated inputs (the plan does not model donation)"),
+        ComparedFigure("temporaries", "bytes", transients, compiled.temp_bytes,
+                       "plan: gradients + activations + transient parameters"),
+        ComparedFigure("peak", "bytes", plan.peak_bytes, compiled.peak_bytes,
+                       f"plan: state + gradients + transients; compiler: {_peak_words(compiled)}"),
+        ComparedFigure("FLOPs", "FLOPs", plan.flops_per_device, compiled.flops,
+                       "plan: the model's analytic count; compiler: its cost analysis"),
+    ]
+    planned: dict[str, float] = {}
+    for collective in plan.collectives:
+        planned[collective.kind] = planned.get(collective.kind, 0) + collective.bytes * collective.count
+    measured = compiled.bytes_by_kind()
+    for kind in dict.fromkeys([*planned, *measured]):
+        rows.append(ComparedFigure(f"{kind} bytes", "bytes", planned.get(kind, 0), measured.get(kind, 0),
+                                   "per step: bytes per occurrence x count"))
+    return PlanComparison(tuple(rows), compiled)
+
+
+__all__ = ["ComparedFigure", "PlanComparison", "compare_plan"]

@@ -1,0 +1,391 @@
+"""Compile the real training step for a planned mesh, in a child process, and read the compiler's figures.
+
+The device count of JAX's CPU backend is fixed when JAX starts, so the step is compiled in a child
+process (:mod:`.compile_child`) started with as many simulated CPU devices as the mesh has (up to
+:data:`~.compile_target.CPU_DEVICE_LIMIT`), or against a TPU topology through libtpu. Nothing is
+allocated: the child builds the step with :func:`~workbench.training.step.build_abstract_step` and
+compiles it with ``mode.compile_step``. What comes back is a :class:`~.compiled_step.CompiledStep`.
+
+Use :func:`verify_step` to wait for it, or :func:`start_verification` to run it in the background:
+the returned :class:`VerificationJob` has ``progress``, ``done``, ``cancel()`` and ``result()`` (what a
+notebook button needs). Every wait has a time limit, and the child is killed and reaped on every way
+out: success, error, time-out, ``cancel()``, Ctrl-C, or the job being garbage collected. Why and what was
+measured: docs/design/compile-verification.md.
+
+Example:
+    >>> config = TrainConfig(model="transformer", mode="fsdp", mesh="data=64,model=8", batch=1024,
+    ...                      model_options={"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000})
+    >>> job = start_verification(config, "cpu", on_progress=print)  # doctest: +SKIP
+    >>> job.done, job.progress[-1]  # doctest: +SKIP
+    (False, 'compiling the step for 512 cpu devices')
+    >>> job.result(timeout=600).peak_bytes  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ..errors import VerificationError, WorkbenchError
+from ..layout.mesh import MeshShape
+from .compile_target import CompileTarget, check_target, parse_target
+from .compiled_step import CompiledStep
+
+DEFAULT_TIMEOUT_S = 900.0  # the 1.3B model on 512 devices compiles in well under a minute on 2 cores
+REAP_TIMEOUT_S = 10.0  # how long a killed or finished child may take to be reaped
+STDERR_TAIL_LINES = 3  # of the child's stderr, shown with an error (libtpu's noise is never shown otherwise)
+ProgressFn = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifySettings:
+    """How to verify a plan: the ``target`` (``"cpu"``, ``"tpu:v5p:8x8x8"``), a ``timeout`` in seconds for
+    the whole compile, and ``on_progress(text)``, called from a background thread as it goes."""
+
+    target: CompileTarget | str = "cpu"
+    timeout: float = DEFAULT_TIMEOUT_S
+    on_progress: ProgressFn | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "target", parse_target(self.target))
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) or not self.timeout > 0:
+            raise WorkbenchError(f"verify timeout={self.timeout!r} must be a number of seconds > 0: use e.g. 600")
+
+
+def verify_settings(verify: Any) -> VerifySettings:
+    """``verify`` as :class:`VerifySettings`: a target text or :class:`~.compile_target.CompileTarget` gets
+    the defaults; settings are returned as they are."""
+    return verify if isinstance(verify, VerifySettings) else VerifySettings(verify)
+
+
+def planned_hardware(hardware: Any, settings: VerifySettings | None) -> Any:
+    """The hardware a plan prices: as given; by default the TPU topology's preset, else ``tpu-v5p``.
+
+    Raises WorkbenchError when a TPU target and an explicitly given preset name disagree.
+    """
+    from .cost_model import hardware as lookup_hardware
+
+    topology_preset = settings.target.hardware if settings is not None else None
+    if hardware is None:
+        return topology_preset or "tpu-v5p"
+    if topology_preset and lookup_hardware(hardware).name != topology_preset:
+        raise WorkbenchError(
+            f"hardware {lookup_hardware(hardware).name!r} contradicts --verify {settings.target}, which compiles for "
+            f"{topology_preset}: drop --hardware (the topology's preset is used) or give --hardware {topology_preset}"
+        )
+    return hardware
+
+
+def _child_environment(config: Any, target: CompileTarget) -> dict[str, str]:
+    """The child's environment: CPU only, the mesh's device count, no compilation cache."""
+    from ..training.modes import mode_class
+
+    env = dict(os.environ)
+    devices = 1 if target.kind == "tpu" or mode_class(config.mode).one_device else config.mesh_shape.size
+    env.update({
+        "JAX_PLATFORMS": "cpu",  # the TPU compiler is reached through the topology, not a TPU backend
+        "WORKBENCH_CPU_DEVICES": str(devices),
+        # Compile for real: a cached program would report a stale compile time (and op metadata, which the
+        # cache key leaves out), and a 512-device program is not worth keeping.
+        "WORKBENCH_COMPILATION_CACHE": "off",
+        "PYTHONPATH": os.pathsep.join(p for p in [_package_root(), env.get("PYTHONPATH", "")] if p),
+        "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        # libtpu locks /tmp/libtpu_lockfile for one process at a time; compiling for a topology uses no chip.
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+    })
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\S*", "", env.get("XLA_FLAGS", "")).strip()
+    return env
+
+
+def _package_root() -> str:
+    """The folder that holds this ``workbench`` package, so the child imports the same code."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Kill the child's process group (it runs in its own session) and reap it; safe to call twice, from any
+    thread. Its pipes are left to the reader thread: closing a pipe another thread reads can deadlock."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            process.kill()
+    try:
+        process.wait(timeout=REAP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # a zombie the kernel has not let go of yet: nothing more to do
+        pass
+
+
+def _close(*streams: Any) -> None:
+    for stream in streams:
+        try:
+            if stream is not None:
+                stream.close()
+        except (OSError, ValueError):
+            pass
+
+
+class VerificationJob:
+    """A step being compiled in a child process. Start one with :func:`start_verification`.
+
+    ``progress`` lists the messages so far (``on_progress`` gets each as it arrives, from a background
+    thread), ``done`` says whether it has finished (either way), ``cancel()`` kills the child at once,
+    and ``result(timeout)`` waits for the :class:`~.compiled_step.CompiledStep` or raises the
+    WorkbenchError that stopped it (:class:`~workbench.errors.VerificationError` for a failed, killed,
+    timed-out or cancelled compile). ``elapsed`` is the seconds since it started.
+    """
+
+    def __init__(self, config: Any, target: CompileTarget, seq_len: int | None, timeout: float,
+                 on_progress: ProgressFn | None):
+        self.config, self.target, self.timeout = config, target, float(timeout)
+        self._on_progress = on_progress
+        self._progress: list[str] = []
+        self._outcome: CompiledStep | None = None
+        self._error: Exception | None = None
+        self._why_stopped: str | None = None  # "cancelled" or "timeout", set before the child is killed
+        self._done = threading.Event()
+        self._started = time.monotonic()
+        self._stderr = tempfile.TemporaryFile()
+        request = {"config": config.to_json(), "target": str(target), "seq_len": seq_len}
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "workbench.analysis.compile_child"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._stderr, env=_child_environment(config, target),
+            start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop the child ourselves
+        )
+        self._finalizer = weakref.finalize(self, _stop, self._process)  # also runs at interpreter exit
+        try:
+            self._process.stdin.write((json.dumps(request) + "\n").encode())
+            self._process.stdin.flush()
+        except OSError:
+            pass  # the child died at once: the reader reports why
+        self._timer = threading.Timer(self.timeout, self._stop_because, args=("timeout",))
+        self._timer.daemon = True
+        self._timer.start()
+        self._reader = threading.Thread(target=self._read, name="workbench-verify", daemon=True)
+        self._reader.start()
+
+    # --- what a caller sees ------------------------------------------------------------------------------
+
+    @property
+    def progress(self) -> list[str]:
+        return list(self._progress)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    def cancel(self) -> None:
+        """Stop the compile now: the child is killed and reaped; ``result()`` then raises VerificationError."""
+        self._stop_because("cancelled")
+        self._done.wait(REAP_TIMEOUT_S)
+
+    def result(self, timeout: float | None = None) -> CompiledStep:
+        """Wait (at most ``timeout`` seconds; by default until the job's own time limit) for the compiled step.
+
+        Ctrl-C while waiting cancels the job. Raises WorkbenchError if it failed, or if ``timeout`` passed
+        first (the job then keeps running: call ``result()`` again or ``cancel()``).
+        """
+        limit = self.timeout - self.elapsed + 2 * REAP_TIMEOUT_S if timeout is None else timeout
+        try:
+            finished = self._done.wait(max(limit, 0.0))
+        except KeyboardInterrupt:
+            self.cancel()
+            raise
+        if not finished:
+            if timeout is None:  # past the job's own limit and still not done: stop it rather than wait on
+                self._stop_because("timeout")
+                self._done.wait(REAP_TIMEOUT_S)
+            else:
+                raise WorkbenchError(f"the compile for {self.target} is still running after {timeout:g} s: call "
+                                     "result() again to keep waiting, or cancel()")
+        if self._error is not None:
+            raise self._error
+        if self._outcome is None:
+            raise VerificationError(f"the compile for {self.target} stopped without a result")
+        return self._outcome
+
+    # --- the background side -----------------------------------------------------------------------------
+
+    def _stop_because(self, why: str) -> None:
+        if self._why_stopped is None and not self._done.is_set():
+            self._why_stopped = why
+        _stop(self._process)
+
+    def _say(self, text: str) -> None:
+        self._progress.append(text)
+        if self._on_progress is not None:
+            try:
+                self._on_progress(text)
+            except Exception:  # noqa: BLE001 - a broken progress display must not stop the compile
+                pass
+
+    def _read(self) -> None:
+        try:
+            for line in self._process.stdout:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue  # not ours
+                if "progress" in message:
+                    self._say(str(message["progress"]))
+                elif "result" in message:
+                    self._outcome = CompiledStep.from_json(message["result"])
+                elif "error" in message:
+                    self._error = self._child_error(message["error"])
+        except (OSError, ValueError):
+            pass  # the pipe closed under us: the child was killed
+        finally:
+            _stop(self._process)
+            _close(self._process.stdin, self._process.stdout)
+            self._timer.cancel()
+            if self._outcome is None and self._error is None:
+                self._error = self._death()
+            self._stderr.close()
+            self._finalizer.detach()
+            self._done.set()
+
+    def _what(self) -> str:
+        return f"the {self.config.mode} step of {self.config.model} on {self.config.mesh} for {self.target}"
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._stderr.seek(0)
+            text = self._stderr.read().decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        tail = " | ".join(line[:160] for line in lines[-STDERR_TAIL_LINES:])
+        return f" (its last output: {tail})" if tail else ""
+
+    def _child_error(self, error: dict[str, Any]) -> Exception:
+        kind, message = error.get("type", "Exception"), str(error.get("message", "")).strip()
+        if error.get("workbench"):
+            cls = getattr(errors, kind, WorkbenchError)
+            return cls(message) if isinstance(cls, type) and issubclass(cls, WorkbenchError) else WorkbenchError(message)
+        first = next((line.strip() for line in message.splitlines() if line.strip()), kind)
+        if kind == "MemoryError" or re.search(r"RESOURCE_EXHAUSTED|out of memory|Cannot allocate", message, re.I):
+            return VerificationError(f"compiling {self._what()} ran out of memory ({first[:200]}): verify a smaller "
+                                     "model or mesh, or on a machine with more memory")
+        return VerificationError(f"compiling {self._what()} failed: {kind}: {first[:300]}")
+
+    def _death(self) -> Exception:
+        if self._why_stopped == "cancelled":
+            return VerificationError(f"cancelled: the compile of {self._what()} was stopped")
+        if self._why_stopped == "timeout":
+            return VerificationError(
+                f"compiling {self._what()} took longer than {self.timeout:g} s and was stopped: give a longer "
+                "timeout (VerifySettings(timeout=...)) or verify a smaller mesh")
+        code = self._process.returncode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            likely = ", most likely out of memory" if -code == signal.SIGKILL else ""
+            return VerificationError(f"the process compiling {self._what()} was killed ({name}{likely}): verify a "
+                                     f"smaller model or mesh{self._stderr_tail()}")
+        return VerificationError(f"the process compiling {self._what()} died (exit status {code}) without a "
+                                 f"result{self._stderr_tail()}")
+
+
+def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None = None,
+                       timeout: float = DEFAULT_TIMEOUT_S, on_progress: ProgressFn | None = None) -> VerificationJob:
+    """Start compiling ``config``'s step (a :class:`~workbench.TrainConfig` of a registered model) for
+    ``target`` in a child process; returns at once with a :class:`VerificationJob`.
+
+    Bad input (an unknown target, too many CPU devices, libtpu missing, a topology whose chip count is
+    not the mesh's, a mode that is not one jit program, a bad config) raises WorkbenchError here, before
+    any process starts.
+
+    Example:
+        >>> job = start_verification(TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64), "cpu")  # doctest: +SKIP
+        >>> job.cancel()  # doctest: +SKIP
+    """
+    from ..training.step import check_compiles_ahead
+
+    settings = VerifySettings(target, timeout, on_progress)
+    config = config.checked()
+    check_compiles_ahead(config.mode)
+    check_target(settings.target, config.mesh_shape)
+    return VerificationJob(config, settings.target, seq_len, settings.timeout, settings.on_progress)
+
+
+def verify_step(config: Any, target: Any = "cpu", *, seq_len: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                on_progress: ProgressFn | None = None) -> CompiledStep:
+    """Compile ``config``'s step for ``target`` in a child process and wait for the compiler's figures.
+
+    Example:
+        >>> step = verify_step(TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=256), "cpu")  # doctest: +SKIP
+        >>> step.devices, step.alias_bytes <= step.argument_bytes  # doctest: +SKIP
+        (64, True)
+    """
+    return _finished(start_verification(config, target, seq_len=seq_len, timeout=timeout, on_progress=on_progress))
+
+
+def _finished(job: VerificationJob) -> CompiledStep:
+    """The job's result, waited for; whatever happens while waiting, no child is left running."""
+    try:
+        return job.result()
+    finally:
+        if not job.done:
+            job.cancel()
+
+
+def plan_config(plan: Any) -> Any:
+    """The :class:`~workbench.TrainConfig` whose step a :class:`~workbench.TrainingPlan` describes.
+
+    Raises WorkbenchError for your own module (the child process cannot rebuild it). The step lays out
+    its state as the mode does: a plan made with your own ``rules`` is not what it compiles
+    (:func:`~workbench.plan_training` refuses ``verify`` with ``rules``).
+    """
+    from ..training.config import TrainConfig
+    from ..training.models import MODELS
+
+    if plan.model not in MODELS:
+        raise WorkbenchError(
+            f"verifying compiles the workbench's own step, which cannot rebuild your {plan.model} in another "
+            "process: verify a registered model (mlp, cnn, transformer) of similar size, or compile yours with "
+            "mode.compile_step on a mesh this machine has"
+        )
+    return TrainConfig(model=plan.model, model_options=dict(plan.model_options), mode=plan.mode, mesh=str(plan.mesh),
+                       batch=plan.global_batch, optimizer=plan.optimizer, precision=plan.precision)
+
+
+def start_plan_verification(plan: Any, verify: Any = "cpu") -> VerificationJob:
+    """:func:`start_verification` of the step ``plan`` describes (``verify``: a target or VerifySettings).
+
+    Example:
+        >>> job = start_plan_verification(plan_training("mlp", {}, "data=64", "dp"), "cpu")  # doctest: +SKIP
+        >>> plan.with_compiled(job.result()).to_text()  # doctest: +SKIP
+    """
+    settings = verify_settings(verify)
+    return start_verification(plan_config(plan), settings.target, seq_len=plan.seq_len, timeout=settings.timeout,
+                              on_progress=settings.on_progress)
+
+
+def verify_plan(plan: Any, verify: Any = "cpu") -> CompiledStep:
+    """Compile the step ``plan`` describes for ``verify`` (a target or VerifySettings) and wait for it."""
+    return _finished(start_plan_verification(plan, verify))
+
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S", "VerificationJob", "VerifySettings", "plan_config", "planned_hardware",
+    "start_plan_verification", "start_verification", "verify_plan", "verify_settings", "verify_step",
+]
