@@ -45,14 +45,18 @@ def tensor_parallel_step():
 
     Compiled for real: a cached program keeps the op metadata of whichever process compiled it first
     (JAX's cache key leaves metadata out), and these tests read the metadata."""
+    from jax._src import compilation_cache  # JAX decides once per process whether to use its cache: ask again
+
     before = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
     try:
         config = TrainConfig(model="transformer", mode="dp-tp", mesh="data=4,model=2", batch=8, model_options=SMALL_LM)
         step = build_abstract_step(config)
         yield step, step.compile()
     finally:
         jax.config.update("jax_enable_compilation_cache", before)
+        compilation_cache.reset_cache()
 
 
 def _line_of(function, text: str) -> str:

@@ -39,7 +39,6 @@ from typing import Any
 
 from .. import errors
 from ..errors import VerificationError, WorkbenchError
-from ..layout.mesh import MeshShape
 from .compile_target import CompileTarget, check_target, parse_target
 from .compiled_step import CompiledStep
 

@@ -202,7 +202,7 @@ def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devi
     Example:
         >>> step = build_abstract_step(TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64))
         >>> step.batch["x"].shape, step.batch["x"].sharding.spec
-        ((64, 64), PartitionSpec('data',))
+        ((64, 64), P('data',))
     """
     config = config.checked()
     check_compiles_ahead(config.mode)
