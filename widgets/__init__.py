@@ -16,7 +16,8 @@ import workbench as _workbench  # noqa: F401  (simulated devices are configured 
 _EXPORTS = {
     "Selection": "common", "StatusArea": "common", "guarded": "common", "TrainingDashboard": "dashboard",
     "ShardingInspector": "inspector", "MeshPicker": "mesh_picker", "MeshVerdict": "mesh_verdict",
-    "ModeSelector": "mode_selector", "SpecEditor": "spec_editor", "Workbench": "workbench_widget",
+    "ModeSelector": "mode_selector", "SpecEditor": "spec_editor", "VerifyPanel": "verify_panel",
+    "Workbench": "workbench_widget",
 }
 
 
@@ -31,5 +32,5 @@ def __getattr__(name: str):
 
 __all__ = [
     "MeshPicker", "MeshVerdict", "ModeSelector", "Selection", "ShardingInspector", "SpecEditor", "StatusArea",
-    "TrainingDashboard", "Workbench", "guarded",
+    "TrainingDashboard", "VerifyPanel", "Workbench", "guarded",
 ]

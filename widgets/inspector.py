@@ -9,6 +9,8 @@ For the :class:`~widgets.common.Selection`'s model, mesh and mode it shows, from
 * JAX's own ``visualize_array_sharding`` picture for 1-D and 2-D arrays on meshes that fit this machine,
   otherwise a note saying why and the workbench's text picture, so something is always shown;
 * bytes per device as predicted by the layout engine and, on request, the compiler's estimate;
+* "Verify with the compiler" (:class:`~widgets.verify_panel.VerifyPanel`): the real step compiled in the
+  background for the mesh, however large, its figures beside the plan's;
 * one device's slice of every array, after a click on a device in the figure (or :meth:`show_device`).
 
 Layouts are computed on an abstract mesh, so a mesh far larger than this machine works for planning;
@@ -39,8 +41,9 @@ import plotly.graph_objects as go
 
 import workbench as wb
 
-from .common import LEVEL_STYLES, Quiet, Selection, StatusArea, guarded
+from .common import LEVEL_STYLES, Quiet, Selection, StatusArea, guarded, replace_figure
 from .mesh_verdict import MeshVerdict
+from .verify_panel import VerifyPanel
 
 TREES = (("parameters", "params"), ("optimizer state", "opt_state"), ("batch", "batch"))
 # Every Selection trait that changes a layout (axis_types does not: layouts are abstract).
@@ -163,22 +166,6 @@ def jax_picture_html(layout: wb.ArrayLayout) -> str:
     return f"<div><i>{html.escape(note)}</i></div><pre style=\"margin:0\">{html.escape(text)}</pre>"
 
 
-def replace_figure(widget: go.FigureWidget, new: go.Figure) -> None:
-    """Make ``widget`` show ``new`` in place: the browser keeps the same view, no new widget.
-
-    Layout keys the new figure lacks (e.g. the axes of a previous array's extra panels) are removed
-    first, on both sides: assigning a layout only merges into the browser's copy.
-    """
-    new_keys = set(new.layout.to_plotly_json())
-    stale = {key: None for key in widget.layout.to_plotly_json() if key not in new_keys}
-    with widget.batch_update():
-        widget.data = ()
-        if stale:
-            widget.plotly_relayout(stale)
-        widget.add_traces(list(new.data))
-        widget.layout = new.layout
-
-
 @dataclasses.dataclass
 class _LeafView:
     """Everything drawn for one selected array, computed before any widget changes (so an error keeps
@@ -206,7 +193,9 @@ class ShardingInspector(widgets.VBox):
         figure: the selected array's device grid (a ``go.FigureWidget``, updated in place).
         jax_picture: JAX's own picture, or a note and the workbench's text picture (HTML).
         memory_figure: bytes per device (a ``go.FigureWidget``); ``compile_button`` adds the compiler's
-            estimate (``ledger`` keeps the :class:`workbench.CommLedger`).
+            estimate (``ledger`` keeps the :class:`workbench.CommLedger`) for a mesh this machine has.
+        verification: "Verify with the compiler" for any mesh up to 2,048 devices, in the background
+            (:class:`~widgets.verify_panel.VerifyPanel`).
         device_panel: one device's slice of every array (HTML), from a click or :meth:`show_device`.
         verdict: whether the mode trains on the mesh, with a button per fix
             (:class:`~widgets.mesh_verdict.MeshVerdict`).
@@ -241,6 +230,7 @@ class ShardingInspector(widgets.VBox):
             tooltip="compile one training step here and show XLA's memory estimate next to the prediction",
         )
         self.device_panel = widgets.HTML(DEVICE_HINT)
+        self.verification = VerifyPanel(self.selection)
         self._quiet = Quiet()  # on while the pickers are changed from code, so their observers stay still
 
         # Every callback is guarded: JupyterLab would hide its errors.
@@ -258,6 +248,7 @@ class ShardingInspector(widgets.VBox):
         super().__init__([
             self.summary, self.verdict, self.status, widgets.HBox([self.tree_picker, self.leaf_picker]), table_box,
             self.figure, self.jax_picture, self.memory_figure, self.compile_button, self.device_panel,
+            self.verification,
         ], **kwargs)
         self.refresh()
 
@@ -277,6 +268,11 @@ class ShardingInspector(widgets.VBox):
         every array in :attr:`device_panel`. The figure's click handler calls this."""
         self.device_panel.value = device_slices_html(self.model_layout, position)
         self.device_position = position
+
+    def close(self) -> None:
+        """Cancel a running verification, then close the inspector."""
+        self.verification.close()
+        super().close()
 
     def compiler_estimate(self, _button: Any = None) -> None:
         """Compile one training step of the selection here and add XLA's memory estimate to the memory

@@ -49,6 +49,7 @@ class Workbench(widgets.VBox):
         super().__init__([header, self.tabs], layout=widgets.Layout(width="100%"), **kwargs)
 
     def close(self) -> None:
-        """Stop any training this workbench started, then close its widgets."""
+        """Stop any training or verification this workbench started, then close its widgets."""
         self.dashboard.close()
+        self.inspector.close()
         super().close()

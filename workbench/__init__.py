@@ -38,6 +38,7 @@ from .analysis.reference_check import reference_check as reference_check
 from .analysis.reference_check import run_check as run_check
 from .analysis.step_ledger import ledger_for_config as ledger_for_config
 from .analysis.compiled_step import CompiledStep as CompiledStep
+from .analysis.compile_target import topologies_for as topologies_for
 from .analysis.plan_comparison import PlanComparison as PlanComparison
 from .analysis.verification import VerificationJob as VerificationJob
 from .analysis.verification import VerifySettings as VerifySettings
@@ -159,7 +160,8 @@ from .views.text import tree_table as tree_table
 __version__ = "0.1.0"
 
 # Drawn with plotly, imported on first use: `import workbench` stays light and free of plotly.
-_LAZY = {"layout_figure": ".views.figures", "memory_bar_figure": ".views.figures"}
+_LAZY = {"layout_figure": ".views.figures", "memory_bar_figure": ".views.figures",
+         "comparison_figure": ".views.comparison_figure"}
 
 
 def __getattr__(name: str):

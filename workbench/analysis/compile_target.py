@@ -29,6 +29,14 @@ CPU_DEVICE_LIMIT = 2048
 # TPU generation as libtpu names it -> the cost model's hardware preset.
 TPU_GENERATIONS = {"v4": "tpu-v4", "v5e": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e"}
 TOPOLOGY_EXAMPLES = ("v5e:4x4 (16 chips)", "v5e:16x16 (256)", "v5p:8x8x8 (512)", "v4:4x4x4 (64)", "v6e:16x16 (256)")
+# Slice shapes libtpu 0.0.42 accepts (checked with get_topology_desc), smallest first: what a picker offers.
+TOPOLOGY_SHAPES = {
+    "v5e": ("2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
+    "v5p": ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16"),
+    "v6e": ("2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
+    "v4": ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4"),
+}
+DEVICES_PER_CHIP = {"v4": 2}  # a v4 chip shows as two devices (its two TensorCores); the others as one
 INSTALL_LIBTPU = ("compiling for a TPU topology needs libtpu, which this environment lacks: "
                   "pip install -e '.[tpu]' in the workbench's folder (or pip install 'jax[tpu]'), then try again")
 _TOPOLOGY = re.compile(r"^(?P<generation>[a-z0-9]+):(?P<shape>\d+(?:x\d+){1,2})$")
@@ -62,6 +70,17 @@ class CompileTarget:
 
     def __str__(self) -> str:
         return "cpu" if self.kind == "cpu" else f"tpu:{self.topology}"
+
+
+def topologies_for(devices: int) -> tuple[str, ...]:
+    """The TPU targets of :data:`TOPOLOGY_SHAPES` with ``devices`` devices, a mesh of that size can compile for.
+
+    Example:
+        >>> topologies_for(16)
+        ('tpu:v5e:4x4', 'tpu:v5p:2x2x4', 'tpu:v6e:4x4', 'tpu:v4:2x2x2')
+    """
+    return tuple(f"tpu:{generation}:{shape}" for generation, shapes in TOPOLOGY_SHAPES.items() for shape in shapes
+                 if math.prod(map(int, shape.split("x"))) * DEVICES_PER_CHIP.get(generation, 1) == devices)
 
 
 def _known_topologies() -> str:
@@ -156,6 +175,6 @@ def check_target(target: CompileTarget, mesh: MeshShape) -> None:
 
 
 __all__ = [
-    "CPU_DEVICE_LIMIT", "INSTALL_LIBTPU", "TPU_GENERATIONS", "CompileTarget", "check_target", "fitting_mesh",
-    "libtpu_installed", "mesh_mismatch", "parse_target",
+    "CPU_DEVICE_LIMIT", "INSTALL_LIBTPU", "TOPOLOGY_SHAPES", "TPU_GENERATIONS", "CompileTarget", "check_target",
+    "fitting_mesh", "libtpu_installed", "mesh_mismatch", "parse_target", "topologies_for",
 ]

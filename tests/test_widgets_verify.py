@@ -1,0 +1,166 @@
+"""The Inspect tab's "Verify with the compiler", headless, with the real engine: a child process compiles the
+step for a mesh twice the size of the 8 local devices while the kernel stays free; the panel shows the
+engine's comparison, marks it stale when the selection changes, cancels at once, and shows bad input inline.
+
+Waits are generous and nothing is timed: the machine may be busy.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+import workbench as wb
+from widgets.common import Selection
+from widgets.inspector import ShardingInspector
+from widgets.verify_panel import VerifyPanel
+from widgets.workbench_widget import Workbench
+from workbench.formatting import BYTE_UNITS
+from workbench.views.comparison_figure import ANALYTIC_NAME, COMPILER_NAME
+from test_widgets_inspector import _Rows
+
+WAIT_S = 600  # the child imports JAX and compiles: seconds when quiet, far more on a busy machine
+SMALL = dict(model="mlp", mesh="data=16", mode="fsdp", options={"batch": 64})  # 16 devices: twice this machine's
+
+
+def table_rows(markup: str) -> dict[str, dict[str, str]]:
+    """The side-by-side table by figure: {figure: {header: cell}}."""
+    parser = _Rows()
+    parser.feed(markup)
+    header, *rows = parser.rows
+    return {row[0]: dict(zip(header, row)) for row in rows}
+
+
+def shown(widget) -> str:
+    """The text an HTML widget shows (tags dropped, entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", widget.value))
+
+
+def test_verify_compiles_a_mesh_larger_than_the_machine_in_the_background_then_marks_it_stale():
+    selection = Selection(**SMALL)
+    inspector = ShardingInspector(selection)
+    panel = inspector.verification  # hosted by the Inspect tab
+    assert panel.target.options == ("cpu", *wb.topologies_for(16)) and "tpu:v5e:4x4" in panel.target.options
+
+    panel.verify_button.click()
+
+    job = panel.job
+    assert panel.running and not job.done  # the click came back while the child compiles
+    assert panel.verify_button.disabled and not panel.cancel_button.disabled
+    assert "⏳" in shown(panel.progress)
+    plan = panel.wait(WAIT_S)
+
+    assert job.done and not panel.running and plan is panel.plan
+    assert not panel.verify_button.disabled and panel.cancel_button.disabled
+    assert job.progress and "16 cpu devices" in " ".join(job.progress)  # the engine's messages were shown
+    compiled = plan.compiled
+    assert (compiled.target, compiled.mesh, compiled.devices) == ("cpu", "data=16", 16)
+    # The analytic side is the engine's plan of the same step, planned on the chip picked.
+    reference = wb.plan_training("mlp", {}, "data=16", "fsdp", optimizer="adam", hardware=panel.chip.value,
+                                 global_batch=64, precision="fp32")
+    assert (plan.peak_bytes, plan.device_memory) == (reference.peak_bytes, reference.device_memory)
+    # The compiled step's inputs are exactly the state and the batch the inspector lays out.
+    assert compiled.argument_bytes == sum(inspector.model_layout.bytes_per_device().values())
+    level, text = panel.status.last
+    assert level == "ok" and f"peak {wb.format_bytes(compiled.peak_bytes)}" in text and "fits" in text
+    assert "compiled for cpu" in shown(panel.progress) and "16 devices" in shown(panel.progress)
+
+    # The table: every row of the engine's comparison, both sides and the ratio.
+    comparison = plan.comparison
+    rows = table_rows(panel.table.value)
+    assert list(rows) == [row.figure for row in comparison.rows]
+    peak = comparison.row("peak")
+    assert rows["peak"]["analytic"] == wb.format_bytes(peak.analytic)
+    assert rows["peak"]["compiler"] == wb.format_bytes(compiled.peak_bytes)
+    assert rows["peak"]["ratio"] == f"{peak.ratio:.2f}" and rows["aliased"]["analytic"] == "not modelled"
+    # The figure: two bars per figure, plan then compiler, memory then collectives, in the axis' unit.
+    traces = panel.figure.data
+    assert [trace.name for trace in traces] == [ANALYTIC_NAME, COMPILER_NAME] * 2
+    memory_rows = [row for row in comparison.rows if row.unit == "bytes" and not row.figure.endswith(" bytes")]
+    assert list(traces[1].x) == [row.figure for row in memory_rows]
+    scale = 1024 ** BYTE_UNITS.index(panel.figure.layout.yaxis.title.text)
+    assert [round(y * scale) for y in traces[1].y] == [row.compiler for row in memory_rows]
+    collective_rows = [row for row in comparison.rows if row.figure.endswith(" bytes")]
+    assert list(traces[3].x) == [row.figure.removesuffix(" bytes") for row in collective_rows]
+    assert set(compiled.bytes_by_kind()) <= set(traces[3].x)  # every kind the compiler emitted
+    assert "all-gather" in shown(panel.collectives)
+
+    selection.options = {**selection.options, "batch": 128}  # another step: the shown one is stale
+    assert panel.is_stale and "Stale" in shown(panel.stale) and "batch 64" in shown(panel.stale)
+    selection.options = {**selection.options, "batch": 64}  # back: it is this selection's again
+    assert not panel.is_stale and shown(panel.stale) == ""
+    panel.target.value = "tpu:v5e:4x4"  # another target is another compile too
+    assert panel.is_stale
+    panel.target.value = "cpu"
+    selection.options = {**selection.options, "lr": 0.5}  # the learning rate does not change the step
+    assert not panel.is_stale
+
+
+def test_cancel_kills_the_child_at_once_and_keeps_the_last_result():
+    selection = Selection(**SMALL)
+    panel = VerifyPanel(selection)
+    panel.verify_button.click()
+    first = panel.wait(WAIT_S)
+    assert first is not None
+
+    selection.mesh = "data=32"
+    panel.verify_button.click()
+    job = panel.job
+    assert job.done is False
+    panel.cancel_button.click()
+
+    assert job.done  # cancel() returns once the child has been killed and reaped
+    with pytest.raises(wb.VerificationError, match="cancelled"):
+        job.result(timeout=0)
+    panel.wait(WAIT_S)
+    level, text = panel.status.last
+    assert level == "warning" and text.startswith("cancelled after") and "the last result stays" in text
+    assert panel.plan is first and panel.is_stale  # the data=16 result stays, marked as another selection's
+    assert "data=16" in shown(panel.stale)
+    assert not panel.verify_button.disabled and panel.cancel_button.disabled and shown(panel.progress) == ""
+
+
+@pytest.mark.parametrize(("selection", "target", "message"), [
+    (SMALL, "tpu:v5p:8x8x8", "has 16 devices but TPU topology v5p:8x8x8 has 512"),
+    (SMALL, "tpu:v7x:2x2", "unknown TPU generation 'v7x'"),
+    ({**SMALL, "mesh": "data=4096"}, "cpu", "at most 2,048 simulated devices"),
+    ({**SMALL, "mode": "simulated"}, "cpu", "simulated"),
+])
+def test_bad_input_is_shown_inline_before_any_process_starts(selection, target, message):
+    panel = VerifyPanel(Selection(**selection))
+    panel.target.value = target
+
+    panel.verify_button.click()
+
+    level, text = panel.status.last
+    assert level == "error" and message in text, text
+    assert panel.job is None and panel.plan is None and not panel.verify_button.disabled
+    assert panel.target.value == target  # the user's input stays, to correct it
+
+
+def test_a_compile_past_its_time_limit_is_stopped_and_said_inline():
+    selection = Selection(**SMALL)
+    panel = VerifyPanel(selection, timeout=0.5)  # no child imports JAX in half a second
+
+    panel.verify_button.click()
+    panel.wait(WAIT_S)
+
+    level, text = panel.status.last
+    assert level == "error" and "took longer than 0.5 s" in text
+    assert panel.job.done and panel.plan is None and not panel.verify_button.disabled
+    assert selection.mesh == "data=16" and panel.target.value == "cpu"
+
+
+def test_closing_the_workbench_stops_a_running_verification():
+    workbench = Workbench(model="mlp", mesh="data=16", mode="fsdp")
+    panel = workbench.inspector.verification
+    panel.verify_button.click()
+    job = panel.job
+
+    workbench.close()
+
+    assert job.done
+    with pytest.raises(wb.VerificationError, match="cancelled"):
+        job.result(timeout=0)

@@ -1,0 +1,311 @@
+"""VerifyPanel: "Verify with the compiler" for the selection's step, in the background, on any mesh up to 2,048 devices.
+
+A click compiles the real training step of the :class:`~widgets.common.Selection` (its model and options,
+mode, mesh, batch, precision, accumulation and optimizer) for ``cpu`` (simulated CPU devices, in a child
+process of the engine's :func:`workbench.start_verification`) or a TPU topology (with the ``tpu`` extra),
+while the kernel stays free: progress messages and elapsed seconds update from a background thread, and
+Cancel kills the child at once. The engine's analytic plan of the same step is computed meanwhile; on
+completion the panel shows the two side by side (a table with their ratio, the engine's
+:func:`workbench.comparison_figure`) and the compiler's collectives with the layer and code behind each.
+Errors (a mesh the topology does not have, more than 2,048 devices, libtpu missing, a child that died or
+ran out of time) are shown in the panel's status line; the last result stays. A result whose selection
+has changed since is marked stale.
+
+CSS hooks: ``wb-verify``, ``wb-verify-target``, ``wb-verify-cancel``, ``wb-verify-progress``,
+``wb-verify-table``, ``wb-verify-figure``, ``wb-verify-stale``.
+
+Example:
+    >>> panel = VerifyPanel(Selection(model="mlp", mesh="data=16", mode="fsdp", options={"batch": 64}))
+    >>> panel.verify(); panel.running      # returns at once: the compile runs in a child process  # doctest: +SKIP
+    True
+    >>> panel.wait(300).comparison.row("peak").ratio  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+import workbench as wb
+
+from .common import LEVEL_STYLES, Selection, StatusArea, guarded, level_html, replace_figure
+
+DEFAULT_CHIP = "tpu-v5p"  # the planner's default preset: the chip whose memory the plan is judged against
+TICK_S = 0.5  # how often the elapsed seconds are redrawn while compiling
+WATCHED = ["mesh", "model", "mode", "rules", "model_options", "options"]
+# The config fields the compiled step depends on (lr, steps, logging do not change it).
+COMPILED_FIELDS = ("model", "model_options", "mode", "mesh", "batch", "accum", "precision", "optimizer", "faults")
+RATIO_BAND = (0.85, 1.15)  # ratios outside it are highlighted: the plan is off by more than 15%
+_CELL = "padding:2px 8px;white-space:nowrap"
+
+
+def comparison_table_html(comparison: wb.PlanComparison) -> str:
+    """The side-by-side rows as an HTML table: figure, analytic, compiler, ratio (outside 0.85-1.15 in
+    orange), and what each side counts.
+
+    Example:
+        >>> "ratio" in comparison_table_html(plan.comparison)  # doctest: +SKIP
+        True
+    """
+    warn = "color:#E69F00;font-weight:bold"
+    head = "".join(f'<th style="{_CELL};text-align:{align};border-bottom:1px solid #888">{name}</th>' for name, align in
+                   (("per device", "left"), ("analytic", "right"), ("compiler", "right"), ("ratio", "right"),
+                    ("what each side counts", "left")))
+    body = []
+    for row in comparison.rows:
+        ratio = "-" if row.ratio is None else f"{row.ratio:.2f}"
+        off = row.ratio is not None and not RATIO_BAND[0] <= row.ratio <= RATIO_BAND[1]
+        cells = [(row.figure, "left", ""), (_value(row.analytic, row.unit), "right", ""),
+                 (_value(row.compiler, row.unit), "right", ""), (ratio, "right", warn if off else ""),
+                 (row.note, "left", "color:#555")]
+        body.append("<tr>" + "".join(f'<td style="{_CELL};text-align:{align};{style}">{html.escape(text)}</td>'
+                                     for text, align, style in cells) + "</tr>")
+    return (f'<table class="wb-verify-rows" style="border-collapse:collapse;font-family:monospace;font-size:12px">'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "not modelled"
+    return wb.format_bytes(int(value)) if unit == "bytes" else f"{value:.3g}"
+
+
+class VerifyPanel(widgets.VBox):
+    """The "Verify with the compiler" button, its target, progress, Cancel, and the result.
+
+    Args:
+        selection: the :class:`~widgets.common.Selection` whose step is compiled.
+        timeout: seconds the whole compile may take before its child is stopped (default: the engine's).
+
+    Attributes:
+        target: ``cpu`` or a TPU topology (``tpu:v5p:8x8x8``); offers those with the mesh's device count.
+        chip: the hardware preset whose memory the plan is judged against (a TPU target uses its own).
+        verify_button, cancel_button: start; stop at once (the child process is killed).
+        progress: the compile's latest message and elapsed seconds.
+        status: errors and notes (:class:`~widgets.common.StatusArea`).
+        stale: a banner when the result shown is for another selection.
+        table: the side-by-side rows (HTML); figure: :func:`workbench.comparison_figure` (a FigureWidget);
+        collectives: the compiler's collectives with their layers and code (HTML).
+        job: the :class:`workbench.VerificationJob` of the latest click; plan: the verified
+            :class:`workbench.TrainingPlan` shown (``plan.compiled``, ``plan.comparison``), None before one.
+    """
+
+    def __init__(self, selection: Selection | None = None, *, timeout: float | None = None, **kwargs: Any):
+        self.selection = selection if selection is not None else Selection()
+        self.timeout = timeout
+        self.job: wb.VerificationJob | None = None
+        self.plan: wb.TrainingPlan | None = None
+        self._shown_key: tuple | None = None
+        self._watcher: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._cancelled = False
+        self.status = StatusArea()
+        self.target = widgets.Combobox(value="cpu", description="compile for", ensure_option=False,
+                                       placeholder="cpu, or tpu:<generation>:<shape>",
+                                       layout=widgets.Layout(width="300px"))
+        self.target.add_class("wb-verify-target")
+        self.chip = widgets.Dropdown(options=list(wb.HARDWARE), value=DEFAULT_CHIP, description="chip",
+                                     layout=widgets.Layout(width="220px"))
+        self.verify_button = widgets.Button(
+            description="Verify with the compiler", button_style="primary", icon="check",
+            layout=widgets.Layout(width="220px"),
+            tooltip="compile the real step for this mesh in a child process (nothing allocated) and set the "
+                    "compiler's memory and collectives beside the plan's")
+        self.verify_button.add_class("wb-verify")
+        self.cancel_button = widgets.Button(description="Cancel", icon="stop", disabled=True)
+        self.cancel_button.add_class("wb-verify-cancel")
+        self.progress = widgets.HTML()
+        self.progress.add_class("wb-verify-progress")
+        self.stale = widgets.HTML()
+        self.stale.add_class("wb-verify-stale")
+        self.table = widgets.HTML()
+        self.table.add_class("wb-verify-table")
+        self.figure = go.FigureWidget()
+        self.figure.add_class("wb-verify-figure")
+        self.collectives = widgets.HTML()
+
+        # Every callback is guarded: JupyterLab would hide its errors.
+        self._on_verify = guarded(self.status)(self.verify)
+        self._on_cancel = guarded(self.status)(self.cancel)
+        self._on_change = guarded(self.status)(self._selection_changed)
+        self.verify_button.on_click(self._on_verify)
+        self.cancel_button.on_click(self._on_cancel)
+        self.selection.observe(self._on_change, names=WATCHED)
+        self.target.observe(self._on_change, names="value")
+        self.chip.observe(self._on_change, names="value")
+        self._offer_targets()
+        intro = widgets.HTML("<b>Verify with the compiler</b>: compile this step for the mesh (up to 2,048 simulated "
+                             "devices, or a TPU topology with the <code>tpu</code> extra), nothing allocated, and set "
+                             "the compiler's figures beside the plan's.")
+        super().__init__([intro, widgets.HBox([self.target, self.chip]),
+                          widgets.HBox([self.verify_button, self.cancel_button]), self.progress, self.status,
+                          self.stale, self.table, self.figure, self.collectives], **kwargs)
+
+    # --- public actions ---------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether a compile started here is still going."""
+        return self.job is not None and not self.job.done
+
+    def verify(self, _button: Any = None) -> None:
+        """Start compiling the selection's step for :attr:`target`; returns at once.
+
+        Bad input (a target the mesh cannot compile for, more than 2,048 CPU devices, libtpu missing, a
+        mode that is not one jit program) raises WorkbenchError here, before any process starts; the
+        button shows it in :attr:`status`, and the last result stays.
+        """
+        if self.running:
+            raise wb.WorkbenchError("a compile is already running: wait for it, or Cancel it first")
+        config = self.selection.train_config()
+        timeout = {} if self.timeout is None else {"timeout": self.timeout}
+        settings = wb.VerifySettings(self.target.value.strip() or "cpu", **timeout)
+        key = self._selection_key()
+        job = wb.start_verification(config, settings.target, timeout=settings.timeout,
+                                    on_progress=lambda _text: self._show_progress())
+        self.job, self._cancelled = job, False
+        self.verify_button.disabled, self.cancel_button.disabled = True, False
+        self.status.show(f"compiling the {config.mode} step of {config.model} on {config.mesh} for {settings.target} "
+                         "in a child process; the kernel stays free", "info")
+        self._show_progress()
+        self._watcher = threading.Thread(target=guarded(self.status)(self._watch), args=(job, config, settings, key),
+                                         name="workbench-verify-panel", daemon=True)
+        self._watcher.start()
+
+    def cancel(self, _button: Any = None) -> None:
+        """Stop the running compile now: its child process is killed and reaped. The last result stays."""
+        if not self.running:
+            return
+        self._cancelled = True
+        self.job.cancel()
+
+    def wait(self, timeout: float | None = None) -> wb.TrainingPlan | None:
+        """Wait (at most ``timeout`` seconds) until the latest compile's outcome is shown; returns :attr:`plan`.
+
+        For scripts and tests: in a notebook the panel updates itself.
+        """
+        if self._watcher is not None:
+            self._watcher.join(timeout)
+        return self.plan
+
+    @property
+    def is_stale(self) -> bool:
+        """Whether a result is shown and the selection (or target, or chip) has changed since it was asked for."""
+        return self.plan is not None and self._selection_key() != self._shown_key
+
+    def close(self) -> None:
+        """Cancel a running compile, then close the panel."""
+        self._closing.set()
+        self.cancel()
+        super().close()
+
+    # --- the background side ----------------------------------------------------------------------------
+
+    def _watch(self, job: wb.VerificationJob, config: wb.TrainConfig, settings: wb.VerifySettings, key: tuple) -> None:
+        """Plan the same step while the child compiles, tick the elapsed seconds, then show the outcome."""
+        try:
+            plan, plan_error = self._plan(config, settings), None
+        except Exception as error:  # noqa: BLE001 - shown with the outcome; the compile goes on
+            plan, plan_error = None, error
+        while not job.done and not self._closing.wait(TICK_S):
+            self._show_progress()
+        self._finish(job, plan, plan_error, key)
+
+    def _plan(self, config: wb.TrainConfig, settings: wb.VerifySettings) -> wb.TrainingPlan:
+        """The engine's analytic plan of the step being compiled (the mode's standard specs: what is compiled)."""
+        return wb.plan_training(
+            config.model, dict(config.model_options), config.mesh, config.mode, optimizer=config.optimizer,
+            hardware=settings.target.hardware or self.chip.value, global_batch=config.batch,
+            precision=config.precision,
+        )
+
+    def _finish(self, job: wb.VerificationJob, plan: wb.TrainingPlan | None, plan_error: Exception | None,
+                key: tuple) -> None:
+        if job is not self.job:  # a newer compile was started meanwhile: its own watcher shows it
+            return
+        self.verify_button.disabled, self.cancel_button.disabled = False, True
+        try:
+            compiled = job.result(timeout=0)
+        except wb.WorkbenchError as error:
+            self.progress.value = ""
+            if self._cancelled:
+                kept = "; the last result stays" if self.plan is not None else ""
+                self.status.show(f"cancelled after {job.elapsed:.0f} s: the compiling process was stopped{kept}",
+                                 "warning")
+            else:
+                self.status.show(str(error), "error")
+            return
+        if plan_error is not None:
+            raise plan_error  # the compile worked but the plan did not: shown by the guard, the last result stays
+        verified = plan.with_compiled(compiled)
+        comparison = verified.comparison
+        figure = wb.comparison_figure(comparison, capacity_bytes=verified.device_memory)
+        # Everything is computed: now change the widgets.
+        self.plan, self._shown_key = verified, key
+        self.table.value = comparison_table_html(comparison)
+        replace_figure(self.figure, figure)
+        self.collectives.value = ("<details><summary>collectives in the compiled step, with the layer and code "
+                                  f"each came from</summary><pre>{html.escape(compiled.collectives_text())}</pre></details>")
+        self.progress.value = level_html(
+            f"compiled for {compiled.target} ({compiled.device_kind}, {compiled.devices:,} devices) in "
+            f"{wb.format_seconds(compiled.compile_seconds)}, {job.elapsed:.0f} s in all", "ok")
+        fits = compiled.peak_bytes <= verified.device_memory
+        self.status.show(self._verdict(verified, fits), "ok" if fits else "warning")
+        self._mark_stale()
+
+    def _verdict(self, plan: wb.TrainingPlan, fits: bool) -> str:
+        compiled, peak = plan.compiled, plan.comparison.row("peak")
+        words = (f"compiler: peak {wb.format_bytes(compiled.peak_bytes)} per device, "
+                 f"{'fits' if fits else 'does NOT fit'} {plan.hardware.name}'s {wb.format_bytes(plan.device_memory)}; "
+                 f"the plan said {wb.format_bytes(plan.peak_bytes)}"
+                 + (f" (plan / compiler {peak.ratio:.2f})" if peak.ratio is not None else ""))
+        if self.selection.rules:
+            words += "; it compiled the mode's standard specs, not your rules"
+        accum = self.selection.options.get("accum", 1)
+        if accum != 1:
+            words += f"; the plan does not model accum={accum} (its activations are for the whole batch at once)"
+        return words
+
+    # --- drawing -----------------------------------------------------------------------------------------
+
+    def _show_progress(self) -> None:
+        """The running compile's latest message and its elapsed seconds (called from background threads)."""
+        job = self.job
+        if job is None or job.done:
+            return
+        said = job.progress
+        text = said[-1] if said else "starting the compiling process"
+        color = LEVEL_STYLES["info"][0]
+        self.progress.value = f'<span style="color:{color}">⏳ {html.escape(text)} · {job.elapsed:.0f} s</span>'
+
+    def _selection_key(self) -> tuple | None:
+        """What the shown result depends on: the compiled fields of the config, the rules, target and chip."""
+        try:
+            config = self.selection.train_config().to_json()
+        except wb.WorkbenchError:
+            return None
+        compiled = {name: config[name] for name in COMPILED_FIELDS}
+        return (json.dumps(compiled, sort_keys=True, default=str), json.dumps(self.selection.rules, default=str),
+                self.target.value.strip().lower() or "cpu", self.chip.value)
+
+    def _selection_changed(self, _change: Any = None) -> None:
+        self._offer_targets()
+        self._mark_stale()
+
+    def _offer_targets(self) -> None:
+        self.target.options = ("cpu", *wb.topologies_for(self.selection.mesh_shape().size))
+
+    def _mark_stale(self) -> None:
+        if not self.is_stale:
+            self.stale.value = ""
+            return
+        plan, compiled = self.plan, self.plan.compiled
+        note = (f"Stale: the figures below are for {plan.model} in {plan.mode} on {plan.mesh}, batch "
+                f"{plan.global_batch:,}, {plan.precision}, compiled for {compiled.target}; the selection has changed "
+                "since. Verify again to update them.")
+        self.stale.value = level_html(note, "warning")
