@@ -4,6 +4,7 @@ Every view is checked against the layout record it draws from (exact index range
 not just for "it runs".
 """
 
+import dataclasses
 import re
 
 import jax
@@ -15,7 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 
+import workbench as wb
 from workbench import WorkbenchError, build_mesh, layout_array, layout_tree, parse_spec
+from workbench.analysis.compiled_step import read_compiled_step
+from workbench.analysis.plan_comparison import compare_plan
+from workbench.formatting import BYTE_UNITS
+from workbench.views.comparison_figure import ANALYTIC_NAME, COMPILER_NAME, comparison_figure
 from workbench.views.colors import PALETTE, SHARED_COLORS, device_color, text_color_for
 from workbench.views.jax_picture import JaxPicture, capture_visualize_sharding
 from workbench.views.figures import block_label, layout_figure, memory_bar_figure
@@ -519,3 +525,45 @@ def test_memory_bar_figure_from_tree_and_dict():
     plain = memory_bar_figure({3: 2048, 1: 1024})
     assert list(plain.data[0].x) == ["1", "3"] and list(plain.data[0].y) == [1024, 2048]
     assert "device 3: bytes 2.0 KiB (2,048 B)" in plain.data[0].hovertext
+
+
+# --- the plan beside the compiler ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlp_comparison():
+    """The plan of the mlp's fsdp step on data=8 and the compiler's record of that step, compiled here."""
+    config = wb.TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64)
+    step = wb.build_abstract_step(config)
+    compiled = read_compiled_step(step.compile(), step.mode.mesh, step.layers)
+    plan = wb.plan_training("mlp", {}, "data=8", "fsdp", optimizer="adam", hardware="cpu", global_batch=64,
+                            precision="fp32")
+    return compare_plan(plan, compiled)
+
+
+def test_comparison_figure_puts_two_bars_per_figure_in_the_axis_unit(mlp_comparison):
+    peak = mlp_comparison.row("peak")
+    figure = comparison_figure(mlp_comparison, capacity_bytes=2 * peak.compiler)
+    memory = [row for row in mlp_comparison.rows if row.unit == "bytes" and not row.figure.endswith(" bytes")]
+    moved = [row for row in mlp_comparison.rows if row.figure.endswith(" bytes")]
+    assert [trace.name for trace in figure.data] == [ANALYTIC_NAME, COMPILER_NAME] * 2
+    assert {"arguments", "temporaries", "peak"} <= {row.figure for row in memory}
+    unit = 1024 ** BYTE_UNITS.index(figure.layout.yaxis.title.text)
+    assert [round(y * unit) for y in figure.data[0].y] == [row.analytic or 0 for row in memory]
+    assert [round(y * unit) for y in figure.data[1].y] == [row.compiler for row in memory]
+    # The plan's bars carry plan / compiler; what the plan does not model says so.
+    labels = dict(zip(figure.data[0].x, figure.data[0].text))
+    assert labels["peak"] == f"×{peak.ratio:.2f}" and labels["aliased"] == "not modelled"
+    assert list(figure.data[3].x) == [row.figure.removesuffix(" bytes") for row in moved]
+    assert "all-gather" in figure.data[3].x and figure.data[0].marker.pattern.shape != figure.data[1].marker.pattern.shape
+    # The chip's memory: a dashed line while it is on the bars' scale, else named in the panel's title.
+    assert any("device memory" in (a.text or "") for a in figure.layout.annotations) and figure.layout.shapes
+    far = comparison_figure(mlp_comparison, capacity_bytes=10**12)
+    assert not far.layout.shapes and any("off this scale" in (a.text or "") for a in far.layout.annotations)
+
+
+def test_comparison_figure_of_a_step_without_collectives_says_so(mlp_comparison):
+    alone = dataclasses.replace(mlp_comparison, rows=tuple(r for r in mlp_comparison.rows if not r.figure.endswith(" bytes")))
+    figure = comparison_figure(alone)
+    assert len(figure.data) == 2 and not figure.layout.shapes
+    assert any("no collectives" in (a.text or "") for a in figure.layout.annotations)
