@@ -17,6 +17,7 @@ from workbench import workshop
 from workbench.workshop import (
     check_all_reduce_bytes,
     check_bytes_per_device,
+    check_fits_chip,
     check_grad_scale,
     check_gradient_sync,
     regression_loss,
@@ -127,3 +128,70 @@ def test_the_notebooks_answers_pass_and_its_starting_code_does_not():
     namespace = {"jax": jax, "lax": lax, "wb": wb, "workshop": workshop, "regression_loss": regression_loss}
     exec(starting.split("workshop.check_gradient_sync")[0], namespace)
     assert check_gradient_sync(namespace["local_gradients"]).message.startswith("8x too large")
+
+
+# --- notebook 03: does the layout fit the chip? --------------------------------------------------------------
+
+DEBUG_LAYOUTS = WORKSHOP.parent / "03_debug_layouts_before_production.ipynb"
+
+
+@pytest.fixture(scope="module")
+def small_compile():
+    """The mlp's fsdp step on data=16 (twice this machine's devices), compiling in a child process."""
+    plan = wb.plan_training("mlp", {}, "data=16", "fsdp", hardware="cpu", global_batch=64)
+    job = wb.start_plan_verification(plan, "cpu")
+    yield plan, job
+    job.cancel()
+
+
+def test_fits_the_chip_is_judged_by_the_compilers_peak(small_compile):
+    plan, job = small_compile
+    assert check_fits_chip(..., plan, job).status == "unanswered"  # no wait for an unanswered cell
+    compiled = job.result(timeout=600)
+    peak = compiled.peak_bytes
+    roomy = wb.plan_training("mlp", {}, "data=16", "fsdp", hardware="cpu", global_batch=64, device_memory=2 * peak)
+    tight = wb.plan_training("mlp", {}, "data=16", "fsdp", hardware="cpu", global_batch=64, device_memory=peak // 2)
+
+    assert check_fits_chip(True, roomy, job).passed and check_fits_chip(False, tight, compiled).passed
+    wrong = check_fits_chip(False, roomy, job)
+    assert wrong.status == "failed" and wrong.message.startswith("it fits") and wb.format_bytes(peak) in wrong.message
+    wrong = check_fits_chip(True, tight, job)
+    assert wrong.status == "failed" and wrong.message.startswith("it does not fit")
+    assert check_fits_chip(True, roomy.with_compiled(compiled)).passed  # a verified plan carries its record
+    assert "True (it fits) or False" in check_fits_chip("yes", roomy, job).message
+
+    # The compiler judges, not the plan: between the two peaks, the plan and the compiler disagree.
+    if plan.peak_bytes != peak:
+        between = wb.plan_training("mlp", {}, "data=16", "fsdp", hardware="cpu", global_batch=64,
+                                   device_memory=(plan.peak_bytes + peak) // 2)
+        assert between.fits != (peak <= between.device_memory)
+        assert check_fits_chip(peak <= between.device_memory, between, compiled).passed
+        assert not check_fits_chip(between.fits, between, compiled).passed
+
+
+def test_fits_the_chip_refuses_another_steps_record(small_compile):
+    plan, job = small_compile
+    other = wb.plan_training("mlp", {}, "data=8", "fsdp", hardware="cpu", global_batch=64)
+    with pytest.raises(wb.WorkbenchError, match="mesh data=16 but the plan is for data=8"):
+        check_fits_chip(True, other, job)
+    with pytest.raises(wb.WorkbenchError, match="nothing to judge by"):
+        check_fits_chip(True, other)
+
+
+@pytest.mark.slow
+def test_notebook_03s_answer_passes_on_its_own_layout():
+    """The answer in notebook 03's collapsed block, checked against the compile of the layout it asks about:
+    the 1.3B transformer in fsdp with every device on 'data', at the parameters cell's batch and chip."""
+    notebook = nbformat.read(DEBUG_LAYOUTS, as_version=4)
+    parameters = {}
+    exec(next(c.source for c in notebook.cells if c.cell_type == "code"), parameters)
+    answer = {}
+    exec(answer_blocks(notebook)["fits-the-chip"], answer)
+    exercise = next(c.source for c in notebook.cells if c.cell_type == "code" and "# EXERCISE fits-the-chip" in c.source)
+    assert "ANSWER_FITS = ...\n" in exercise  # the learner starts from a blank
+
+    devices = wb.parse_mesh(parameters["PRODUCTION_MESH"]).size
+    plan = wb.plan_training("transformer", parameters["VERIFY_MODEL"], f"data={devices}", "fsdp",
+                            hardware=parameters["HARDWARE"], device_memory=parameters["DEVICE_MEMORY"],
+                            global_batch=parameters["VERIFY_BATCH"])
+    assert check_fits_chip(answer["ANSWER_FITS"], plan, wb.start_plan_verification(plan, "cpu")).passed

@@ -1,4 +1,4 @@
-"""Exercises for the data-parallel workshop, each with a check the student runs on their own answer.
+"""Exercises of the workshop notebooks, each with a check the student runs on their own answer.
 
 A check measures the truth with the engine (layouts, the compiled step's ledger, the reference check,
 a real ``shard_map`` on the simulated devices) and compares the student's answer with it. It never
@@ -10,6 +10,7 @@ wrong and points at the idea to revisit, and which shows as one line in a notebo
 :func:`check_all_reduce_bytes`  predict what the compiler's all-reduce carries per dp step
 :func:`check_grad_scale`        predict the gradient scale of the ``psum`` fault on N devices
 :func:`check_gradient_sync`     fix a shard_map step whose gradients come out N times too large
+:func:`check_fits_chip`         predict whether a planned layout fits its chip, before the compiler answers
 ============================  ==============================================================
 
 Example:
@@ -269,7 +270,66 @@ def check_gradient_sync(local_gradients: Callable[[dict, dict], Any]) -> Exercis
     return ExerciseResult(name, "failed", hint)
 
 
+# --- 5. does it fit the chip? (notebook 03) ----------------------------------------------------------------
+
+
+def _compiled_for(plan: Any, compiled: Any) -> Any:
+    """The compiler's record of ``plan``'s step: ``compiled`` waited for if it is a job, else the plan's own."""
+    from .errors import WorkbenchError
+
+    record = plan.compiled if compiled is None else compiled
+    if record is None:
+        raise WorkbenchError("nothing to judge by: pass the compile of this plan's step (job = "
+                             "wb.start_plan_verification(plan)) or a verified plan (plan_training(..., verify='cpu'))")
+    if hasattr(record, "result"):  # a VerificationJob: the answer was given while it compiled
+        record = record.result()
+    if record.mesh != str(plan.mesh):
+        raise WorkbenchError(f"the compiled step is for mesh {record.mesh} but the plan is for {plan.mesh}: "
+                             "verify this plan's own step (wb.start_plan_verification(plan))")
+    return record
+
+
+def check_fits_chip(answer: Any, plan: Any, compiled: Any = None) -> ExerciseResult:
+    """Check a prediction of whether ``plan``'s step fits its chip: ``True`` if the compiler's peak per device
+    is at most ``plan.device_memory``, else ``False``. The compiler is the judge, not the plan's own figure.
+
+    ``compiled`` is the compiler's record of the same step: a :class:`~workbench.VerificationJob` (waited
+    for, so the learner answers while it compiles), a :class:`~workbench.CompiledStep`, or None when
+    ``plan`` is verified (``plan.compiled``). A failed compile raises its WorkbenchError.
+
+    Example:
+        >>> plan = plan_training("mlp", {}, "data=16", "fsdp", device_memory="1GiB")  # doctest: +SKIP
+        >>> check_fits_chip(True, plan, start_plan_verification(plan)).passed  # doctest: +SKIP
+        True
+    """
+    from .formatting import format_bytes
+
+    name = "fits-the-chip"
+    if (result := _unanswered(name, answer)) is not None:
+        return result
+    if not isinstance(answer, (bool, np.bool_)):
+        return ExerciseResult(name, "failed", f"give True (it fits) or False (it does not), not {answer!r}")
+    step = _compiled_for(plan, compiled)
+    peak, memory, chip = step.peak_bytes, plan.device_memory, plan.hardware.name
+    fits = peak <= memory
+    said = (f"the compiler's peak is {format_bytes(peak)} per device, {peak / memory:.0%} of the "
+            f"{format_bytes(memory)} of a {chip} chip; the plan said {format_bytes(plan.peak_bytes)}")
+    if bool(answer) == fits:
+        return ExerciseResult(name, "passed", f"it {'fits' if fits else 'does not fit'}: {said}")
+    parts = (f"arguments (the state and the batch) are {format_bytes(step.argument_bytes)} and its temporaries "
+             f"(gradients, activations of {plan.examples_per_device:,} examples per device, what the mode gathers) "
+             f"{format_bytes(step.temp_bytes)}")
+    if fits:
+        hint = (f"it fits: {said}. Spread over {plan.data_parallel_size:,} data-parallel devices, its {parts}: "
+                "count what one device holds, not the whole model")
+    else:
+        hint = (f"it does not fit: {said}. Its {parts}: the plan's transients are rough, so a plan near or under "
+                "the limit is not a promise until the compiler agrees")
+    return ExerciseResult(name, "failed", hint)
+
+
 __all__ = [
     "BYTES_KEYS", "ExerciseResult", "all_reduce_truth", "bytes_per_device_truth", "check_all_reduce_bytes",
-    "check_bytes_per_device", "check_grad_scale", "check_gradient_sync", "regression_loss", "regression_problem",
+    "check_bytes_per_device", "check_fits_chip", "check_grad_scale", "check_gradient_sync", "regression_loss",
+    "regression_problem",
 ]
