@@ -426,3 +426,32 @@ def test_mesh_and_mode_verdict_and_fixes_before_start(browser, lab_server):
         _shot(root, "12-start-refused")
     finally:
         page.close()
+
+
+def test_verify_with_the_compiler_from_the_inspect_tab(browser, lab_server):
+    """One click compiles the step for a mesh twice this machine's devices; the kernel answers meanwhile, and the
+    table and the two-bar figure come back into the page."""
+    _put_notebook(lab_server, "verify.ipynb", 'from widgets import Workbench\nbench = Workbench(mesh="data=16", mode="fsdp")\nbench')
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    try:
+        _open_notebook(page, lab_server, "verify.ipynb")
+        _run_all(page, NOTEBOOK_RUN_S, "verify")
+        root = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-mesh-text")).first
+        root.locator(".lm-TabBar-tab", has_text="1 · Mesh").wait_for(timeout=60_000)
+        _tab(root, "4 · Inspect")
+        root.locator(".wb-verify:visible").click()
+        # The kernel is free while the child compiles: it answers a request (whether or not the compile is done).
+        assert _execute_in_kernel(page, "assert bench.inspector.verification.job is not None") == "ok"
+        status = root.locator(".wb-status:visible", has_text="compiler: peak")
+        status.wait_for(timeout=NOTEBOOK_RUN_S * 1000)
+        assert "16 devices" in root.locator(".wb-verify-progress:visible").inner_text()
+        assert "peak" in root.locator(".wb-verify-table:visible").inner_text()
+        page.wait_for_function("() => { const h = document.querySelector('.js-plotly-plot.wb-verify-figure, .wb-verify-figure .js-plotly-plot');"
+                               " return h && h.data && h.data.length === 4; }", timeout=60_000)
+        names = [trace[0] for trace in json.loads(page.evaluate(
+            "() => JSON.stringify(document.querySelector('.js-plotly-plot.wb-verify-figure, .wb-verify-figure .js-plotly-plot')"
+            ".data.map(t => [t.name]))"))]
+        assert names == ["plan (analytic)", "compiler"] * 2
+        _shot(root, "13-verify-with-the-compiler")
+    finally:
+        page.close()

@@ -92,11 +92,8 @@ def comparison_figure(comparison: Any, *, capacity_bytes: int | None = None, tit
     largest = max([row.analytic or 0 for row in memory] + [row.compiler or 0 for row in memory])
     # The chip's memory as a line only where it is on the bars' scale: a 95 GiB line would flatten 200 KiB bars.
     capacity_shown = bool(capacity_bytes) and capacity_bytes <= CAPACITY_SCALE * max(largest, 1)
-    memory_title = "memory per device"
-    if capacity_bytes and not capacity_shown:
-        memory_title += f" (device memory {format_bytes(capacity_bytes)}: off this scale)"
     figure = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.1,
-                           subplot_titles=(memory_title, "collective bytes per device per step"))
+                           subplot_titles=("memory per device", "collectives: bytes per device per step"))
     unit, scale = _unit(max(largest, capacity_bytes if capacity_shown else 0))
     _bar_pair(figure, memory, scale, 1, True)
     if collectives:
@@ -109,16 +106,20 @@ def comparison_figure(comparison: Any, *, capacity_bytes: int | None = None, tit
                               xref="x2 domain", yref="y2 domain", x=0.5, y=0.5)
         figure.update_xaxes(visible=False, row=1, col=2)
         figure.update_yaxes(visible=False, row=1, col=2)
+    if capacity_bytes and not capacity_shown:
+        figure.add_annotation(text=f"device memory {format_bytes(capacity_bytes)}: off this scale", showarrow=False,
+                              xref="x domain", yref="y domain", x=1, y=-0.12, xanchor="right", yanchor="top",
+                              font=dict(size=11, color="#555"))
     if capacity_shown:
         figure.add_hline(y=capacity_bytes / scale, line_dash="dash", row=1, col=1,
                          annotation_text=f"device memory {format_bytes(capacity_bytes)}",
                          annotation_position="top left")
     figure.update_yaxes(title_text=unit, row=1, col=1, rangemode="tozero")
     figure.update_layout(
-        barmode="group", plot_bgcolor="white", height=380, margin=dict(t=80, b=40),
-        legend=dict(orientation="h", y=1.16, x=0),
-        title=title or (f"the plan beside the compiler ({compiled.target}, {compiled.devices:,} devices, "
-                        f"{compiled.mesh}); the plan's bars carry plan / compiler"),
+        barmode="group", plot_bgcolor="white", height=420, margin=dict(t=90, b=80),
+        legend=dict(orientation="h", x=0, y=-0.12, yanchor="top"),
+        title=title or (f"the plan beside the compiler: {compiled.target}, {compiled.devices:,} devices ({compiled.mesh})"
+                        "<br><sup>the plan's bars carry plan / compiler</sup>"),
     )
     return figure
 
