@@ -17,6 +17,7 @@ from widgets.common import Selection
 from widgets.inspector import ShardingInspector
 from widgets.verify_panel import VerifyPanel
 from widgets.workbench_widget import Workbench
+from workbench.analysis.compile_target import INSTALL_LIBTPU, libtpu_installed
 from workbench.formatting import BYTE_UNITS
 from workbench.views.comparison_figure import ANALYTIC_NAME, COMPILER_NAME
 from test_widgets_inspector import _Rows
@@ -164,3 +165,30 @@ def test_closing_the_workbench_stops_a_running_verification():
     assert job.done
     with pytest.raises(wb.VerificationError, match="cancelled"):
         job.result(timeout=0)
+
+
+needs_libtpu = pytest.mark.skipif(not libtpu_installed(), reason="the tpu extra is not installed (pip install -e '.[tpu]')")
+
+
+@needs_libtpu
+def test_a_tpu_topology_compiles_with_the_tpu_compiler_and_its_chip():
+    panel = VerifyPanel(Selection(model="mlp", mesh="data=4", mode="fsdp", options={"batch": 16}))
+    assert "tpu:v5e:2x2" in panel.target.options
+    panel.target.value = "tpu:v5e:2x2"
+
+    panel.verify_button.click()
+    plan = panel.wait(WAIT_S)
+
+    assert plan is not None, panel.status.last
+    assert plan.compiled.target == "tpu:v5e:2x2" and "TPU" in plan.compiled.device_kind
+    assert plan.hardware.name == "tpu-v5e"  # the chip follows the topology, whatever the chip box says
+    assert panel.status.last[0] == "ok" and "tpu-v5e" in panel.status.last[1]
+    assert [trace.name for trace in panel.figure.data][:2] == [ANALYTIC_NAME, COMPILER_NAME]
+
+
+@pytest.mark.skipif(libtpu_installed(), reason="libtpu is installed: the message for its absence cannot show")
+def test_without_the_tpu_extra_a_tpu_target_says_how_to_get_it():
+    panel = VerifyPanel(Selection(model="mlp", mesh="data=4", mode="fsdp"))
+    panel.target.value = "tpu:v5e:2x2"
+    panel.verify_button.click()
+    assert panel.status.last == ("error", INSTALL_LIBTPU) and panel.job is None
