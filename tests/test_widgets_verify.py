@@ -154,6 +154,20 @@ def test_a_compile_past_its_time_limit_is_stopped_and_said_inline():
     assert selection.mesh == "data=16" and panel.target.value == "cpu"
 
 
+def test_an_error_in_the_child_process_comes_back_inline():
+    selection = Selection(**{**SMALL, "model_options": {"hidden": 0}})  # refused only when the child builds the model
+    panel = VerifyPanel(selection)
+
+    panel.verify_button.click()
+    assert panel.job is not None  # the child was started: the parent does not build the model
+    panel.wait(WAIT_S)
+
+    level, text = panel.status.last
+    assert level == "error" and "hidden=0 must be positive" in text
+    assert panel.plan is None and not panel.verify_button.disabled and panel.cancel_button.disabled
+    assert selection.model_options == {"hidden": 0}
+
+
 def test_closing_the_workbench_stops_a_running_verification():
     workbench = Workbench(model="mlp", mesh="data=16", mode="fsdp")
     panel = workbench.inspector.verification
