@@ -431,7 +431,8 @@ def test_mesh_and_mode_verdict_and_fixes_before_start(browser, lab_server):
 def test_verify_with_the_compiler_from_the_inspect_tab(browser, lab_server):
     """One click compiles the step for a mesh twice this machine's devices; the kernel answers meanwhile, and the
     table and the two-bar figure come back into the page."""
-    _put_notebook(lab_server, "verify.ipynb", 'from widgets import Workbench\nbench = Workbench(mesh="data=16", mode="fsdp")\nbench')
+    _put_notebook(lab_server, "verify.ipynb",
+                  'from widgets import Workbench\nbench = Workbench(mesh="data=16", mode="fsdp")\nbench')
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     try:
         _open_notebook(page, lab_server, "verify.ipynb")
@@ -446,12 +447,13 @@ def test_verify_with_the_compiler_from_the_inspect_tab(browser, lab_server):
         status.wait_for(timeout=NOTEBOOK_RUN_S * 1000)
         assert "16 devices" in root.locator(".wb-verify-progress:visible").inner_text()
         assert "peak" in root.locator(".wb-verify-table:visible").inner_text()
-        page.wait_for_function("() => { const h = document.querySelector('.js-plotly-plot.wb-verify-figure, .wb-verify-figure .js-plotly-plot');"
-                               " return h && h.data && h.data.length === 4; }", timeout=60_000)
-        names = [trace[0] for trace in json.loads(page.evaluate(
-            "() => JSON.stringify(document.querySelector('.js-plotly-plot.wb-verify-figure, .wb-verify-figure .js-plotly-plot')"
-            ".data.map(t => [t.name]))"))]
+        plot = "document.querySelector('.js-plotly-plot.wb-verify-figure, .wb-verify-figure .js-plotly-plot')"
+        page.wait_for_function(f"() => {{ const h = {plot}; return h && h.data && h.data.length === 4; }}",
+                               timeout=60_000)
+        names = [trace[0] for trace in json.loads(page.evaluate(f"() => JSON.stringify({plot}.data.map(t => [t.name]))"))]
         assert names == ["plan (analytic)", "compiler"] * 2
-        _shot(root, "13-verify-with-the-compiler")
+        panel = root.locator(".wb-verify-panel:visible")
+        panel.scroll_into_view_if_needed()
+        _shot(panel, "13-verify-with-the-compiler")
     finally:
         page.close()

@@ -181,7 +181,8 @@ def test_closing_the_workbench_stops_a_running_verification():
         job.result(timeout=0)
 
 
-needs_libtpu = pytest.mark.skipif(not libtpu_installed(), reason="the tpu extra is not installed (pip install -e '.[tpu]')")
+needs_libtpu = pytest.mark.skipif(not libtpu_installed(),
+                                  reason="the tpu extra is not installed (pip install -e '.[tpu]')")
 
 
 @needs_libtpu

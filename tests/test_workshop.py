@@ -187,7 +187,8 @@ def test_notebook_03s_answer_passes_on_its_own_layout():
     exec(next(c.source for c in notebook.cells if c.cell_type == "code"), parameters)
     answer = {}
     exec(answer_blocks(notebook)["fits-the-chip"], answer)
-    exercise = next(c.source for c in notebook.cells if c.cell_type == "code" and "# EXERCISE fits-the-chip" in c.source)
+    exercise = next(c.source for c in notebook.cells
+                    if c.cell_type == "code" and "# EXERCISE fits-the-chip" in c.source)
     assert "ANSWER_FITS = ...\n" in exercise  # the learner starts from a blank
 
     devices = wb.parse_mesh(parameters["PRODUCTION_MESH"]).size

@@ -1,18 +1,13 @@
 """VerifyPanel: "Verify with the compiler" for the selection's step, in the background, on any mesh up to 2,048 devices.
 
-A click compiles the real training step of the :class:`~widgets.common.Selection` (its model and options,
-mode, mesh, batch, precision, accumulation and optimizer) for ``cpu`` (simulated CPU devices, in a child
-process of the engine's :func:`workbench.start_verification`) or a TPU topology (with the ``tpu`` extra),
-while the kernel stays free: progress messages and elapsed seconds update from a background thread, and
-Cancel kills the child at once. The engine's analytic plan of the same step is computed meanwhile; on
-completion the panel shows the two side by side (a table with their ratio, the engine's
-:func:`workbench.comparison_figure`) and the compiler's collectives with the layer and code behind each.
-Errors (a mesh the topology does not have, more than 2,048 devices, libtpu missing, a child that died or
-ran out of time) are shown in the panel's status line; the last result stays. A result whose selection
-has changed since is marked stale.
+A click starts the engine's :func:`workbench.start_verification` of the selection's step (its model and
+options, mode, mesh, batch, precision, accumulation, optimizer) for ``cpu`` or a TPU topology, and returns:
+a background thread redraws the progress and elapsed seconds, Cancel kills the child at once, and the
+outcome is the engine's comparison (table, :func:`workbench.comparison_figure`, collectives) or its error,
+inline, the last result kept. A result whose selection has changed since is marked stale.
 
-CSS hooks: ``wb-verify``, ``wb-verify-target``, ``wb-verify-cancel``, ``wb-verify-progress``,
-``wb-verify-table``, ``wb-verify-figure``, ``wb-verify-stale``.
+CSS hooks: ``wb-verify-panel`` (the whole), ``wb-verify`` (the button), ``wb-verify-target``,
+``wb-verify-cancel``, ``wb-verify-progress``, ``wb-verify-table``, ``wb-verify-figure``, ``wb-verify-stale``.
 
 Example:
     >>> panel = VerifyPanel(Selection(model="mlp", mesh="data=16", mode="fsdp", options={"batch": 64}))
@@ -52,7 +47,7 @@ def comparison_table_html(comparison: wb.PlanComparison) -> str:
         >>> "ratio" in comparison_table_html(plan.comparison)  # doctest: +SKIP
         True
     """
-    warn = "color:#E69F00;font-weight:bold"
+    warn = f"color:{LEVEL_STYLES['warning'][0]};font-weight:bold"
     head = "".join(f'<th style="{_CELL};text-align:{align};border-bottom:1px solid #888">{name}</th>' for name, align in
                    (("per device", "left"), ("analytic", "right"), ("compiler", "right"), ("ratio", "right"),
                     ("what each side counts", "left")))
@@ -145,6 +140,7 @@ class VerifyPanel(widgets.VBox):
         super().__init__([intro, widgets.HBox([self.target, self.chip]),
                           widgets.HBox([self.verify_button, self.cancel_button]), self.progress, self.status,
                           self.stale, self.table, self.figure, self.collectives], **kwargs)
+        self.add_class("wb-verify-panel")
 
     # --- public actions ---------------------------------------------------------------------------------
 
@@ -249,8 +245,9 @@ class VerifyPanel(widgets.VBox):
         self.plan, self._shown_key = verified, key
         self.table.value = comparison_table_html(comparison)
         replace_figure(self.figure, figure)
+        listing = html.escape(compiled.collectives_text())
         self.collectives.value = ("<details><summary>collectives in the compiled step, with the layer and code "
-                                  f"each came from</summary><pre>{html.escape(compiled.collectives_text())}</pre></details>")
+                                  f"each came from</summary><pre>{listing}</pre></details>")
         self.progress.value = level_html(
             f"compiled for {compiled.target} ({compiled.device_kind}, {compiled.devices:,} devices) in "
             f"{wb.format_seconds(compiled.compile_seconds)}, {job.elapsed:.0f} s in all", "ok")

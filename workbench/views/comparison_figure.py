@@ -74,7 +74,7 @@ def _bar_pair(figure: go.Figure, rows: list[Any], scale: int, column: int, show_
 def comparison_figure(comparison: Any, *, capacity_bytes: int | None = None, title: str | None = None) -> go.Figure:
     """Grouped bars, plan against compiler, for one device: memory (left) and collective bytes per step (right).
 
-    ``capacity_bytes`` (the chip's memory) draws a dashed line over the memory bars (named in the panel's title
+    ``capacity_bytes`` (the chip's memory) draws a dashed line over the memory bars (named in the title
     instead when it is more than :data:`CAPACITY_SCALE` times the tallest bar). Traces come in pairs,
     plan then compiler: ``data[0:2]`` memory, ``data[2:4]`` collectives (when the step has any).
 
@@ -106,20 +106,18 @@ def comparison_figure(comparison: Any, *, capacity_bytes: int | None = None, tit
                               xref="x2 domain", yref="y2 domain", x=0.5, y=0.5)
         figure.update_xaxes(visible=False, row=1, col=2)
         figure.update_yaxes(visible=False, row=1, col=2)
-    if capacity_bytes and not capacity_shown:
-        figure.add_annotation(text=f"device memory {format_bytes(capacity_bytes)}: off this scale", showarrow=False,
-                              xref="x domain", yref="y domain", x=1, y=-0.12, xanchor="right", yanchor="top",
-                              font=dict(size=11, color="#555"))
     if capacity_shown:
         figure.add_hline(y=capacity_bytes / scale, line_dash="dash", row=1, col=1,
                          annotation_text=f"device memory {format_bytes(capacity_bytes)}",
                          annotation_position="top left")
+    subtitle = "the plan's bars carry plan / compiler"
+    if capacity_bytes and not capacity_shown:
+        subtitle += f"; the device memory, {format_bytes(capacity_bytes)}, is off this scale"
     figure.update_yaxes(title_text=unit, row=1, col=1, rangemode="tozero")
     figure.update_layout(
-        barmode="group", plot_bgcolor="white", height=420, margin=dict(t=90, b=80),
-        legend=dict(orientation="h", x=0, y=-0.12, yanchor="top"),
-        title=title or (f"the plan beside the compiler: {compiled.target}, {compiled.devices:,} devices ({compiled.mesh})"
-                        "<br><sup>the plan's bars carry plan / compiler</sup>"),
+        barmode="group", plot_bgcolor="white", height=420, margin=dict(t=90, b=60),
+        title=title or (f"the plan beside the compiler: {compiled.target}, {compiled.devices:,} devices "
+                        f"({compiled.mesh})<br><sup>{subtitle}</sup>"),
     )
     return figure
 
