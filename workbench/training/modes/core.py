@@ -61,7 +61,9 @@ def init_state(model: nnx.Module, optimizer: optax.GradientTransformation) -> tu
     return graphdef, TrainState(params, optimizer.init(params), other)
 
 
-def _cast_floats(tree: Any, dtype) -> Any:
+def cast_floats(tree: Any, dtype) -> Any:
+    """Every floating-point leaf of ``tree`` cast to ``dtype`` (integer leaves, e.g. tokens, untouched)."""
+
     def cast(leaf):
         return leaf.astype(dtype) if jnp.issubdtype(jnp.result_type(leaf), jnp.floating) else leaf
 
@@ -78,7 +80,7 @@ def _batch_weight(batch: Mapping[str, Any]) -> jax.Array:
 def model_loss(graphdef: Any, loss: LossFn, precision: str, params: Any, other: Any, batch: Any):
     """``(loss, aux)`` of the model rebuilt from ``params``, computed at ``precision``."""
     if precision == "bf16":
-        params, batch = _cast_floats(params, jnp.bfloat16), _cast_floats(batch, jnp.bfloat16)
+        params, batch = cast_floats(params, jnp.bfloat16), cast_floats(batch, jnp.bfloat16)
     value, aux = loss(nnx.merge(graphdef, params, other), batch)
     return value.astype(jnp.float32), aux
 
@@ -95,6 +97,11 @@ def as_per_device(tree: Any, axis: str) -> Any:
     return jax.tree.map(
         lambda x: x if axis in (varying_axes(x) or ()) else jax.lax.pcast(x, axis, to="varying"), tree
     )
+
+
+def _loss_weight(aux: Mapping[str, Any], batch: Any) -> jax.Array:
+    """What the loss counts: ``aux["weight"]`` when the loss reports it, else the batch's own weight."""
+    return jnp.asarray(aux["weight"], jnp.float32) if "weight" in aux else _batch_weight(batch)
 
 
 def _scalar_metrics(aux: Mapping[str, Any]) -> dict[str, jax.Array]:
@@ -119,8 +126,25 @@ def mean_loss_and_grads(
         (value, aux), grads = jax.value_and_grad(objective, has_aux=True)(params)
     else:
         (value, aux), grads = objective(params), None
-    weight = jnp.asarray(aux["weight"], jnp.float32) if "weight" in aux else _batch_weight(batch)
+    weight = _loss_weight(aux, batch)
     return {"grads": grads, "metrics": {"loss": value, **_scalar_metrics(aux)}, "weight": weight}
+
+
+def weighted_sums_of(objective: Callable[[Any], tuple[jax.Array, Any]], params: Any, batch: Any) -> dict[str, Any]:
+    """:func:`weighted_sums` of ``objective(params) -> (loss, aux)``, differentiating ``weight * loss``.
+
+    The same sums, but the weight is applied before differentiating, so collectives in ``objective``'s
+    transpose (a gathered parameter's reduce-scatter) already sum the devices' *weighted* gradients.
+    """
+
+    def weighted(p):
+        value, aux = objective(p)
+        weight = jax.lax.stop_gradient(_loss_weight(aux, batch))
+        return value * weight, (value, aux, weight)
+
+    (_, (value, aux, weight)), grads = jax.value_and_grad(weighted, has_aux=True)(params)
+    metrics = {"loss": value, **_scalar_metrics(aux)}
+    return {"grads": grads, "metrics": jax.tree.map(lambda m: m * weight, metrics), "weight": weight}
 
 
 def weighted_sums(
