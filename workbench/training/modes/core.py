@@ -9,6 +9,8 @@ explicit ``pmean``) and in how the state is laid out, so this module gives them 
 * :func:`weighted_sums`: the same multiplied by the batch's weight (the number of unmasked examples or
   tokens). Sums of these add up exactly: the gradient of the mean loss of a whole batch is
   ``sum(w_i * g_i) / sum(w_i)`` over any split of it, padded or not, equal or not.
+* :func:`weighted_sums_of`: the same sums for any ``params -> (loss, aux)``, weighted before differentiating
+  (``fsdp``'s layers reduce-scatter weighted gradients in their transpose).
 * :func:`accumulate`: the sums over ``k`` microbatches with ``lax.scan`` (one synchronisation per step).
 * :func:`means`: the sums divided by the total weight.
 * :func:`finish_step`: apply the optimizer to mean gradients and report a few metrics.

@@ -19,7 +19,7 @@ tree gathered at once: shorter to read, and it moves exactly ``dp``'s bytes.
 Why not plain ``jit`` with sharded parameters (MaxText's way): measured on XLA:CPU, the compiler
 gathered every parameter at the start of the step, all-reduced whole gradients (no reduce-scatter), and
 at small per-device batches moved activations instead of weights; its temporaries for the README's 1.3B
-plan were 2.9 times the whole parameter tree (see docs/design/fsdp.md).
+plan were 2.9 times the whole parameter tree (see docs/design/production-steps.md).
 """
 
 from __future__ import annotations
