@@ -26,29 +26,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax import lax
-from jax.sharding import PartitionSpec
 
-from .base import DATA_AXIS, ShardedJitMode
-from .core import TrainState, accumulate, cast_floats, finish_step, means, weighted_sums_of
+from .base import DATA_AXIS
+from .core import accumulate, cast_floats, weighted_sums_of
 from .declaration import CollectiveNeed
-from .fsdp_whole_tree import FSDP_FAULT_REASONS, SHARDED_GRADIENT_REDUCE_SCATTER, WHOLE_LEAVES_ALL_REDUCE
-from .param_gathering import layer_paths, layered_model, split_dims
+from .param_gathering import layer_paths, layered_model
+from .sharded_state import SHARDED_GRADIENT_REDUCE_SCATTER, WHOLE_LEAVES_ALL_REDUCE, ShardedStateMode
 
 
-class FullyShardedDataParallel(ShardedJitMode):
+class FullyShardedDataParallel(ShardedStateMode):
     name = "fsdp"
     summary = "batch split over 'data'; parameters and optimizer state sharded over it, gathered layer by layer"
-    sharded = "the batch, parameters and optimizer state, all over 'data' (each device stores 1/N)"
-    axes = (DATA_AXIS,)
-    mesh_example = "data=8"
-    batch_axis = DATA_AXIS
-    state_placement = "shard"
     parameter_gathering = "per-layer"
-    gradient_sync = "shard_map"
     collectives = (
         CollectiveNeed("all-gather", DATA_AXIS, "sharded-parameters",
                        "parameters, gathered layer by layer for the forward pass and again for the backward pass",
@@ -56,38 +47,22 @@ class FullyShardedDataParallel(ShardedJitMode):
         SHARDED_GRADIENT_REDUCE_SCATTER,
         WHOLE_LEAVES_ALL_REDUCE,
     )
-    fault_reasons = FSDP_FAULT_REASONS
 
-    def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
+    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any) -> dict[str, Any]:
         plan = self.plan
-        layers = layer_paths(nnx.merge(plan.graphdef, state.params, state.other))  # traced once, with the step
-        param_specs = jax.tree.map(lambda s: s.spec, self.state_shardings(state).params)
-        dims = split_dims(param_specs)
+        layers = layer_paths(nnx.merge(plan.graphdef, shards, other))  # traced once, with the step
         bf16 = plan.precision == "bf16"
         prepare = (lambda params: cast_floats(params, jnp.bfloat16)) if bf16 else (lambda params: params)
 
-        def local_sums(shards, other, batch_shard):
-            def sums_of(micro):
-                micro = cast_floats(micro, jnp.bfloat16) if bf16 else micro
+        def sums_of(micro):
+            micro = cast_floats(micro, jnp.bfloat16) if bf16 else micro
 
-                def objective(params):
-                    value, aux = plan.loss(layered_model(plan.graphdef, params, other, dims, layers, prepare), micro)
-                    return value.astype(jnp.float32), aux
+            def objective(params):
+                value, aux = plan.loss(layered_model(plan.graphdef, params, other, dims, layers, prepare), micro)
+                return value.astype(jnp.float32), aux
 
-                # Gradients come out of the layers' reduce-scatters summed over devices (and whole leaves'
-                # through shard_map's psum for replicated inputs): only the metrics are summed below.
-                return weighted_sums_of(objective, shards, micro)
+            # The gradients come out of the layers' reduce-scatters summed over devices (and whole leaves'
+            # through shard_map's psum for replicated inputs).
+            return weighted_sums_of(objective, shards, micro)
 
-            sums = accumulate(sums_of, batch_shard, plan.accum)  # a reduce-scatter per microbatch
-            return {"grads": sums["grads"], "metrics": lax.psum(sums["metrics"], DATA_AXIS),
-                    "weight": lax.psum(sums["weight"], DATA_AXIS)}
-
-        sums = jax.shard_map(
-            local_sums,
-            mesh=self.mesh,
-            in_specs=(param_specs, PartitionSpec(), PartitionSpec(DATA_AXIS)),
-            out_specs={"grads": param_specs, "metrics": PartitionSpec(), "weight": PartitionSpec()},
-            check_vma=True,
-        )(state.params, state.other, batch)
-        return finish_step(plan.optimizer, state, means(sums), diagnostics, self.faults)  # updates each shard in place
-
+        return accumulate(sums_of, batch_shard, plan.accum)  # a reduce-scatter per microbatch
