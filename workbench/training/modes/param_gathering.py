@@ -213,8 +213,9 @@ def _calls_gathered(cls: type) -> type:
     """A subclass of ``cls`` whose ``__call__`` runs the original with the layer's parameters gathered."""
     if cls not in _LAYER_CLASSES:
         def __call__(self, *args, **kwargs):
-            graphdef, shards, rest, dims, prepare = self._fsdp_layer
-            return _layer_call(cls.__call__, graphdef, shards, rest, dims, prepare, args, kwargs)
+            path, graphdef, shards, rest, dims, prepare = self._fsdp_layer
+            with jax.named_scope(path):  # the gathers and reduce-scatters carry the layer's name
+                return _layer_call(cls.__call__, graphdef, shards, rest, dims, prepare, args, kwargs)
 
         _LAYER_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
     return _LAYER_CLASSES[cls]
@@ -248,6 +249,6 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
         structure = jax.tree.structure(layer_shards)
         layer_dims = jax.tree.unflatten(structure, [dim_at[name] for name in inside])
         nnx.update(module, jax.tree.unflatten(structure, [_ReadOutsideItsLayer(name) for name in inside]))
-        object.__setattr__(module, "_fsdp_layer", (layer_def, layer_shards, rest, layer_dims, prepare))
+        object.__setattr__(module, "_fsdp_layer", (path, layer_def, layer_shards, rest, layer_dims, prepare))
         module.__class__ = _calls_gathered(type(module))
     return model
