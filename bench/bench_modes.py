@@ -1,10 +1,10 @@
 """Every parallel mode's training step against the smallest hand-written ``jax.jit`` step, side by side.
 
 What is measured: for each mode (``single``, ``simulated``, ``dp``, ``dp-shard-map``, ``dp-pmap``,
-``fsdp``, ``tp``, ``dp-tp``) the steady-state wall time of one training step, ``mode.step(state,
-batch)``, and of a plain jitted step written here the way a user would write it (``nnx.split``,
-``jax.value_and_grad``, ``optax.adam``, ``optax.apply_updates``), for the same model, mesh, batch and
-layout. Setting: model ``mlp`` fitted to ``digits``, global batch 256, Adam at 1e-3, fp32, accum 1;
+``fsdp-whole-tree``, ``fsdp``, ``tp``, ``dp-tp``) the steady-state wall time of one training step,
+``mode.step(state, batch)``, and of a plain jitted step written here the way a user would write it
+(``nnx.split``, ``jax.value_and_grad``, ``optax.adam``, ``optax.apply_updates``, the state donated as
+the modes' steps donate theirs), for the same model, mesh, batch and layout. Setting: model ``mlp`` fitted to ``digits``, global batch 256, Adam at 1e-3, fp32, accum 1;
 meshes ``data=8`` for the data-parallel modes, ``model=2`` for ``tp``, ``data=4,model=2`` for ``dp-tp``.
 ``dp`` is measured again on a small ``transformer`` (d_model 64, 2 layers, 4 heads, ``text`` with
 seq_len 64, batch 32) so a bigger step is covered.
@@ -36,6 +36,9 @@ baseline does. The trainer runs the diagnostics variant (gradient norms per leaf
 one step in ``log_every``. Anything else a mode computes beyond the baseline shows up in the ratio: the
 learning rate held in the optimizer state (one scalar per device, so a new rate needs no recompile),
 FSDP's explicit gather, the weighted-sum arithmetic of the shard_map/pmap modes.
+``fsdp`` is reported and not held to it: it does more work than the step it is compared with, by design
+(each layer gathered again and recomputed in the backward pass, so that one layer's parameters are held at a
+time); ``fsdp-whole-tree``, the same algorithm gathering the whole tree at once, is held to the target.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.
@@ -43,6 +46,7 @@ target like the other modes.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -60,7 +64,7 @@ from timing import machine, record
 from workbench.training.data import load_dataset
 from workbench.training.models import model_config_for_data, tensor_parallel_rules
 from workbench.training.modes import StepPlan, TrainState, build_mode
-from workbench.training.modes.base import ShardedJitMode
+from workbench.training.modes.base import ShardedJitMode, host_copy
 from workbench.training.modes.core import init_state
 from workbench.training.config import make_optimizer
 
@@ -78,6 +82,7 @@ CASES = [  # (mode, mesh, workload)
     ("dp", "data=8", "mlp"),
     ("dp-shard-map", "data=8", "mlp"),
     ("dp-pmap", "data=8", "mlp"),
+    ("fsdp-whole-tree", "data=8", "mlp"),
     ("fsdp", "data=8", "mlp"),
     ("tp", "model=2", "mlp"),
     ("dp-tp", "data=4,model=2", "mlp"),
@@ -100,7 +105,7 @@ def handwritten_step(graphdef: Any, rest: Any, loss_fn: Callable, tx: optax.Grad
     propagates it (checked in :func:`_check_layout_kept`).
     """
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=(0, 1))  # as the modes' steps do, and production steps
     def step(params, opt_state, batch):
         def loss_of(p):
             return loss_fn(nnx.merge(graphdef, p, rest), batch)[0]
@@ -165,7 +170,9 @@ def _time_rounds(advance_a: Callable, carry_a: Any, advance_b: Callable, carry_b
 
 def _baseline_placement(mode: Any, name: str, params: Any, opt_state: Any, rest: Any, host_batches: list,
                         mode_batches: list) -> tuple[Any, Any, list]:
-    """Baseline params, optimizer state and batches, laid out as ``mode`` lays out its own."""
+    """Baseline params, optimizer state and batches, laid out as ``mode`` lays out its own, in buffers of
+    their own (the baseline step donates them, and the model's arrays are the mode's host state too)."""
+    params, opt_state = host_copy((params, opt_state))
     if isinstance(mode, ShardedJitMode):  # single, dp, dp-shard-map, fsdp, tp, dp-tp
         shardings = mode.state_shardings(TrainState(params, opt_state, rest))
         params = jax.device_put(params, shardings.params)
@@ -242,6 +249,7 @@ def measure(name: str, mesh: str, workload: str) -> dict:
         )
     ratio = statistics.median(rounds)  # paired: each round compares neighbours in time, so drift cancels
     teaching = name == "simulated"
+    more_work = name == "fsdp"
     note = (
         f"mode {mode_s * 1e3:.3f} ms/step, hand-written jit {base_s * 1e3:.3f} ms/step; {model_name} on "
         f"{data_name}, batch {global_batch}, mesh {mesh}; median of {ROUNDS[workload]} rounds of {STEPS} steps (ratio per "
@@ -253,7 +261,10 @@ def measure(name: str, mesh: str, workload: str) -> dict:
             f"{TARGET}: compared with the one-device jit step on the whole batch"
         )
     label = f"{name} step / hand-written jit" + ("" if workload == "mlp" else f" ({workload})")
-    return record(label, ratio, "x", None if teaching else ("<=", TARGET), note=note)
+    if more_work:
+        note += ("; reported, not held to the target: fsdp gathers each layer again and recomputes it in the "
+                 "backward pass (one layer's parameters held at a time), work the hand-written step does not do")
+    return record(label, ratio, "x", None if teaching or more_work else ("<=", TARGET), note=note)
 
 
 def run() -> list[dict]:

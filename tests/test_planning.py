@@ -21,6 +21,7 @@ from workbench.analysis.cost_model import (
 from workbench.errors import MeshError, WorkbenchError
 from workbench.training.models import abstract_model, param_count
 from workbench.training.modes import MODES
+from workbench.training.modes.param_gathering import layer_bytes
 from workbench.analysis.planning import parse_byte_size, plan_training
 from workbench.training.config import make_optimizer
 from workbench.layout.tree_layout import layout_tree
@@ -162,7 +163,10 @@ def test_big_transformer_on_512_devices(big_fsdp):
     assert plan.params_bytes == pytest.approx(4 * plan.params / 64, rel=1e-3)  # sharded over data=64 only
     assert plan.fits and plan.peak_bytes < 16 * GiB
     assert plan_training("transformer", BIG, "data=64,model=8", "fsdp", hardware="tpu-v5e").fits
-    assert not plan_training("transformer", BIG, "data=64,model=8", "fsdp", device_memory="4GiB").fits
+    # fsdp holds one layer gathered at a time; gathering the whole tree (7.5 GiB in bf16) does not fit
+    assert plan_training("transformer", BIG, "data=64,model=8", "fsdp", device_memory="4GiB").fits
+    assert not plan_training("transformer", BIG, "data=64,model=8", "fsdp-whole-tree", device_memory="4GiB").fits
+    assert not plan_training("transformer", BIG, "data=64,model=8", "fsdp", device_memory="1GiB").fits
     dp_small = plan_training("transformer", BIG, "data=64,model=8", "dp", hardware="tpu-v5e")
     dp_large = plan_training("transformer", BIG, "data=64,model=8", "dp", hardware="tpu-v5p")
     assert dp_small.total_bytes == dp_large.total_bytes > 16 * GiB  # float32 state of 1.3B params: 20 GiB
@@ -263,3 +267,16 @@ def test_plan_bad_input_exits_2_with_one_line(capsys, argv, message):
     status, out, err = run_cli(capsys, *argv)
     assert status == 2 and out == ""
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err
+
+
+def test_the_plan_holds_what_the_mode_declares_it_gathers():
+    """Transient parameters follow ``parameter_gathering``: the whole tree, or the largest layer with its
+    gradients (one layer at a time); fsdp's all-gather runs twice (forward and backward pass)."""
+    options = {**SMALL_LM, "n_layers": 8}
+    whole, per_layer = (plan_training("transformer", options, "data=8", mode, hardware="cpu", precision="fp32")
+                        for mode in ("fsdp-whole-tree", "fsdp"))
+    sizes = layer_bytes(abstract_model("transformer", **options))
+    assert whole.transient_params_bytes == whole.params_layout.total_bytes
+    assert per_layer.transient_params_bytes == 2 * max(sizes.values()) < whole.transient_params_bytes / 2
+    gathers = {plan.mode: [c.count for c in plan.collectives if c.kind == "all-gather"] for plan in (whole, per_layer)}
+    assert gathers == {"fsdp-whole-tree": [1], "fsdp": [2]}

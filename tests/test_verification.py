@@ -6,6 +6,7 @@ The TPU test needs libtpu (the ``tpu`` extra): skipped without it, except in CI 
 it must run.
 """
 
+import contextlib
 import inspect
 import json
 import os
@@ -39,24 +40,29 @@ SMALL_LM = {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len":
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
-@pytest.fixture(scope="module")
-def tensor_parallel_step():
-    """A 2-layer LM's dp-tp step, compiled in this process: (abstract step, compiled).
-
-    Compiled for real: a cached program keeps the op metadata of whichever process compiled it first
-    (JAX's cache key leaves metadata out), and these tests read the metadata."""
+@contextlib.contextmanager
+def _compiled_afresh():
+    """Compiles in this block skip JAX's persistent cache: a cached program keeps the op metadata of
+    whichever process compiled it first (JAX's cache key leaves metadata out), and these tests read it."""
     from jax._src import compilation_cache  # JAX decides once per process whether to use its cache: ask again
 
     before = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
     compilation_cache.reset_cache()
     try:
-        config = TrainConfig(model="transformer", mode="dp-tp", mesh="data=4,model=2", batch=8, model_options=SMALL_LM)
-        step = build_abstract_step(config)
-        yield step, step.compile()
+        yield
     finally:
         jax.config.update("jax_enable_compilation_cache", before)
         compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="module")
+def tensor_parallel_step():
+    """A 2-layer LM's dp-tp step, compiled for real in this process: (abstract step, compiled)."""
+    with _compiled_afresh():
+        config = TrainConfig(model="transformer", mode="dp-tp", mesh="data=4,model=2", batch=8, model_options=SMALL_LM)
+        step = build_abstract_step(config)
+        yield step, step.compile()
 
 
 def _line_of(function, text: str) -> str:
@@ -129,6 +135,18 @@ def test_tensor_parallel_all_reduces_name_their_layer_and_line(tensor_parallel_s
     (gradients,) = [c for c in report.collectives if c.axes == ("data",) and c.arrays > 1]
     assert len(gradients.layers) > 4 and gradients.count == 1
     assert "blocks/*/" in report.collectives_text()
+
+
+def test_fsdp_gathers_name_the_layer_and_the_model_line_that_called_it():
+    with _compiled_afresh():
+        config = TrainConfig(model="transformer", mode="fsdp", mesh="data=8", batch=8, model_options=SMALL_LM)
+        step = build_abstract_step(config)
+        report = read_compiled_step(step.compile(), step.mode.mesh, step.layers)
+    gathers = [c for c in report.collectives if c.kind == "all-gather"]
+    assert {layer for c in gathers for layer in c.layers} >= {"embed", "head", "blocks/0", "blocks/1"}
+    block_call = _line_of(models.TransformerLM.__call__, "x = block(x)")
+    assert any(block_call in c.sources for c in gathers)  # the model's line, not the gathering wrapper's
+    assert not any("param_gathering" in source for c in report.collectives for source in c.sources)
 
 
 def test_stack_frames_lead_to_the_model_code_not_the_libraries(tensor_parallel_step):

@@ -105,10 +105,11 @@ class OpSource:
 
 
 def _machinery() -> tuple[str, ...]:
-    """Path prefixes of frames to look past: the libraries, and the wrapper that names layers."""
+    """Path prefixes of frames to look past: the libraries, and the wrappers that name layers and gather them."""
     from ..training import layer_scopes
+    from ..training.modes import param_gathering
 
-    dirs = [layer_scopes.__file__]
+    dirs = [layer_scopes.__file__, param_gathering.__file__]  # wrappers around a layer's call: look past them
     for name in LIBRARY_PACKAGES:
         module = sys.modules.get(name)
         if module is not None and getattr(module, "__file__", None):

@@ -313,7 +313,7 @@ class TrainingPlan:
             ("optimizer state", self.opt_state_bytes, self.optimizer),
             ("training state", self.total_bytes, "the three above"),
             ("activations", self.activation_bytes,
-             "rough estimate, no rematerialisation" if self.activation_bytes is not None else f"for {self.model}"),
+             _activation_words(self.mode) if self.activation_bytes is not None else f"for {self.model}"),
             ("transient params", self.transient_params_bytes, _transient_words(self.mode, self.precision)),
             ("peak", self.peak_bytes,
              f"of {format_bytes(self.device_memory)}: {'fits' if self.fits else 'does NOT fit'}"),
@@ -361,11 +361,23 @@ def _string_literal(text: str) -> str:
     return repr(text)
 
 
+def _activation_words(mode: str) -> str:
+    from ..training.modes import mode_class
+
+    if mode_class(mode).parameter_gathering == "per-layer":
+        return "rough estimate, layers recomputed in the backward pass"
+    return "rough estimate, no rematerialisation"
+
+
 def _transient_words(mode: str, precision: str) -> str:
     from ..training.modes import mode_class
 
-    if mode_class(mode).state_placement == "shard":
-        return "the whole float32 parameter tree gathered for the step" + (" plus its bf16 copy" if precision == "bf16" else "")
+    gathering = mode_class(mode).parameter_gathering
+    copy = " plus its bf16 copy" if precision == "bf16" else ""
+    if gathering == "whole-tree":
+        return "the whole float32 parameter tree gathered for the step" + copy
+    if gathering == "per-layer":
+        return "the largest layer's float32 parameters and gradients, gathered one layer at a time" + copy
     return "the bf16 compute copy of the parameters" if precision == "bf16" else "none (fp32 computes on the master weights)"
 
 
@@ -507,13 +519,13 @@ def _needs(mode_cls, custom: bool) -> list:
     """The collectives to price: the mode's declaration; with your own rule table, the data-axis ones
     follow the table (leaves split over 'data' are gathered and reduce-scattered, the rest all-reduced),
     and activations are not estimated (the table's split is unknown to the model)."""
-    from ..training.modes.fsdp import FullyShardedDataParallel
+    from ..training.modes.fsdp_whole_tree import WholeTreeShardedDataParallel
 
     needs = list(mode_cls.collectives)
     if custom:
         needs = [n for n in needs if n.carries != "activations" and n.axis != DATA_AXIS]
         if mode_cls.batch_axis == DATA_AXIS and not mode_cls.one_device:
-            needs += list(FullyShardedDataParallel.collectives)
+            needs += list(WholeTreeShardedDataParallel.collectives)
     return needs
 
 
@@ -535,7 +547,7 @@ def _step_collectives(
         group = mesh.axis_size(need.axis) if need.axis in mesh.names else 1
         split = [leaf for leaf in params_layout.leaves if _split_over(leaf, need.axis)]
         split_bytes = sum(leaf.layout.bytes_per_device for leaf in split)
-        count = 1
+        count = need.times  # fsdp gathers its parameters for the forward and again for the backward pass
         if need.carries in ("sharded-parameters", "sharded-gradients"):
             nbytes = split_bytes * group
         elif need.carries in ("gradients", "whole-gradients"):
@@ -555,18 +567,22 @@ def _step_collectives(
     return collectives, synced
 
 
-def _activation_bytes(model: Any, examples: int, seq_len: int, split: int, compute_bytes: int) -> int:
-    """Activations a transformer keeps for the backward pass on one device (no rematerialisation).
+def _activation_bytes(model: Any, examples: int, seq_len: int, split: int, compute_bytes: int,
+                      recomputed: bool = False) -> int:
+    """Activations a transformer keeps for the backward pass on one device.
 
     Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022), eq. 2:
     ``s b h (10 + 24/t + 5 a s / (h t))`` bytes per layer for 16-bit activations and tensor parallelism
     ``t`` (without sequence parallelism), scaled here to the compute dtype, plus the logits held in the
     compute dtype and as float32 for the loss. Their constants include dropout masks this model does not
-    have, so this errs high: a rough figure.
+    have, so this errs high: a rough figure. With ``recomputed`` layers (fsdp recomputes each layer in
+    the backward pass) only each layer's input ``s b h`` is kept, plus one layer's activations at a time.
     """
     s, b, h, a = seq_len, examples, model.d_model, model.blocks[0].attn.n_heads
     per_layer = s * b * h * (10 + 24 / split + 5 * a * s / (h * split)) * compute_bytes / 2
     logits = s * b * model.vocab * (compute_bytes + 4)
+    if recomputed:
+        return int(model.n_layers * s * b * h * compute_bytes + per_layer + logits)
     return int(model.n_layers * per_layer + logits)
 
 
@@ -636,13 +652,19 @@ def _tensor_parallel_rules(declared, planned: _PlannedModel, custom_rules: RuleT
 
 
 def _flops_per_device(planned: _PlannedModel, n_params: int, seq_len: int | None, tokens: int, model_size: int,
-                      notes: list[str]) -> float:
-    """FLOPs of one step on one device: the transformer's own count, else 6 per parameter per example/token."""
+                      notes: list[str], recomputed: bool = False) -> float:
+    """FLOPs of one step on one device: the transformer's own count, else 6 per parameter per example/token.
+    ``recomputed``: the backward pass runs each layer's forward pass again (fsdp), all but the output head's
+    (a single matmul, whose backward pass needs none of it)."""
     if planned.is_lm:
         abstract = planned.abstract
         head = 2 * abstract.d_model * abstract.vocab  # the output head is replicated by the tp rules
         forward = (abstract.flops_per_token(seq_len) - head) / model_size + head
-        return 3.0 * forward * tokens  # backward = 2 forwards (PaLM's 6N)
+        return (3.0 * forward + (forward - head if recomputed else 0.0)) * tokens  # backward = 2 forwards (6N)
+    if recomputed and planned.registered:
+        notes.append(f"{planned.name!r}'s layers are single matmuls or convolutions, which fsdp does not recompute")
+    elif recomputed:
+        notes.append("fsdp recomputes each layer of your model in the backward pass; compute counts no recomputation")
     if model_size > 1:
         notes.append(f"compute assumes every parameter of {planned.name!r} splits {model_size} ways: an approximation")
     return 6.0 * n_params * tokens / model_size
@@ -677,14 +699,30 @@ def _bound_by_compute(declared, sync_bytes: int, data_size: int, flops: float, t
     return None
 
 
-def _transient_params_bytes(declared, params_layout: TreeLayout, precision: str, notes: list[str]) -> int:
-    """Parameters a step holds beside the state: the gathered tree (fsdp) and/or the bf16 compute copy."""
-    if declared.state_placement == "shard":
+def _transient_params_bytes(declared, params_layout: TreeLayout, precision: str, notes: list[str],
+                            model: Any = None) -> int:
+    """Parameters a step holds beside the state, as the mode declares it gathers them
+    (``parameter_gathering``), and/or the bf16 compute copy."""
+    bf16 = precision == "bf16"
+    if declared.parameter_gathering == "whole-tree":
         full_params = params_layout.total_bytes
-        notes.append("the workbench's fsdp gathers the whole parameter tree for the step; production FSDP "
-                     "gathers a layer at a time and needs only the largest layer's share")
-        return full_params + (full_params // 2 if precision == "bf16" else 0)
-    return params_layout.bytes_per_device // 2 if precision == "bf16" else 0
+        notes.append(f"{declared.name} gathers the whole parameter tree for the step; fsdp gathers one layer at a time")
+        return full_params + (full_params // 2 if bf16 else 0)
+    if declared.parameter_gathering == "per-layer":
+        from ..training.modes.param_gathering import layer_bytes
+
+        sizes = layer_bytes(model)
+        own = sizes.pop(None, 0)
+        largest, path = max(((size, path) for path, size in sizes.items()), default=(0, None))
+        if path is not None:
+            notes.append(f"{declared.name} holds one layer's parameters and gradients whole at a time: the largest "
+                         f"layer, {path!r}, is {format_bytes(largest)}")
+        if own:
+            notes.append(f"{format_bytes(own)} of parameters belong to no layer of the model and are gathered for "
+                         "the whole step")
+        gathered = largest + own
+        return 2 * gathered + (gathered // 2 if bf16 else 0)  # gathered, its gradients, its bf16 copy
+    return params_layout.bytes_per_device // 2 if bf16 else 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -807,7 +845,8 @@ def plan_training(
     # Your own model: tokens per sequence only if you say so (then compute counts tokens, not examples).
     seq_len = _seq_len(planned.name, seq_len, planned.resolved) if planned.registered else _whole_seq_len(seq_len)
     tokens = examples * seq_len if seq_len else examples
-    flops = _flops_per_device(planned, n_params, seq_len, tokens, model_size, notes)
+    recomputed = declared.parameter_gathering == "per-layer"  # each layer run again in the backward pass
+    flops = _flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, recomputed)
 
     # What a step sends, and whether its compute hides it.
     compute_bytes = COMPUTE_BYTES[precision]
@@ -823,10 +862,10 @@ def plan_training(
     # Memory beside the training state.
     activations = None
     if planned.is_lm:
-        activations = _activation_bytes(abstract, examples, seq_len, model_size, compute_bytes)
+        activations = _activation_bytes(abstract, examples, seq_len, model_size, compute_bytes, recomputed)
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
-    transient = _transient_params_bytes(declared, params_layout, precision, notes)
+    transient = _transient_params_bytes(declared, params_layout, precision, notes, abstract)
     notes.append(_assumption_note(precision, utilisation))
 
     plan = TrainingPlan(

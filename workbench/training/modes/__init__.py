@@ -6,7 +6,8 @@
 ``dp``                    jit, batch sharded, state replicated; the compiler all-reduces
 ``dp-shard-map``          shard_map with an explicit, correct pmean
 ``dp-pmap``               legacy pmap with stacked replicas
-``fsdp``                  parameters and optimizer state sharded over ``data`` (ZeRO-3)
+``fsdp``                  parameters and optimizer state sharded over ``data``, gathered layer by layer
+``fsdp-whole-tree``       the same, the whole parameter tree gathered at once (ZeRO-3 written out)
 ``tp``                    layers split over ``model``
 ``dp-tp``                 2-D ``data x model``
 ========================  ==================================================================
@@ -31,6 +32,7 @@ from .dp_shard_map import ShardMapDataParallel
 from .dp_tp import DataTensorParallel
 from .faults import FAULTS, Fault
 from .fsdp import FullyShardedDataParallel
+from .fsdp_whole_tree import WholeTreeShardedDataParallel
 from .simulated import SimulatedDataParallel
 from .single import SingleDevice
 from .tp import TensorParallel
@@ -44,6 +46,7 @@ _REGISTRY: dict[str, type[ParallelMode]] = {
         ShardMapDataParallel,
         PmapDataParallel,
         FullyShardedDataParallel,
+        WholeTreeShardedDataParallel,
         TensorParallel,
         DataTensorParallel,
     )

@@ -33,6 +33,13 @@ from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, fit_mesh
 from .faults import FAULTS, check_faults
 
 PLACEMENTS = ("replicate", "shard", "tensor-parallel")
+# How a mode whose parameters are sharded over 'data' gathers them for the step.
+PARAMETER_GATHERINGS = {
+    "per-layer": "each layer's parameters when the layer is called, and again in the backward pass, which "
+                 "recomputes the layer: one layer's whole parameters and gradients are held at a time",
+    "whole-tree": "the whole parameter tree at the start of the step, held with its whole gradients until they "
+                  "are reduce-scattered",
+}
 GRADIENT_SYNCS = ("none", "loop", "compiler", "shard_map", "pmap")
 
 
@@ -111,6 +118,27 @@ def single_device_mesh(devices: Any = None) -> Mesh:
     return build_mesh({DATA_AXIS: 1}, axis_types="auto", devices=list(devices or jax.devices())[:1])
 
 
+def host_copy(state: Any) -> Any:
+    """Every array of ``state`` copied to the host (NumPy; PRNG keys stay keys), so that placing it gives
+    device buffers of its own: a step donates them, and must not delete the caller's arrays.
+
+    Why not ``jax.device_put(..., may_alias=False)``: measured on JAX 0.10.2, placing a one-device array
+    replicated over 4 devices that way still shared the first device's buffer with the source, and
+    donating the placed array deleted the source.
+
+    Example:
+        >>> type(host_copy({"w": jax.numpy.ones(2)})["w"]).__name__
+        'ndarray'
+    """
+
+    def copy(leaf):
+        if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(np.array(jax.random.key_data(leaf)), impl=jax.random.key_impl(leaf))
+        return np.array(leaf, copy=True) if isinstance(leaf, (jax.Array, np.ndarray)) else leaf
+
+    return jax.tree.map(copy, state)
+
+
 def step_sums(plan: StepPlan, params: Any, other: Any, batch: Any) -> dict[str, Any]:
     """Weighted gradient and metric sums over the ``accum`` microbatches of ``batch`` (see :mod:`.core`)."""
     return accumulate(
@@ -138,6 +166,8 @@ class ParallelMode(abc.ABC):
             copies and repeat the work: it trains, with a warning), ``"ignore"`` (one device) or ``"refuse"``.
         batch_axis: the axis the global batch is split over; None: every device sees the whole batch.
         state_placement: ``"replicate"``, ``"shard"`` (over ``data``) or ``"tensor-parallel"`` (the model's rules).
+        parameter_gathering: for a ``"shard"`` placement, how parameters are gathered for the step: a key
+            of :data:`PARAMETER_GATHERINGS` (``"per-layer"`` or ``"whole-tree"``); None otherwise.
         stacked_state: the placed state holds one stacked copy per device (``pmap``).
         gradient_sync: where gradients are combined: ``none``, ``loop``, ``compiler``, ``shard_map``, ``pmap``.
         collectives: the :class:`CollectiveNeed` of one step (what the compiled step must show).
@@ -154,6 +184,7 @@ class ParallelMode(abc.ABC):
     other_axes: ClassVar[str] = "replicate"
     batch_axis: ClassVar[str | None] = DATA_AXIS
     state_placement: ClassVar[str] = "replicate"
+    parameter_gathering: ClassVar[str | None] = None
     stacked_state: ClassVar[bool] = False
     gradient_sync: ClassVar[str] = "compiler"
     collectives: ClassVar[tuple[CollectiveNeed, ...]] = ()
@@ -210,7 +241,12 @@ class ParallelMode(abc.ABC):
 
     @abc.abstractmethod
     def place_state(self, state: TrainState) -> TrainState:
-        """A host state placed where this mode computes on it."""
+        """A host state placed where this mode computes on it, in buffers of its own.
+
+        :meth:`step` donates the state it is given (its buffers become the new state's, as production
+        steps do, so a device never holds the old and the new state at once): the placed state is
+        consumed by the step, and ``state`` itself stays usable, so one start state can be stepped twice.
+        """
 
     @abc.abstractmethod
     def place_batch(self, batch: Any) -> Any:
@@ -218,7 +254,8 @@ class ParallelMode(abc.ABC):
 
     @abc.abstractmethod
     def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
-        """One update: ``(new_state, metrics)``, metrics left on the device."""
+        """One update: ``(new_state, metrics)``, metrics left on the device. ``state`` is donated: its
+        arrays are deleted, so keep only the new state (``mode.export_state`` it first to keep a copy)."""
 
     @abc.abstractmethod
     def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
@@ -258,6 +295,11 @@ def check_declaration(cls: type[ParallelMode]) -> None:
         problems.append(f"state_placement {cls.state_placement!r} is not one of {PLACEMENTS}")
     if cls.other_axes not in OTHER_AXES:
         problems.append(f"other_axes {cls.other_axes!r} is not one of {tuple(OTHER_AXES)}")
+    if cls.state_placement == "shard" and cls.parameter_gathering not in PARAMETER_GATHERINGS:
+        problems.append(f"shards its parameters but parameter_gathering {cls.parameter_gathering!r} is not one of "
+                        f"{tuple(PARAMETER_GATHERINGS)}")
+    if cls.state_placement != "shard" and cls.parameter_gathering is not None:
+        problems.append(f"declares parameter_gathering {cls.parameter_gathering!r} but does not shard its parameters")
     if cls.gradient_sync not in GRADIENT_SYNCS:
         problems.append(f"gradient_sync {cls.gradient_sync!r} is not one of {GRADIENT_SYNCS}")
     unexplained = [f for f in FAULTS if f not in cls.supported_faults and f not in cls.fault_reasons]
@@ -298,7 +340,7 @@ class ShardedJitMode(ParallelMode):
         return NamedSharding(self.mesh, PartitionSpec(*entries))
 
     def place_state(self, state: TrainState) -> TrainState:
-        return jax.device_put(state, self.state_shardings(state))
+        return jax.device_put(host_copy(state), self.state_shardings(state))  # buffers the step may donate
 
     def place_batch(self, batch: Any) -> Any:
         return jax.device_put(batch, jax.tree.map(self.batch_sharding, batch))
@@ -318,8 +360,9 @@ class ShardedJitMode(ParallelMode):
     def _compiled_step(self, state: TrainState, diagnostics: bool):
         if diagnostics not in self._steps:
             shardings = self.state_shardings(state)
-            self._steps[diagnostics] = jax.jit(
-                functools.partial(self._step_fn, diagnostics=diagnostics), out_shardings=(shardings, None)
+            self._steps[diagnostics] = jax.jit(  # the state is donated: the new state reuses its buffers
+                functools.partial(self._step_fn, diagnostics=diagnostics), out_shardings=(shardings, None),
+                donate_argnums=0,
             )
         return self._steps[diagnostics]
 

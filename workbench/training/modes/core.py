@@ -9,6 +9,8 @@ explicit ``pmean``) and in how the state is laid out, so this module gives them 
 * :func:`weighted_sums`: the same multiplied by the batch's weight (the number of unmasked examples or
   tokens). Sums of these add up exactly: the gradient of the mean loss of a whole batch is
   ``sum(w_i * g_i) / sum(w_i)`` over any split of it, padded or not, equal or not.
+* :func:`weighted_sums_of`: the same sums for any ``params -> (loss, aux)``, weighted before differentiating
+  (``fsdp``'s layers reduce-scatter weighted gradients in their transpose).
 * :func:`accumulate`: the sums over ``k`` microbatches with ``lax.scan`` (one synchronisation per step).
 * :func:`means`: the sums divided by the total weight.
 * :func:`finish_step`: apply the optimizer to mean gradients and report a few metrics.
@@ -62,7 +64,9 @@ def init_state(model: nnx.Module, optimizer: optax.GradientTransformation) -> tu
     return graphdef, TrainState(params, optimizer.init(params), other)
 
 
-def _cast_floats(tree: Any, dtype) -> Any:
+def cast_floats(tree: Any, dtype) -> Any:
+    """Every floating-point leaf of ``tree`` cast to ``dtype`` (integer leaves, e.g. tokens, untouched)."""
+
     def cast(leaf):
         return leaf.astype(dtype) if jnp.issubdtype(jnp.result_type(leaf), jnp.floating) else leaf
 
@@ -79,7 +83,7 @@ def _batch_weight(batch: Mapping[str, Any]) -> jax.Array:
 def model_loss(graphdef: Any, loss: LossFn, precision: str, params: Any, other: Any, batch: Any):
     """``(loss, aux)`` of the model rebuilt from ``params``, computed at ``precision``."""
     if precision == "bf16":
-        params, batch = _cast_floats(params, jnp.bfloat16), _cast_floats(batch, jnp.bfloat16)
+        params, batch = cast_floats(params, jnp.bfloat16), cast_floats(batch, jnp.bfloat16)
     model = name_layers(nnx.merge(graphdef, params, other))  # op names carry layer paths: metadata only
     value, aux = loss(model, batch)
     return value.astype(jnp.float32), aux
@@ -97,6 +101,11 @@ def as_per_device(tree: Any, axis: str) -> Any:
     return jax.tree.map(
         lambda x: x if axis in (varying_axes(x) or ()) else jax.lax.pcast(x, axis, to="varying"), tree
     )
+
+
+def _loss_weight(aux: Mapping[str, Any], batch: Any) -> jax.Array:
+    """What the loss counts: ``aux["weight"]`` when the loss reports it, else the batch's own weight."""
+    return jnp.asarray(aux["weight"], jnp.float32) if "weight" in aux else _batch_weight(batch)
 
 
 def _scalar_metrics(aux: Mapping[str, Any]) -> dict[str, jax.Array]:
@@ -121,8 +130,25 @@ def mean_loss_and_grads(
         (value, aux), grads = jax.value_and_grad(objective, has_aux=True)(params)
     else:
         (value, aux), grads = objective(params), None
-    weight = jnp.asarray(aux["weight"], jnp.float32) if "weight" in aux else _batch_weight(batch)
+    weight = _loss_weight(aux, batch)
     return {"grads": grads, "metrics": {"loss": value, **_scalar_metrics(aux)}, "weight": weight}
+
+
+def weighted_sums_of(objective: Callable[[Any], tuple[jax.Array, Any]], params: Any, batch: Any) -> dict[str, Any]:
+    """:func:`weighted_sums` of ``objective(params) -> (loss, aux)``, differentiating ``weight * loss``.
+
+    The same sums, but the weight is applied before differentiating, so collectives in ``objective``'s
+    transpose (a gathered parameter's reduce-scatter) already sum the devices' *weighted* gradients.
+    """
+
+    def weighted(p):
+        value, aux = objective(p)
+        weight = jax.lax.stop_gradient(_loss_weight(aux, batch))
+        return value * weight, (value, aux, weight)
+
+    (_, (value, aux, weight)), grads = jax.value_and_grad(weighted, has_aux=True)(params)
+    metrics = {"loss": value, **_scalar_metrics(aux)}
+    return {"grads": grads, "metrics": jax.tree.map(lambda m: m * weight, metrics), "weight": weight}
 
 
 def weighted_sums(

@@ -1,90 +1,68 @@
-"""``fsdp``: fully sharded data parallelism (ZeRO-3). Like ``dp`` the batch is split over ``data``, but
-parameters and optimizer state are sharded over ``data`` too: each device stores 1/N of them.
+"""``fsdp``: fully sharded data parallelism (ZeRO-3), one layer's parameters gathered at a time.
 
-Each parameter is split along its largest dimension divisible by the axis size (small leaves, such as
-biases of 10 classes, stay replicated; :meth:`state_layout` says which and why). The gradient is
-computed inside ``jax.shard_map``, with the two collectives of ZeRO-3 written out:
+Like ``dp`` the batch is split over ``data``; parameters and optimizer state are sharded over ``data``
+too, each leaf along its largest dimension divisible by the axis size (small leaves, such as biases of
+10 classes, stay whole on every device; :meth:`state_layout` says which and why). Each device stores
+1/N of them.
 
-1. ``lax.all_gather`` puts the whole parameters on every device, for this step only;
-2. each device computes the gradient of its own batch shard against them (locally, not yet summed);
-3. ``lax.psum_scatter`` (a reduce-scatter) sums the gradients over devices and hands each device the
-   sum for just its own shard; replicated leaves get an ordinary ``psum``.
+The step runs in ``jax.shard_map``. Each layer of the model (see :mod:`.param_gathering`) all-gathers
+its parameters when it is called and drops them after; in the backward pass it gathers them again,
+recomputes its forward pass from its saved input, and its gradients are reduce-scattered (the
+all-gather's transpose) before the layer below starts. So a device holds one layer's whole
+parameters and gradients at a time, as production FSDP does (PyTorch FSDP's units, MaxText's scanned
+layers), at the cost of a second all-gather and a second forward pass per layer.
 
 Outside the shard_map the optimizer updates each shard where it lives: Adam is element-wise, so no
-device ever needs another's optimizer state. Per device, one all-gather of the parameters and one
-reduce-scatter of the gradients move what ``dp``'s single all-reduce moves, but no device ever stores a
-whole copy of the parameters between steps, nor any of the optimizer state but its own 1/N.
+device ever needs another's optimizer state. ``fsdp-whole-tree`` is the same algorithm with the whole
+tree gathered at once: shorter to read, and it moves exactly ``dp``'s bytes.
+
+Why not plain ``jit`` with sharded parameters (MaxText's way): measured on XLA:CPU, the compiler
+gathered every parameter at the start of the step, all-reduced whole gradients (no reduce-scatter), and
+at small per-device batches moved activations instead of weights; its temporaries for the README's 1.3B
+plan were 2.9 times the whole parameter tree (see docs/design/production-steps.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import jax
-from jax import lax
-from jax.sharding import PartitionSpec
+import jax.numpy as jnp
+from flax import nnx
 
-from .base import DATA_AXIS, ShardedJitMode, step_sums
-from .core import TrainState, as_per_device, finish_step, means
+from .base import DATA_AXIS
+from .core import accumulate, cast_floats, weighted_sums_of
 from .declaration import CollectiveNeed
-from .dp import NO_HAND_WRITTEN_SYNC
+from .param_gathering import layer_paths, layered_model
+from .sharded_state import SHARDED_GRADIENT_REDUCE_SCATTER, WHOLE_LEAVES_ALL_REDUCE, ShardedStateMode
 
 
-REPLICATED = -1
-
-
-def _sharded_dim(spec: PartitionSpec) -> int:
-    """Which dimension a leaf's spec splits over ``data`` (``REPLICATED``: none, the leaf is whole)."""
-    return next((dim for dim, entry in enumerate(spec) if entry == DATA_AXIS), REPLICATED)
-
-
-class FullyShardedDataParallel(ShardedJitMode):
+class FullyShardedDataParallel(ShardedStateMode):
     name = "fsdp"
-    summary = "batch split over 'data'; parameters and optimizer state sharded over it too, gathered to compute"
-    sharded = "the batch, parameters and optimizer state, all over 'data' (each device stores 1/N)"
-    axes = (DATA_AXIS,)
-    mesh_example = "data=8"
-    batch_axis = DATA_AXIS
-    state_placement = "shard"
-    gradient_sync = "shard_map"
+    summary = "batch split over 'data'; parameters and optimizer state sharded over it, gathered layer by layer"
+    parameter_gathering = "per-layer"
     collectives = (
-        CollectiveNeed("all-gather", DATA_AXIS, "sharded-parameters", "parameters, gathered to compute"),
-        CollectiveNeed("reduce-scatter", DATA_AXIS, "sharded-gradients",
-                       "gradients, summed with each device keeping its own shard"),
-        CollectiveNeed("all-reduce", DATA_AXIS, "whole-gradients",
-                       "the loss, and the gradients of parameters too small to split (kept whole on every device)"),
+        CollectiveNeed("all-gather", DATA_AXIS, "sharded-parameters",
+                       "parameters, gathered layer by layer for the forward pass and again for the backward pass",
+                       times=2),
+        SHARDED_GRADIENT_REDUCE_SCATTER,
+        WHOLE_LEAVES_ALL_REDUCE,
     )
-    fault_reasons = {
-        **NO_HAND_WRITTEN_SYNC,
-        "psum": "its gradients are reduce-scattered leaf by leaf; the psum mistake is shown in dp-shard-map",
-        "vma-double-count": "it marks the gathered parameters per-device by design; the trap is shown in dp-shard-map",
-    }
 
-    def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
-        param_specs = jax.tree.map(lambda s: s.spec, self.state_shardings(state).params)
-        dims = jax.tree.map(_sharded_dim, param_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any) -> dict[str, Any]:
+        plan = self.plan
+        layers = layer_paths(nnx.merge(plan.graphdef, shards, other))  # traced once, with the step
+        bf16 = plan.precision == "bf16"
+        prepare = (lambda params: cast_floats(params, jnp.bfloat16)) if bf16 else (lambda params: params)
 
-        def local_sums(shards, other, batch_shard):
-            full = jax.tree.map(  # 1. all-gather
-                lambda x, d: x if d == REPLICATED else lax.all_gather(x, DATA_AXIS, axis=d, tiled=True), shards, dims
-            )
-            # 2. local gradients: gathered (and replicated) leaves must be per-device before grad, or
-            # JAX would sum them over devices already (the shard_map trap; see dp_shard_map.py).
-            full = as_per_device(full, DATA_AXIS)
-            sums = step_sums(self.plan, full, other, batch_shard)
-            grads = jax.tree.map(  # 3. reduce-scatter (psum for replicated leaves)
-                lambda g, d: lax.psum(g, DATA_AXIS) if d == REPLICATED
-                else lax.psum_scatter(g, DATA_AXIS, scatter_dimension=d, tiled=True),
-                sums["grads"], dims,
-            )
-            return {"grads": grads, "metrics": lax.psum(sums["metrics"], DATA_AXIS),
-                    "weight": lax.psum(sums["weight"], DATA_AXIS)}
+        def sums_of(micro):
+            micro = cast_floats(micro, jnp.bfloat16) if bf16 else micro
 
-        sums = jax.shard_map(
-            local_sums,
-            mesh=self.mesh,
-            in_specs=(param_specs, PartitionSpec(), PartitionSpec(DATA_AXIS)),
-            out_specs={"grads": param_specs, "metrics": PartitionSpec(), "weight": PartitionSpec()},
-            check_vma=True,
-        )(state.params, state.other, batch)
-        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)  # updates each shard in place
+            def objective(params):
+                value, aux = plan.loss(layered_model(plan.graphdef, params, other, dims, layers, prepare), micro)
+                return value.astype(jnp.float32), aux
+
+            # The gradients come out of the layers' reduce-scatters summed over devices (and whole leaves'
+            # through shard_map's psum for replicated inputs).
+            return weighted_sums_of(objective, shards, micro)
+
+        return accumulate(sums_of, batch_shard, plan.accum)  # a reduce-scatter per microbatch

@@ -19,7 +19,7 @@ from typing import Any
 
 import jax
 from ...layout.tree_layout import TreeLayout, layout_tree
-from .base import DATA_AXIS, ParallelMode, StepPlan, single_device_mesh, step_sums
+from .base import DATA_AXIS, ParallelMode, StepPlan, host_copy, single_device_mesh, step_sums
 from .core import TrainState, add_sums, finish_step, means, weighted_sums
 
 
@@ -54,7 +54,7 @@ class SimulatedDataParallel(ParallelMode):
             lambda state, sums, diagnostics: finish_step(
                 plan.optimizer, state, _scaled_grads(means(sums), grad_scale), diagnostics, self.faults
             ),
-            static_argnames="diagnostics",
+            static_argnames="diagnostics", donate_argnums=0,  # the new state reuses the old one's buffers
         )
         self._eval = jax.jit(
             lambda state, batch: weighted_sums(
@@ -63,7 +63,7 @@ class SimulatedDataParallel(ParallelMode):
         )
 
     def place_state(self, state: TrainState) -> TrainState:
-        return jax.device_put(state, self.device)
+        return jax.device_put(host_copy(state), self.device)  # buffers of its own: the update donates them
 
     def place_batch(self, batch: Any) -> Any:
         # Cut on the host into the N shards a real data axis would hold.

@@ -1,0 +1,102 @@
+"""fsdp's layers: which modules gather their own parameters, and what happens to a model that reads a
+layer's parameters outside the layer's call (8 simulated devices, real collectives)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import workbench as wb
+from workbench.training.modes import StepPlan, build_mode
+from workbench.training.modes.core import init_state
+from workbench.training.modes.param_gathering import layer_bytes, layer_paths, owning_layer
+
+
+class Encoder(nnx.Module):
+    def __init__(self, rngs):
+        self.layers = nnx.List([nnx.Linear(8, 8, rngs=rngs) for _ in range(3)])
+        self.norm = nnx.LayerNorm(8, rngs=rngs)
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = nnx.relu(layer(x))
+        return self.norm(x)
+
+
+class Nested(nnx.Module):
+    """Layers inside a submodule's list, a Sequential, and a parameter the model owns itself."""
+
+    def __init__(self, rngs):
+        self.encoder = Encoder(rngs)
+        self.head = nnx.Sequential(nnx.Linear(8, 16, rngs=rngs), nnx.relu, nnx.Linear(16, 2, rngs=rngs))
+        self.scale = nnx.Param(jnp.ones(8))
+
+    def __call__(self, x):
+        return self.head(self.encoder(x * self.scale[...]))
+
+
+def regression_loss(model, batch):
+    return jnp.mean((model(batch["x"]) - batch["y"]) ** 2), {"weight": jnp.float32(batch["x"].shape[0])}
+
+
+def test_layers_are_list_elements_at_any_depth_and_other_children():
+    assert layer_paths(wb.build_model("transformer", n_layers=2)) == ["blocks/0", "blocks/1", "embed", "final_norm", "head"]
+    assert layer_paths(wb.build_model("mlp")) == ["hidden1", "hidden2", "output"]
+    nested = Nested(nnx.Rngs(0))
+    layers = layer_paths(nested)
+    assert layers == ["encoder/layers/0", "encoder/layers/1", "encoder/layers/2", "encoder/norm",
+                      "head/layers/0", "head/layers/2"]
+    assert owning_layer("encoder/layers/1/kernel", layers) == "encoder/layers/1"
+    assert owning_layer("scale", layers) is None
+    sizes = layer_bytes(nested)
+    assert sizes[None] == 8 * 4 and sizes["head/layers/0"] == (8 * 16 + 16) * 4
+    assert sum(sizes.values()) == sum(x.nbytes for x in jax.tree.leaves(nnx.state(nested, nnx.Param)))
+
+
+def _train(mode: str, module: nnx.Module, steps: int = 3):
+    tx = optax.sgd(0.1)
+    graphdef, state = init_state(module, tx)
+    runner = build_mode(mode, StepPlan(graphdef, regression_loss, tx, "data=8", 64))
+    rng = np.random.default_rng(0)
+    state = runner.place_state(state)
+    losses = []
+    for _ in range(steps):
+        batch = {"x": rng.normal(size=(64, 8)).astype(np.float32), "y": rng.normal(size=(64, 2)).astype(np.float32)}
+        state, metrics = runner.step(state, runner.place_batch(batch))
+        losses.append(float(metrics["loss"]))
+    return np.array(losses), runner.export_state(state).params
+
+
+def test_nested_layers_and_the_models_own_parameters_train_as_single_does():
+    losses, params = _train("fsdp", Nested(nnx.Rngs(0)))
+    reference, expected = _train("single", Nested(nnx.Rngs(0)))
+    np.testing.assert_allclose(losses, reference, rtol=1e-5)
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+class TiedLM(nnx.Module):
+    """The output head is the embedding, transposed: its parameters are read outside the embed's call."""
+
+    def __init__(self, rngs):
+        self.embed = nnx.Embed(64, 16, rngs=rngs)
+
+    def __call__(self, tokens):
+        return self.embed.attend(self.embed(tokens))
+
+
+def test_weights_read_outside_their_layer_are_refused_with_the_fix():
+    tx = optax.sgd(0.1)
+    graphdef, state = init_state(TiedLM(nnx.Rngs(0)), tx)
+    runner = build_mode("fsdp", StepPlan(graphdef, wb.model_class("transformer").loss, tx, "data=8", 8))
+    tokens = np.zeros((8, 4), np.int32)
+    batch = runner.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)})
+    with pytest.raises(wb.WorkbenchError, match="'embed/embedding' was read outside its own call.*fsdp-whole-tree"):
+        runner.step(runner.place_state(state), batch)
+    fix = build_mode("fsdp-whole-tree", runner.plan)  # the fix the message names trains it
+    _, metrics = fix.step(fix.place_state(state), fix.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}))
+    assert np.isfinite(float(metrics["loss"]))

@@ -1,0 +1,254 @@
+"""Gathering sharded parameters for fully sharded data parallelism, inside ``jax.shard_map``.
+
+:func:`gather` all-gathers parameter shards over ``data`` (its transpose reduce-scatters their
+gradients). :func:`layered_model` rebuilds a model from its shards so that each *layer*
+(:func:`layer_paths`: the elements of its layer lists -- ``nnx.List``, ``nnx.Dict``, ``nnx.Sequential``
+-- at any depth, and its other child modules) gathers its own parameters when it is called and lets
+them go after: the forward pass gathers a layer only once its inputs exist; the backward pass gathers
+it again once its output's gradient has arrived, recomputes the layer (per-layer activation
+checkpointing) and reduce-scatters its gradients before the layer below starts. So one layer's whole
+parameters and gradients are held at a time. Parameters outside every layer are gathered once.
+
+The order is kept by data dependencies (:func:`_after`), because XLA schedules a collective whose
+operands are ready as early as it likes: XLA:CPU gathered every parameter at the start of the step.
+
+Example:
+    >>> layer_paths(build_model("transformer", n_layers=2))  # doctest: +SKIP
+    ['blocks/0', 'blocks/1', 'embed', 'final_norm', 'head']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax import lax
+from jax.sharding import PartitionSpec
+
+from ...errors import WorkbenchError
+from ...layout.mesh import DATA_AXIS
+from ...layout.paths import leaves_with_paths
+
+WHOLE = -1  # a leaf no dimension of which is split over 'data': every device holds it whole
+_CONTAINERS = (nnx.List, nnx.Dict)
+
+
+def _has_params(module: nnx.Module) -> bool:
+    return bool(jax.tree.leaves(nnx.state(module, nnx.Param)))
+
+
+def _holds_layer_list(module: nnx.Module) -> bool:
+    return any(isinstance(node, _CONTAINERS) for _, node in nnx.iter_graph(module))
+
+
+def layer_paths(model: nnx.Module) -> list[str]:
+    """The paths of ``model``'s layers (see the module docstring), in the order ``nnx`` lists children.
+
+    Example:
+        >>> layer_paths(build_model("mlp"))  # doctest: +SKIP
+        ['hidden1', 'hidden2', 'output']
+    """
+    paths = []
+
+    def visit(module: nnx.Module, prefix: str) -> None:
+        for key, child in nnx.iter_children(module):
+            if not isinstance(child, nnx.Module) or not _has_params(child):
+                continue
+            path = f"{prefix}{key}"
+            if isinstance(child, _CONTAINERS) or _holds_layer_list(child):
+                visit(child, path + "/")  # open it up: its elements are the layers
+            else:
+                paths.append(path)
+
+    visit(model, "")
+    return paths
+
+
+def split_dims(specs: Any) -> Any:
+    """Per leaf of a tree of ``PartitionSpec``s, the dimension split over ``data`` (``WHOLE``: none).
+
+    Example:
+        >>> split_dims({"w": PartitionSpec(None, "data"), "b": PartitionSpec()})
+        {'b': -1, 'w': 1}
+    """
+    def dim(spec: PartitionSpec) -> int:
+        return next((d for d, entry in enumerate(spec) if entry == DATA_AXIS), WHOLE)
+
+    return jax.tree.map(dim, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def layer_bytes(model: nnx.Module) -> dict[str | None, int]:
+    """Bytes of each layer's parameters, whole (``None``: the parameters the model owns itself).
+
+    Example:
+        >>> layer_bytes(abstract_model("mlp", hidden=128))  # doctest: +SKIP
+        {'hidden1': 33280, 'hidden2': 66048, 'output': 5160}
+    """
+    layers = layer_paths(model)
+    sizes: dict[str | None, int] = {}
+    for path, leaf in leaves_with_paths(nnx.state(model, nnx.Param)):
+        owner = owning_layer(path, layers)
+        sizes[owner] = sizes.get(owner, 0) + int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+    return sizes
+
+
+def owning_layer(leaf_path: str, layers: list[str]) -> str | None:
+    """The layer (one of ``layers``) whose parameters include ``leaf_path``; None when the model owns it.
+
+    Example:
+        >>> owning_layer("blocks/0/attn/q/kernel", ["blocks/0", "blocks/1"])
+        'blocks/0'
+    """
+    return next((layer for layer in layers if leaf_path.startswith(layer + "/")), None)
+
+
+def gather(shards: Any, dims: Any) -> Any:
+    """Inside ``shard_map``: every leaf whole, all-gathered over ``data`` along its split dimension.
+
+    Its transpose is a reduce-scatter: the gradient of a gathered leaf arrives summed over devices, each
+    keeping its own shard. Leaves held whole (``WHOLE``) are used as they are; their gradients are summed
+    by shard_map's own rule for replicated inputs (an all-reduce).
+    """
+    def one(x, dim):
+        if dim == WHOLE:
+            return x
+        return lax.all_gather(x, DATA_AXIS, axis=dim, tiled=True)
+
+    return jax.tree.map(one, shards, dims)
+
+
+def _after(values: Any, *deps: Any) -> Any:
+    """``values`` unchanged, but computed from ``deps`` too, so XLA cannot compute them earlier.
+
+    Why a zero added rather than ``lax.optimization_barrier``: XLA:CPU removes optimisation barriers
+    before it schedules (its ``cse_barrier_expander``), and then merged the backward pass's re-gathers
+    into the forward pass's. ``nan_to_num(x) * 0`` is 0 for every x and XLA does not fold a float
+    multiplication by zero (it is not 0 for NaN), so the dependency stays. A leaf that is the same on
+    every device is left alone: a zero from per-device values would make it per-device.
+    """
+    from ..data_parallel import varying_axes
+
+    floats = [leaf for leaf in jax.tree.leaves(deps) if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size]
+    if not floats:
+        return values
+    zero = sum(jnp.nan_to_num(lax.stop_gradient(jnp.ravel(leaf)[0]).astype(jnp.float32)) for leaf in floats) * 0.0
+    zero_varies = varying_axes(zero) or frozenset()
+
+    def tie(leaf):
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact) or not zero_varies <= (varying_axes(leaf) or frozenset()):
+            return leaf
+        return leaf + zero.astype(leaf.dtype)
+
+    return jax.tree.map(tie, values)
+
+
+class _ReadOutsideItsLayer:
+    """Stands in for a layer's parameters in the model the loss sees: they exist only inside the layer's
+    own call, so reading them anywhere else (a tied embedding used as the output head) fails clearly."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def _refuse(self, *_args, **_kwargs):
+        raise WorkbenchError(
+            f"fsdp gathers a layer's parameters only while the layer is called, but {self.path!r} was read "
+            "outside its own call (e.g. weights tied between two layers): use mode fsdp-whole-tree, which "
+            "gathers the whole parameter tree for the step"
+        )
+
+    __getitem__ = __array__ = __jax_array__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __matmul__ = __rmatmul__ = _refuse
+    __truediv__ = __rtruediv__ = __neg__ = __pow__ = _refuse
+
+
+def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any,
+                prepare: Callable[[Any], Any], args: tuple, kwargs: dict) -> Any:
+    """``call(layer, *args, **kwargs)`` with the layer's parameters gathered for the call only.
+
+    The forward pass keeps only the layer's inputs (and shards); the backward pass gathers the
+    parameters again and recomputes the layer from its inputs, as per-layer activation checkpointing
+    does, then hands the gradient of the inputs down only once the layer's reduce-scatter is done.
+    """
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    traced = [isinstance(leaf, jax.Array) for leaf in leaves]
+
+    def run(shards, rest, arrays):
+        layer = nnx.merge(graphdef, prepare(gather(shards, dims)), rest)
+        values = iter(arrays)
+        call_args, call_kwargs = treedef.unflatten([next(values) if t else leaf for leaf, t in zip(leaves, traced)])
+        return call(layer, *call_args, **call_kwargs)
+
+    @jax.custom_vjp
+    def layer(shards, rest, arrays):
+        return run(shards, rest, arrays)
+
+    def forward(shards, rest, arrays):
+        return run(_after(shards, arrays), rest, arrays), (shards, rest, arrays)
+
+    def backward(saved, cotangent):
+        shards, rest, arrays = saved
+        _, pullback = jax.vjp(run, _after(shards, cotangent), rest, arrays)
+        grad_shards, grad_rest, grad_arrays = pullback(cotangent)
+        return grad_shards, grad_rest, _after(grad_arrays, grad_shards)
+
+    layer.defvjp(forward, backward)
+    return layer(shards, rest, [leaf for leaf, t in zip(leaves, traced) if t])
+
+
+def _module_at(model: nnx.Module, path: str) -> nnx.Module:
+    node = model
+    for key in path.split("/"):
+        node = node[int(key)] if isinstance(node, nnx.List) else node[key] if isinstance(node, nnx.Dict) else getattr(node, key)
+    return node
+
+
+_LAYER_CLASSES: dict[type, type] = {}
+
+
+def _calls_gathered(cls: type) -> type:
+    """A subclass of ``cls`` whose ``__call__`` runs the original with the layer's parameters gathered."""
+    if cls not in _LAYER_CLASSES:
+        def __call__(self, *args, **kwargs):
+            path, graphdef, shards, rest, dims, prepare = self._fsdp_layer
+            with jax.named_scope(path):  # the gathers and reduce-scatters carry the layer's name
+                return _layer_call(cls.__call__, graphdef, shards, rest, dims, prepare, args, kwargs)
+
+        _LAYER_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
+    return _LAYER_CLASSES[cls]
+
+
+def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: list[str],
+                  prepare: Callable[[Any], Any] = lambda params: params) -> nnx.Module:
+    """Inside ``shard_map``: the model whose layers gather their parameters when called (see above).
+
+    ``shards`` are this device's parameter shards, ``dims`` (same tree) the dimension of each that is
+    split over ``data`` (``WHOLE``: none), ``layers`` the paths from :func:`layer_paths` and ``prepare``
+    what the forward pass does to gathered parameters (e.g. cast them to bfloat16). Parameters the model
+    owns itself are gathered here, once.
+
+    Example:
+        >>> model = layered_model(graphdef, shards, other, dims, layer_paths(abstract))  # doctest: +SKIP
+        >>> loss, aux = loss_fn(model, batch_shard)  # doctest: +SKIP
+    """
+    paths = [path for path, _ in leaves_with_paths(shards)]
+    owner = [owning_layer(path, layers) for path in paths]
+    values, dim_list = jax.tree.leaves(shards), jax.tree.leaves(dims)
+    # The model's own parameters, gathered now; each layer's stay shards until the layer is called.
+    values = [prepare(gather(v, d)) if layer is None else v for v, d, layer in zip(values, dim_list, owner)]
+    model = nnx.merge(graphdef, jax.tree.unflatten(jax.tree.structure(shards), values), other)
+    dim_at = dict(zip(paths, dim_list))
+    for path in layers:
+        module = _module_at(model, path)
+        layer_def, layer_shards, rest = nnx.split(module, nnx.Param, ...)
+        layer_shards, rest = jax.tree.map(lambda x: x, (layer_shards, rest))  # own copies: the module's are replaced below
+        inside = [f"{path}/{leaf}" for leaf, _ in leaves_with_paths(layer_shards)]
+        structure = jax.tree.structure(layer_shards)
+        layer_dims = jax.tree.unflatten(structure, [dim_at[name] for name in inside])
+        nnx.update(module, jax.tree.unflatten(structure, [_ReadOutsideItsLayer(name) for name in inside]))
+        object.__setattr__(module, "_fsdp_layer", (path, layer_def, layer_shards, rest, layer_dims, prepare))
+        module.__class__ = _calls_gathered(type(module))
+    return model

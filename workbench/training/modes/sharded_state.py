@@ -1,0 +1,71 @@
+"""What both FSDP modes share: parameters and optimizer state sharded over ``data``, and a step that
+runs in ``jax.shard_map`` with the parameters going in and their gradients coming out as shards.
+
+A subclass writes :meth:`ShardedStateMode._local_sums`, what one device computes from its shards and
+its share of the batch; the gradients it returns are already summed over devices. The metrics and the
+example count are summed here, and the optimizer updates each shard where it lives (Adam is
+element-wise, so no device ever needs another's optimizer state).
+
+Example:
+    >>> FullyShardedDataParallel.state_placement, WholeTreeShardedDataParallel.batch_axis  # doctest: +SKIP
+    ('shard', 'data')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax import lax
+from jax.sharding import PartitionSpec
+
+from .base import DATA_AXIS, ShardedJitMode
+from .core import TrainState, finish_step, means
+from .declaration import CollectiveNeed
+from .dp import NO_HAND_WRITTEN_SYNC
+from .param_gathering import split_dims
+
+SHARDED_GRADIENT_REDUCE_SCATTER = CollectiveNeed(
+    "reduce-scatter", DATA_AXIS, "sharded-gradients", "gradients, summed with each device keeping its own shard")
+WHOLE_LEAVES_ALL_REDUCE = CollectiveNeed(
+    "all-reduce", DATA_AXIS, "whole-gradients",
+    "the loss, and the gradients of parameters too small to split (kept whole on every device)")
+
+
+class ShardedStateMode(ShardedJitMode):
+    """The declarations and the step both FSDP modes share (not a mode itself: it declares no name)."""
+
+    sharded = "the batch, parameters and optimizer state, all over 'data' (each device stores 1/N)"
+    axes = (DATA_AXIS,)
+    mesh_example = "data=8"
+    batch_axis = DATA_AXIS
+    state_placement = "shard"
+    gradient_sync = "shard_map"
+    fault_reasons = {
+        **NO_HAND_WRITTEN_SYNC,
+        "psum": "its gradients are reduce-scattered leaf by leaf; the psum mistake is shown in dp-shard-map",
+        "vma-double-count": "it marks the gathered parameters per-device by design; the trap is shown in dp-shard-map",
+    }
+
+    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any) -> dict[str, Any]:
+        """Inside shard_map: weighted sums (see :mod:`.core`) of this device's batch shard, the gradients
+        summed over devices and sharded like ``shards``; ``dims`` gives each leaf's split dimension."""
+        raise NotImplementedError
+
+    def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
+        param_specs = jax.tree.map(lambda s: s.spec, self.state_shardings(state).params)
+        dims = split_dims(param_specs)
+
+        def local(shards, other, batch_shard):
+            sums = self._local_sums(shards, other, batch_shard, dims)
+            return {"grads": sums["grads"], "metrics": lax.psum(sums["metrics"], DATA_AXIS),
+                    "weight": lax.psum(sums["weight"], DATA_AXIS)}
+
+        sums = jax.shard_map(
+            local,
+            mesh=self.mesh,
+            in_specs=(param_specs, PartitionSpec(), PartitionSpec(DATA_AXIS)),
+            out_specs={"grads": param_specs, "metrics": PartitionSpec(), "weight": PartitionSpec()},
+            check_vma=True,
+        )(state.params, state.other, batch)
+        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)  # updates each shard in place
