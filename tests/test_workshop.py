@@ -181,7 +181,7 @@ def test_fits_the_chip_refuses_another_steps_record(small_compile):
 @pytest.mark.slow
 def test_notebook_03s_answer_passes_on_its_own_layout():
     """The answer in notebook 03's collapsed block, checked against the compile of the layout it asks about:
-    the 1.3B transformer in fsdp with every device on 'data', at the parameters cell's batch and chip."""
+    the 1.3B transformer in dp with every device on 'data', at the parameters cell's batch and chip."""
     notebook = nbformat.read(DEBUG_LAYOUTS, as_version=4)
     parameters = {}
     exec(next(c.source for c in notebook.cells if c.cell_type == "code"), parameters)
@@ -192,7 +192,7 @@ def test_notebook_03s_answer_passes_on_its_own_layout():
     assert "ANSWER_FITS = ...\n" in exercise  # the learner starts from a blank
 
     devices = wb.parse_mesh(parameters["PRODUCTION_MESH"]).size
-    plan = wb.plan_training("transformer", parameters["VERIFY_MODEL"], f"data={devices}", "fsdp",
+    plan = wb.plan_training("transformer", parameters["VERIFY_MODEL"], f"data={devices}", "dp",
                             hardware=parameters["HARDWARE"], device_memory=parameters["DEVICE_MEMORY"],
                             global_batch=parameters["VERIFY_BATCH"])
     assert check_fits_chip(answer["ANSWER_FITS"], plan, wb.start_plan_verification(plan, "cpu")).passed
