@@ -329,3 +329,50 @@ def test_table_shows_every_kind():
     assert "total per device per step" in table
     header, rule = table.splitlines()[:2]
     assert len(header) <= len(rule)  # aligned columns
+
+
+TPU_STYLE_LOOP = """HloModule m
+
+%cond (p: (s32[], f32[8])) -> pred[] {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  %bound = s32[] constant(24)
+  %i = s32[] get-tuple-element(%p), index=0
+  ROOT %lt = pred[] compare(%i, %bound), direction=LT
+}
+
+%start_piece (a: f32[2]) -> f32[8] {
+  %a = f32[2]{0} parameter(0)
+  ROOT %ag.1 = f32[8]{0} all-gather(%a), channel_id=6, replica_groups={{0,1,2,3}}, dimensions={0}
+}
+
+%continuation (b: f32[2]) -> f32[8] {
+  %b = f32[2]{0} parameter(0)
+  ROOT %ag.2 = f32[8]{0} all-gather(%b), channel_id=6, replica_groups={{0,1,2,3}}, dimensions={0}
+}
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  %x = f32[2]{0} constant({1, 2})
+  %f1 = f32[8]{0} fusion(%x), kind=kOutput, calls=%start_piece
+  %f2 = f32[8]{0} fusion(%x), kind=kOutput, calls=%continuation
+  %rs.1 = f32[2]{0} reduce-scatter(%f1), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%add
+  %rs.2 = f32[2]{0} reduce-scatter(%f2), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%add
+  ROOT %t = (s32[], f32[8]{0}) tuple(%i, %f2)
+}
+
+ENTRY %main (a: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %a = (s32[], f32[8]{0}) parameter(0)
+  ROOT %w = (s32[], f32[8]{0}) while(%a), condition=%cond, body=%body
+}
+"""
+
+
+def test_tpu_style_loops_count_their_iterations_and_split_collectives_once():
+    """The TPU compiler's loops carry no known_trip_count (the condition's `i < 24` gives it), and it
+    splits one asynchronous collective over fusions that each hold a copy with the same channel_id;
+    instructions of one computation sharing a channel are still distinct collectives."""
+    from workbench.analysis.ledger import loop_trip_counts
+
+    assert loop_trip_counts(TPU_STYLE_LOOP) == [24]
+    counts = {(c.kind, c.bytes): c.count for c in collectives_from_hlo(TPU_STYLE_LOOP)}
+    assert counts == {("all-gather", 32): 24, ("reduce-scatter", 32): 48}, counts

@@ -25,7 +25,7 @@ from ..formatting import align_columns, format_bytes
 from ..layout.mesh import parse_mesh
 from ..training.layer_scopes import layer_of
 from .hlo_sources import SourceTables, op_source
-from .ledger import KINDS, collective_ops, memory_figures
+from .ledger import KINDS, collective_ops, loop_trip_counts, memory_figures
 
 PEAK_FORMULA = "arguments + outputs - aliased + temporaries"
 
@@ -85,6 +85,8 @@ class CompiledStep:
         build_seconds: tracing the model and laying out the step before that.
         collectives: :class:`CompiledCollective` rows, by kind then total bytes.
         peak_rss_bytes: the compiling process's peak resident memory, when measured there.
+        loop_trips: trip counts of the program's loops that run more than once (scanned layers): XLA's
+            cost analysis counts each loop body once, so ``flops`` then undercounts.
     """
 
     target: str
@@ -101,6 +103,7 @@ class CompiledStep:
     build_seconds: float
     collectives: tuple[CompiledCollective, ...]
     peak_rss_bytes: int | None = None
+    loop_trips: tuple[int, ...] = ()
 
     @property
     def devices(self) -> int:
@@ -142,6 +145,7 @@ class CompiledStep:
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in data.items() if k in names}
         fields["collectives"] = tuple(CompiledCollective.from_json(c) for c in data.get("collectives", ()))
+        fields["loop_trips"] = tuple(data.get("loop_trips", ()))
         return cls(**fields)
 
     def collectives_text(self, limit: int = 24) -> str:
@@ -226,11 +230,12 @@ def read_compiled_step(compiled: Any, mesh: Any, layers: Iterable[str] = (), *, 
         ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"), 0)
     first = next(iter(mesh.devices.flat), None) if hasattr(mesh, "devices") else None
     kind = getattr(first, "device_kind", None) or getattr(first, "platform", "unknown")
+    hlo_text = compiled.as_text()
     return CompiledStep(
         target=target, device_kind=str(kind), mesh=str(parse_mesh(mesh)), **memory,
         compiler_peak_bytes=_compiler_peak(compiled), flops=_cost(compiled), compile_seconds=float(compile_seconds),
-        build_seconds=float(build_seconds), collectives=compiled_collectives(compiled.as_text(), mesh, layers),
-        peak_rss_bytes=peak_rss_bytes,
+        build_seconds=float(build_seconds), collectives=compiled_collectives(hlo_text, mesh, layers),
+        peak_rss_bytes=peak_rss_bytes, loop_trips=tuple(loop_trip_counts(hlo_text)),
     )
 
 

@@ -280,13 +280,51 @@ def _parse_module(hlo_text: str) -> tuple[list[_Op], str | None, dict[str, int]]
     return ops, entry, header
 
 
+def _counted_loop_bounds(ops: Sequence[_Op]) -> dict[str, int]:
+    """Loop conditions of the form ``i < N`` (N a constant), by computation name: ``lax.scan``'s loops
+    count from 0, so N is the trip count. The TPU compiler's loops carry no ``known_trip_count``."""
+    constants = {(op.computation, op.name): op.operands.strip() for op in ops if op.opcode == "constant"}
+    bounds: dict[str, list[int]] = {}
+    for op in ops:
+        if op.opcode != "compare" or "direction=LT" not in op.attrs:
+            continue
+        for operand in _split_top(op.operands)[1:]:
+            value = constants.get((op.computation, operand.rsplit("%", 1)[-1].split()[-1]), "")
+            if value.lstrip("-").isdigit():
+                bounds.setdefault(op.computation, []).append(int(value))
+    return {name: found[0] for name, found in bounds.items() if len(found) == 1}
+
+
+def _trip_count(op: _Op, bounds: dict[str, int]) -> int | None:
+    """A while loop's trip count: the compiler's ``known_trip_count``, else its condition's bound."""
+    known = _TRIP_COUNT.search(op.attrs)
+    if known:
+        return int(known[1])
+    condition = re.search(r"\bcondition=%?([\w.\-]+)", op.attrs)
+    return bounds.get(condition[1]) if condition else None
+
+
+def loop_trip_counts(hlo_text: str) -> list[int]:
+    """The trip counts of the while loops in optimised HLO text that run more than once (e.g. scanned
+    layers), where the compiler or the loop's condition says.
+
+    Example:
+        >>> loop_trip_counts('%w = (s32[]) while(%t), condition=%c, body=%b, backend_config={"known_trip_count":{"n":"24"}}')
+        [24]
+    """
+    ops, _, _ = _parse_module(hlo_text)
+    bounds = _counted_loop_bounds(ops)
+    return [n for op in ops if op.opcode == "while" and (n := _trip_count(op, bounds) or 0) > 1]
+
+
 def _multipliers(ops: Sequence[_Op], entry: str | None) -> dict[str, int]:
     """How many times each computation runs per execution of the entry (while trip counts multiplied)."""
     callers: dict[str, list[tuple[str, int]]] = {}
+    bounds = _counted_loop_bounds(ops)
     for op in ops:
-        trips = _TRIP_COUNT.search(op.attrs)
+        trips = _trip_count(op, bounds) if op.opcode == "while" else None
         for role, callee in _CALLEES.findall(op.attrs):
-            factor = int(trips[1]) if (op.opcode == "while" and role == "body" and trips) else 1
+            factor = trips if (role == "body" and trips) else 1
             callers.setdefault(callee, []).append((op.computation, factor))
         for names in _CALLEE_LISTS.findall(op.attrs):
             for callee in re.findall(r"%?([\w.\-]+)", names):
@@ -529,11 +567,21 @@ def collective_ops(hlo_text: str, mesh: Any = None) -> list[CollectiveOp]:
     shapes = {op.name: op.shape for op in ops}
     elements = _element_metadata(ops)
     mesh_size = parse_mesh(mesh).size if mesh is not None else None
-    found = []
+    found, channels = [], set()
+    fusions = {callee for op in ops if op.opcode == "fusion" for callee in re.findall(r"\bcalls=%?([\w.\-]+)", op.attrs)}
     for op in ops:
         if op.opcode not in _OPCODES:
             continue
         kind, is_start = _OPCODES[op.opcode]
+        # The TPU compiler splits an asynchronous collective over several fusions (a start and its
+        # continuations), each holding a copy of the instruction (same kind, shape and channel_id): one
+        # collective. Copies outside fusions are not merged: XLA:CPU peels a loop's first iteration into
+        # a clone with the same channel, and instructions of one computation may share a channel.
+        channel = _attr(op.attrs, "channel_id")
+        if channel is not None and op.computation in fusions:
+            if (channel, kind, op.shape) in channels:
+                continue
+            channels.add((channel, kind, op.shape))
         if kind == "collective-permute":  # each pair is a "group": the axes are those a pair crosses
             groups = _permute_pairs(op)
             group_size = len({device for pair in groups for device in pair}) or 1

@@ -101,8 +101,7 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
                        "plan: gradients + activations + transient parameters"),
         ComparedFigure("peak", "bytes", plan.peak_bytes, compiled.peak_bytes,
                        f"plan: state + gradients + transients; compiler: {_peak_words(compiled)}"),
-        ComparedFigure("FLOPs", "FLOPs", plan.flops_per_device, compiled.flops,
-                       "plan: the model's analytic count; compiler: its cost analysis"),
+        _flops_row(plan, compiled),
     ]
     planned: dict[str, float] = {}
     for collective in plan.collectives:
@@ -112,6 +111,16 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
         rows.append(ComparedFigure(f"{kind} bytes", "bytes", planned.get(kind, 0), measured.get(kind, 0),
                                    "per step: bytes per occurrence x count"))
     return PlanComparison(tuple(rows), compiled)
+
+
+def _flops_row(plan: Any, compiled: CompiledStep) -> ComparedFigure:
+    if compiled.loop_trips:  # XLA's cost analysis counts a loop's body once, whatever its trip count
+        loops = ", ".join(map(str, compiled.loop_trips))
+        return ComparedFigure("FLOPs", "FLOPs", plan.flops_per_device, None,
+                              f"plan: the model's analytic count; compiler: not comparable, its cost analysis counts "
+                              f"each loop body once (loops of {loops} iterations)")
+    return ComparedFigure("FLOPs", "FLOPs", plan.flops_per_device, compiled.flops,
+                          "plan: the model's analytic count; compiler: its cost analysis")
 
 
 __all__ = ["ComparedFigure", "PlanComparison", "compare_plan"]

@@ -578,7 +578,7 @@ def _activation_bytes(model: Any, examples: int, seq_len: int, split: int, compu
     have, so this errs high: a rough figure. With ``recomputed`` layers (fsdp recomputes each layer in
     the backward pass) only each layer's input ``s b h`` is kept, plus one layer's activations at a time.
     """
-    s, b, h, a = seq_len, examples, model.d_model, model.blocks[0].attn.n_heads
+    s, b, h, a = seq_len, examples, model.d_model, model.n_heads
     per_layer = s * b * h * (10 + 24 / split + 5 * a * s / (h * split)) * compute_bytes / 2
     logits = s * b * model.vocab * (compute_bytes + 4)
     if recomputed:
@@ -641,7 +641,7 @@ def _tensor_parallel_rules(declared, planned: _PlannedModel, custom_rules: RuleT
         return []
     from ..training.models import tensor_parallel_rules
 
-    tp_rules = tensor_parallel_rules(planned.name, MODEL_AXIS) if planned.registered else []
+    tp_rules = tensor_parallel_rules(planned.name, MODEL_AXIS, planned.resolved) if planned.registered else []
     if not tp_rules:
         raise WorkbenchError(
             f"mode {declared.name!r} splits layers over the 'model' axis, but model {planned.name!r} has no splittable "
@@ -677,7 +677,7 @@ def _tensor_parallel_notes(planned: _PlannedModel, tensor_parallel: bool, model_
     if not planned.is_lm:
         return [f"the activation all-reduces after {planned.name!r}'s row-parallel layers are not estimated "
                 "(only the transformer's are)"]
-    heads = planned.abstract.blocks[0].attn.n_heads
+    heads = planned.abstract.n_heads
     if heads % model_size:
         return [f"n_heads={heads} does not divide by model={model_size}: devices would split heads; choose n_heads "
                 "divisible by the model axis"]

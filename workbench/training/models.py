@@ -34,6 +34,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ..errors import ShapeError, WorkbenchError
+from .layer_stack import LayerStack
 
 FEED_FORWARD_MULTIPLIER = 4  # the transformer's d_ff when none is given: 4 * d_model
 LossOutput = tuple[jax.Array, dict[str, jax.Array]]
@@ -95,20 +96,23 @@ def cross_entropy_loss(model: nnx.Module, batch: Mapping[str, Any]) -> LossOutpu
 # --- models --------------------------------------------------------------------------------------
 
 
-def column_row_rules(column: str, row: str, axis: str, kernel_rank: int = 2) -> list[tuple[str, str]]:
+def column_row_rules(column: str, row: str, axis: str, kernel_rank: int = 2,
+                     stacked: bool = False) -> list[tuple[str, str]]:
     """Megatron's pair: ``column`` split over its outputs (kernel and bias), ``row`` over its inputs.
 
     The pair needs one all-reduce, after ``row``, whose bias is added after it and so stays whole.
     Patterns match from a path boundary, so they also lay out optimizer moments (``opt_state/.../mu/...``).
+    ``stacked`` layers (a :class:`~.layer_stack.LayerStack`) have a leading layer axis, never split.
 
     Example:
         >>> column_row_rules("up", "down", "model")[0]
         ('(^|/)up/kernel$', 'None, model')
     """
-    leading = ["None"] * (kernel_rank - 2)
+    stack = ["None"] if stacked else []
+    leading = stack + ["None"] * (kernel_rank - 2)
     return [
         (rf"(^|/){column}/kernel$", ", ".join(leading + ["None", axis])),
-        (rf"(^|/){column}/bias$", axis),
+        (rf"(^|/){column}/bias$", ", ".join(stack + [axis])),
         (rf"(^|/){row}/kernel$", ", ".join(leading + [axis, "None"])),
     ]
 
@@ -126,8 +130,9 @@ class RegisteredModel(nnx.Module):
         return {}
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model") -> list[tuple[str, str]]:
-        """``(regex, spec text)`` pairs for tensor parallelism over ``axis``; empty: nothing to split."""
+    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+        """``(regex, spec text)`` pairs for tensor parallelism over ``axis`` of the model built with
+        ``options`` (default its preset); empty: nothing to split."""
         return []
 
     @classmethod
@@ -188,7 +193,7 @@ class MLPClassifier(RegisteredModel):
         return self.output(nnx.relu(self.hidden2(nnx.relu(self.hidden1(x)))))
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model") -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         # The hidden layers are the pair; the output layer is small (10 classes) and stays whole.
         return column_row_rules("hidden1", "hidden2", axis)
 
@@ -233,7 +238,7 @@ class CNNClassifier(RegisteredModel):
         return self.head(x.reshape(x.shape[0], -1))
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model") -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         # Conv kernels are (h, w, in, out): conv1 splits its output channels, conv2 its input channels.
         return column_row_rules("conv1", "conv2", axis, kernel_rank=4)
 
@@ -354,11 +359,18 @@ class TransformerLM(RegisteredModel):
         return (length,), (length,)  # tokens, and the next token of each position
 
     def __init__(self, *, vocab: int = 256, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
-                 d_ff: int | None = None, max_len: int = 128, norm_epsilon: float = 1e-5, rngs: nnx.Rngs):
+                 d_ff: int | None = None, max_len: int = 128, norm_epsilon: float = 1e-5, scan_layers: bool = False,
+                 rngs: nnx.Rngs):
         d_ff = self.resolve_options(dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff))["d_ff"]
         self.vocab, self.d_model, self.n_layers, self.d_ff, self.max_len = vocab, d_model, n_layers, d_ff, max_len
+        self.n_heads = n_heads
         self.embed = nnx.Embed(vocab, d_model, rngs=rngs)
-        self.blocks = nnx.List([new_decoder_block(d_model, n_heads, d_ff, norm_epsilon, rngs) for _ in range(n_layers)])
+        if scan_layers:  # one block's program, looped: how production LMs compile (see training/layer_stack.py)
+            self.blocks = LayerStack(lambda rngs: DecoderBlock(d_model, n_heads, d_ff, norm_epsilon, rngs=rngs),
+                                     n_layers, rngs=rngs)
+        else:
+            self.blocks = nnx.List([new_decoder_block(d_model, n_heads, d_ff, norm_epsilon, rngs)
+                                    for _ in range(n_layers)])
         self.final_norm = nnx.LayerNorm(d_model, epsilon=norm_epsilon, rngs=rngs)
         self.head = nnx.Linear(d_model, vocab, use_bias=False, rngs=rngs)
 
@@ -370,8 +382,11 @@ class TransformerLM(RegisteredModel):
             )
         x = self.embed(tokens, out_sharding=embedding_sharding(tokens))
         x = x + sinusoidal_positions(length, self.d_model).astype(x.dtype)  # bf16 stays bf16
-        for block in self.blocks:
-            x = block(x)
+        if isinstance(self.blocks, LayerStack):
+            x = self.blocks(x)
+        else:
+            for block in self.blocks:
+                x = block(x)
         return self.head(self.final_norm(x))
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
@@ -395,10 +410,12 @@ class TransformerLM(RegisteredModel):
         return 2 * matmul_weights + 4 * self.n_layers * seq_len * d
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model") -> list[tuple[str, str]]:
-        attention, mlp = r"blocks/\d+/attn", r"blocks/\d+/mlp"
-        return column_row_rules(rf"{attention}/(q|k|v)", rf"{attention}/out", axis) + column_row_rules(
-            rf"{mlp}/up", rf"{mlp}/down", axis
+    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+        stacked = bool((options or {}).get("scan_layers"))  # the blocks' leading layer axis stays whole
+        blocks = "blocks/layer" if stacked else r"blocks/\d+"
+        attention, mlp = f"{blocks}/attn", f"{blocks}/mlp"
+        return column_row_rules(rf"{attention}/(q|k|v)", rf"{attention}/out", axis, stacked=stacked) + column_row_rules(
+            rf"{mlp}/up", rf"{mlp}/down", axis, stacked=stacked
         )
 
     @classmethod
@@ -619,14 +636,17 @@ def model_config_for_data(name: str, dataset: Any, **overrides: Any) -> ModelCon
     return model_config(name, **{**fitted, **overrides})
 
 
-def tensor_parallel_rules(name: str, axis: str = "model") -> list[tuple[str, str]]:
-    """The tensor-parallel ``(regex, spec text)`` table of model ``name`` over mesh axis ``axis``.
+def tensor_parallel_rules(name: str, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    """The tensor-parallel ``(regex, spec text)`` table of model ``name`` over mesh axis ``axis``, for the
+    model built with ``options`` (``scan_layers`` stacks the transformer's blocks on a leading axis).
 
     Example:
         >>> tensor_parallel_rules("mlp")[0]
         ('(^|/)hidden1/kernel$', 'None, model')
+        >>> tensor_parallel_rules("transformer", options={"scan_layers": True})[0]
+        ('(^|/)blocks/layer/attn/(q|k|v)/kernel$', 'None, None, model')
     """
-    return model_class(name).tensor_parallel_rules(axis)
+    return model_class(name).tensor_parallel_rules(axis, options)
 
 
 def has_tensor_parallel_layers(name: str) -> bool:

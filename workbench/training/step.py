@@ -138,7 +138,7 @@ def build_step(
 
 def _registered_loss_and_rules(model_cfg) -> tuple[LossFn, tuple]:
     cls = model_class(model_cfg.name)
-    return cls.loss, tuple(cls.tensor_parallel_rules())
+    return cls.loss, tuple(cls.tensor_parallel_rules(options=model_cfg.options))
 
 
 def _mode(config: TrainConfig, graphdef: Any, state: TrainState, loss: LossFn, tp_rules: tuple, optimizer: Any,

@@ -32,6 +32,7 @@ from jax.sharding import PartitionSpec
 from ...errors import WorkbenchError
 from ...layout.mesh import DATA_AXIS
 from ...layout.paths import leaves_with_paths
+from ..layer_stack import LAYER_AXIS, is_layer_stack, scan_layers
 
 WHOLE = -1  # a leaf no dimension of which is split over 'data': every device holds it whole
 _CONTAINERS = (nnx.List, nnx.Dict)
@@ -82,7 +83,8 @@ def split_dims(specs: Any) -> Any:
 
 
 def layer_bytes(model: nnx.Module) -> dict[str | None, int]:
-    """Bytes of each layer's parameters, whole (``None``: the parameters the model owns itself).
+    """Bytes of each layer's parameters, whole (``None``: the parameters the model owns itself). A
+    :class:`~..layer_stack.LayerStack` counts one of its layers: it gathers one per iteration.
 
     Example:
         >>> layer_bytes(abstract_model("mlp", hidden=128))  # doctest: +SKIP
@@ -93,6 +95,10 @@ def layer_bytes(model: nnx.Module) -> dict[str | None, int]:
     for path, leaf in leaves_with_paths(nnx.state(model, nnx.Param)):
         owner = owning_layer(path, layers)
         sizes[owner] = sizes.get(owner, 0) + int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+    for path in layers:
+        module = _module_at(model, path)
+        if is_layer_stack(module):
+            sizes[path] //= module.length
     return sizes
 
 
@@ -221,6 +227,34 @@ def _calls_gathered(cls: type) -> type:
     return _LAYER_CLASSES[cls]
 
 
+def _scans_gathered(cls: type) -> type:
+    """A subclass of the :class:`~..layer_stack.LayerStack` ``cls`` whose loop gathers one layer per iteration.
+
+    Each iteration takes its slice of the stacked shards and calls the layer through :func:`_layer_call`,
+    so the gathers, the recomputation and the reduce-scatters are per layer as in an unrolled model. A
+    leaf split along the stacking axis itself cannot be sliced per layer: it is gathered for the loop.
+    """
+    if cls not in _LAYER_CLASSES:
+        def __call__(self, x):
+            path, layer_def, shards, rest, dims, prepare = self._fsdp_layer
+            whole = [dim == LAYER_AXIS for dim in jax.tree.leaves(dims)]
+            with jax.named_scope(path):
+                leaves = [gather(v, d) if w else v for v, d, w in zip(jax.tree.leaves(shards), jax.tree.leaves(dims), whole)]
+                shards = jax.tree.unflatten(jax.tree.structure(shards), leaves)
+                inner = jax.tree.unflatten(jax.tree.structure(dims), [
+                    WHOLE if w or d == WHOLE else d - 1 for d, w in zip(jax.tree.leaves(dims), whole)])
+                call = type(self.layer).__call__
+
+                def apply_layer(layer_slice, carry):
+                    shard_slice, rest_slice = layer_slice
+                    return _layer_call(call, layer_def, shard_slice, rest_slice, inner, prepare, (carry,), {})
+
+                return scan_layers(apply_layer, (shards, rest), x)
+
+        _LAYER_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
+    return _LAYER_CLASSES[cls]
+
+
 def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: list[str],
                   prepare: Callable[[Any], Any] = lambda params: params) -> nnx.Module:
     """Inside ``shard_map``: the model whose layers gather their parameters when called (see above).
@@ -243,12 +277,15 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
     dim_at = dict(zip(paths, dim_list))
     for path in layers:
         module = _module_at(model, path)
-        layer_def, layer_shards, rest = nnx.split(module, nnx.Param, ...)
+        stack = is_layer_stack(module)
+        layer = module.layer if stack else module  # a stack's slices are called as its one layer
+        prefix = f"{path}/layer" if stack else path
+        layer_def, layer_shards, rest = nnx.split(layer, nnx.Param, ...)
         layer_shards, rest = jax.tree.map(lambda x: x, (layer_shards, rest))  # own copies: the module's are replaced below
-        inside = [f"{path}/{leaf}" for leaf, _ in leaves_with_paths(layer_shards)]
+        inside = [f"{prefix}/{leaf}" for leaf, _ in leaves_with_paths(layer_shards)]
         structure = jax.tree.structure(layer_shards)
         layer_dims = jax.tree.unflatten(structure, [dim_at[name] for name in inside])
-        nnx.update(module, jax.tree.unflatten(structure, [_ReadOutsideItsLayer(name) for name in inside]))
+        nnx.update(layer, jax.tree.unflatten(structure, [_ReadOutsideItsLayer(name) for name in inside]))
         object.__setattr__(module, "_fsdp_layer", (path, layer_def, layer_shards, rest, layer_dims, prepare))
-        module.__class__ = _calls_gathered(type(module))
+        module.__class__ = (_scans_gathered if stack else _calls_gathered)(type(module))
     return model
