@@ -10,6 +10,7 @@ A :class:`LayerStack` holds the stacked layer as ``layer`` (paths ``blocks/layer
 iteration's slice gathered, so a device still holds one layer's parameters at a time.
 
 Example:
+    >>> import jax.numpy as jnp
     >>> stack = LayerStack(lambda rngs: nnx.Linear(4, 4, rngs=rngs), 3, rngs=nnx.Rngs(0))
     >>> stack.layer.kernel.shape, stack(jnp.ones((2, 4))).shape
     ((3, 4, 4), (2, 4))
@@ -21,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp  # noqa: F401 - used by the doctest
 from flax import nnx
 from jax import lax
 
@@ -53,6 +53,7 @@ def scan_layers(apply_layer: Callable[[Any, jax.Array], jax.Array], stacked: Any
     """``x`` through ``apply_layer(slice_i, x)`` for each slice ``i`` of ``stacked`` along its leading axis.
 
     Example:
+        >>> import jax.numpy as jnp
         >>> scan_layers(lambda w, x: x * w, jnp.array([2.0, 3.0]), jnp.ones(2))
         Array([6., 6.], dtype=float32)
     """
