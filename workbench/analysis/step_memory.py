@@ -512,6 +512,43 @@ def step_memory(step: Any, float_bytes: dict[str, int] | None = None) -> StepMem
     return simulate_step_memory(traced.jaxpr, in_specs, out_specs, sizes, donated, float_bytes)
 
 
+# The backend each plan is compared with computes bf16 work in float32 (XLA:CPU upcasts it).
+CPU_FLOAT_BYTES = {"bfloat16": 4, "float16": 4}
+
+
+def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any = None, example_batch: Any = None,
+                        float_bytes: dict[str, int] | None = None) -> StepMemory:
+    """The simulated memory of ``config``'s step on its mesh, of any size (traced over an abstract mesh).
+
+    The registered transformer's blocks are identical, so each adds the same buffers (measured: the
+    simulated peak grows by the same bytes per block): deeper models are simulated with 1 and 2 blocks
+    and extended to ``n_layers``, which keeps a 24-layer plan fast.
+
+    Example:
+        >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=1024)
+        >>> planned_step_memory(config).alias_bytes > 0
+        True
+    """
+    from ..training.models import model_config
+    from ..training.modes.base import ABSTRACT_DEVICES
+    from ..training.step import build_abstract_step
+
+    float_bytes = CPU_FLOAT_BYTES if float_bytes is None else float_bytes
+
+    def simulate(config):
+        step = build_abstract_step(config, seq_len=seq_len, devices=ABSTRACT_DEVICES, custom=custom,
+                                   example_batch=example_batch)
+        return step_memory(step, float_bytes)
+
+    layers = model_config(config.model, **config.model_options).options.get("n_layers") if custom is None else None
+    if config.model != "transformer" or custom is not None or not layers or layers <= 2:
+        return simulate(config)
+    one, two = (simulate(dataclasses.replace(config, model_options={**config.model_options, "n_layers": n}))
+                for n in (1, 2))
+    extend = lambda a, b: a + (layers - 1) * (b - a)  # noqa: E731
+    return StepMemory(*(extend(getattr(one, f.name), getattr(two, f.name)) for f in dataclasses.fields(StepMemory)))
+
+
 def _aliased(arg_sizes: list[int], arg_avals: list, donated: list[bool], out_sizes: list[int], out_avals: list) -> int:
     """Bytes of outputs written over donated inputs of the same shape, dtype and size (as XLA pairs them)."""
     free: dict[tuple, int] = {}
@@ -528,4 +565,4 @@ def _aliased(arg_sizes: list[int], arg_avals: list, donated: list[bool], out_siz
     return alias
 
 
-__all__ = ["StepMemory", "simulate_step_memory", "spec_of"]
+__all__ = ["CPU_FLOAT_BYTES", "StepMemory", "planned_step_memory", "simulate_step_memory", "spec_of", "step_memory"]
