@@ -99,8 +99,7 @@ class _Value:
 
     def __init__(self, aval: Any, spec: Spec, sizes: dict[str, int], float_bytes: dict):
         self.shape = tuple(aval.shape)
-        self.dtype = np.dtype(aval.dtype) if not _is_key(aval) else None
-        self.itemsize = 8 if self.dtype is None else float_bytes.get(self.dtype.name, self.dtype.itemsize)
+        self.dtype, self.itemsize = _dtype_and_size(aval.dtype, float_bytes)
         self.resplit(spec, sizes)
         self.producer, self.operands = "arg", ()
         self.materialised = self.is_arg = self.is_output = False
@@ -113,12 +112,28 @@ class _Value:
         self.nbytes = math.prod(self.shape) * self.itemsize // max(split, 1)
 
 
-def _is_key(aval: Any) -> bool:
-    return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key)
+_DTYPES: dict[tuple, tuple] = {}
+
+
+def _dtype_and_size(dtype: Any, float_bytes: dict) -> tuple:
+    """(NumPy dtype or None for PRNG keys, bytes per element on the backend), cached per dtype."""
+    key = (dtype, tuple(sorted(float_bytes.items())))
+    if key not in _DTYPES:
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            _DTYPES[key] = (None, 8)
+        else:
+            numpy_dtype = np.dtype(dtype)
+            _DTYPES[key] = (numpy_dtype, float_bytes.get(numpy_dtype.name, numpy_dtype.itemsize))
+    return _DTYPES[key]
+
+
+_UNSPLIT = tuple(((),) * rank for rank in range(9))
 
 
 def _fit(spec: Spec, shape: tuple, sizes: dict[str, int]) -> Spec:
     """``spec`` padded or cut to ``shape``'s rank, dropping axes that do not divide their dimension."""
+    if not any(spec):
+        return _UNSPLIT[len(shape)] if len(shape) < len(_UNSPLIT) else ((),) * len(shape)
     spec = tuple(spec)[: len(shape)] + ((),) * max(0, len(shape) - len(spec))
     out = []
     for entry, dim in zip(spec, shape):
@@ -306,6 +321,9 @@ def _sums_over_split_dimension(eqn: Any, ins: list[Any]) -> bool:
     return False
 
 
+_EXPLICIT: dict[Any, frozenset] = {}
+
+
 def _aval_spec(aval: Any) -> Spec | None:
     """The sharding JAX tracked in the type (Explicit mesh axes), or None."""
     sharding = getattr(aval, "sharding", None)
@@ -313,7 +331,10 @@ def _aval_spec(aval: Any) -> Spec | None:
     mesh = getattr(sharding, "mesh", None)
     if spec is None or mesh is None or not getattr(mesh, "axis_names", ()):
         return None
-    explicit = {name for name, kind in zip(mesh.axis_names, getattr(mesh, "axis_types", ())) if "Explicit" in str(kind)}
+    explicit = _EXPLICIT.get(mesh)
+    if explicit is None:
+        explicit = _EXPLICIT[mesh] = frozenset(
+            name for name, kind in zip(mesh.axis_names, getattr(mesh, "axis_types", ())) if "Explicit" in str(kind))
     if not explicit:
         return None
     return tuple(tuple(a for a in entry if a in explicit) for entry in spec_of(spec, len(aval.shape)))
