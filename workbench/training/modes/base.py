@@ -125,6 +125,8 @@ def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh:
 def single_device_mesh(devices: Any = None) -> Mesh:
     """A ``data=1`` mesh on the first device (of ``devices``, else the local ones): where ``single`` and
     ``simulated`` compute."""
+    if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
+        return training_mesh(MeshShape((DATA_AXIS,), (1,)), devices)
     return build_mesh({DATA_AXIS: 1}, axis_types="auto", devices=list(devices or jax.devices())[:1])
 
 
