@@ -39,7 +39,6 @@ import jax
 import jax.extend  # noqa: F401  (jax.extend.core)
 import numpy as np
 
-_DEBUG = None
 Spec = tuple  # per dimension, a tuple of mesh axis names
 
 # Pure views: the output is the operand's buffer (a bitcast), never a new one.
@@ -467,10 +466,7 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
         for out in new:
             held[id(out)] = out.nbytes
             live += out.nbytes
-        if live + body > peak:
-            peak = live + body
-            if _DEBUG is not None:
-                _DEBUG[:] = [(name, position, [(b, v) for b, v in held.items()])]
+        peak = max(peak, live + body)
         for value in ins:
             for buffer in _buffers(value):
                 if last_read.get(id(buffer)) == position and id(buffer) in held:
