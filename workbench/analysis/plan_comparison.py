@@ -89,18 +89,35 @@ def _peak_words(compiled: CompiledStep) -> str:
 def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
     """The plan's figures beside the compiler's for the same step (see the module docstring)."""
     state = plan.params_bytes + plan.opt_state_bytes
-    transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes
-    rows = [
-        ComparedFigure("arguments", "bytes", state, compiled.argument_bytes,
-                       "plan: parameters + optimizer state; compiler: the step's inputs, the batch too"),
-        ComparedFigure("outputs", "bytes", state, compiled.output_bytes,
-                       "plan: the updated state; compiler: the step's outputs, metrics too"),
-        ComparedFigure("aliased", "bytes", state, compiled.alias_bytes,
-                       "every mode's step donates its state: the updated state is written over it"),
-        ComparedFigure("temporaries", "bytes", transients, compiled.temp_bytes,
-                       "plan: gradients + activations + transient parameters"),
-        ComparedFigure("peak", "bytes", plan.peak_bytes, compiled.peak_bytes,
-                       f"plan: state + gradients + transients; compiler: {_peak_words(compiled)}"),
+    memory = plan.memory  # the step's memory simulated from its jaxpr (None: not modelled)
+    simulated = "simulated from the step's jaxpr"
+    if memory is not None:
+        rows = [
+            ComparedFigure("arguments", "bytes", memory.argument_bytes, compiled.argument_bytes,
+                           "the step's inputs: parameters + optimizer state + the batch"),
+            ComparedFigure("outputs", "bytes", memory.output_bytes, compiled.output_bytes,
+                           "the updated state and the metrics"),
+            ComparedFigure("aliased", "bytes", memory.alias_bytes, compiled.alias_bytes,
+                           "every mode's step donates its state: the updated state is written over it"),
+            ComparedFigure("temporaries", "bytes", memory.temp_bytes, compiled.temp_bytes,
+                           f"plan: {simulated} (gradients, activations, gathered parameters)"),
+        ]
+    else:
+        transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes
+        rows = [
+            ComparedFigure("arguments", "bytes", state, compiled.argument_bytes,
+                           "plan: parameters + optimizer state; compiler: the step's inputs, the batch too"),
+            ComparedFigure("outputs", "bytes", state, compiled.output_bytes,
+                           "plan: the updated state; compiler: the step's outputs, metrics too"),
+            ComparedFigure("aliased", "bytes", state, compiled.alias_bytes,
+                           "every mode's step donates its state: the updated state is written over it"),
+            ComparedFigure("temporaries", "bytes", None, compiled.temp_bytes,
+                           f"not modelled: {plan.memory_caveat} (rough transients: {format_bytes(transients)})"),
+        ]
+    rows += [
+        ComparedFigure("peak", "bytes", None if memory is None else plan.peak_bytes, compiled.peak_bytes,
+                       f"plan: {PEAK_FORMULA}, {simulated}; compiler: {_peak_words(compiled)}" if memory is not None
+                       else f"plan: not modelled ({plan.memory_caveat}); compiler: {_peak_words(compiled)}"),
         _flops_row(plan, compiled),
     ]
     planned: dict[str, float] = {}

@@ -148,6 +148,8 @@ class TrainingPlan:
     notes: tuple[str, ...]
     warnings: tuple[LayoutWarning, ...] = ()
     compiled: Any = None  # the compiler's CompiledStep of the same step, when verified
+    memory: Any = None  # the step's StepMemory, simulated from its jaxpr (None: not modelled, see memory_caveat)
+    memory_caveat: str | None = None  # why the step's memory is not simulated
 
     def with_compiled(self, compiled: Any) -> "TrainingPlan":
         """This plan with the compiler's figures for its step attached (a :class:`~.compiled_step.CompiledStep`
@@ -181,7 +183,11 @@ class TrainingPlan:
 
     @property
     def peak_bytes(self) -> int:
-        """``total_bytes`` plus the transients (activations, gathered or cast parameters): rough."""
+        """The step's peak per device, simulated from its jaxpr (:mod:`.step_memory`: arguments + outputs -
+        donated + temporaries, as the compiler counts); where it is not (``memory_caveat`` says why),
+        ``total_bytes`` plus rough transients (activations, gathered or cast parameters)."""
+        if self.memory is not None:
+            return self.memory.peak_bytes
         return self.total_bytes + (self.activation_bytes or 0) + self.transient_params_bytes
 
     @property
@@ -213,6 +219,8 @@ class TrainingPlan:
             "activation_bytes": self.activation_bytes,
             "transient_params_bytes": self.transient_params_bytes,
             "peak_bytes": self.peak_bytes,
+            "simulated": None if self.memory is None else self.memory.to_json(),
+            "memory_caveat": self.memory_caveat,
         }
 
     def rules_code(self, name: str = "SHARDING_RULES") -> str:
@@ -307,20 +315,32 @@ class TrainingPlan:
 
     def _memory_lines(self) -> list[str]:
         """Bytes per device, part by part, and whether the peak fits the device's memory."""
+        verdict = f"of {format_bytes(self.device_memory)}: {'fits' if self.fits else 'does NOT fit'}"
         rows = [
             ("parameters", self.params_bytes, "float32 master weights"),
             ("gradients", self.grads_bytes, "float32, laid out like the parameters"),
             ("optimizer state", self.opt_state_bytes, self.optimizer),
             ("training state", self.total_bytes, "the three above"),
-            ("activations", self.activation_bytes,
-             _activation_words(self.mode) if self.activation_bytes is not None else f"for {self.model}"),
-            ("transient params", self.transient_params_bytes, _transient_words(self.mode, self.precision)),
-            ("peak", self.peak_bytes,
-             f"of {format_bytes(self.device_memory)}: {'fits' if self.fits else 'does NOT fit'}"),
         ]
+        if self.memory is not None:
+            batch = self.memory.argument_bytes - self.params_bytes - self.opt_state_bytes
+            rows += [
+                ("batch", batch, "this device's share (an argument of the step)"),
+                ("temporaries", self.memory.temp_bytes, "simulated from the step's jaxpr: the buffers live at "
+                 "once beside the arguments (gradients, activations, gathered parameters)"),
+                ("peak", self.peak_bytes, verdict + " (arguments + outputs - donated + temporaries)"),
+            ]
+        else:
+            rows += [
+                ("activations", self.activation_bytes,
+                 _activation_words(self.mode) if self.activation_bytes is not None else f"for {self.model}"),
+                ("transient params", self.transient_params_bytes, _transient_words(self.mode, self.precision)),
+                ("peak", None, f"not modelled: {self.memory_caveat}; the state and the rough transients above "
+                 f"add up to {format_bytes(self.peak_bytes)}, {verdict}"),
+            ]
         lines = ["per device"]
         for label, value, words in rows:
-            shown = "not estimated" if value is None else format_bytes(value)
+            shown = ("not modelled" if label == "peak" else "not estimated") if value is None else format_bytes(value)
             lines.append(f"  {label:<17} {shown:>13}  {words}")
         return lines
 
@@ -757,6 +777,8 @@ def plan_training(
     rules: Any = None,
     lint_min_bytes: int = DEFAULT_MIN_BYTES,
     verify: Any = None,
+    loss: Any = None,
+    example_batch: Any = None,
 ) -> TrainingPlan:
     """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
 
@@ -791,6 +813,10 @@ def plan_training(
             topology libtpu knows; needs the ``tpu`` extra), or :class:`~.verification.VerifySettings`
             for a time limit and progress messages. Registered models only, without ``rules``; see
             :mod:`workbench.analysis.verification` to run it in the background.
+        loss, example_batch: for your own module, ``loss(model, batch) -> (value, aux)`` (default: the
+            module's ``loss`` method) and a batch of its input (arrays or ``ShapeDtypeStruct``s, any
+            number of rows), so that its step can be traced and its memory simulated; without them its
+            peak is not modelled.
 
     Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
 
@@ -866,6 +892,8 @@ def plan_training(
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = _transient_params_bytes(declared, params_layout, precision, notes, abstract)
+    simulated, caveat = _simulated_memory(planned, mode, mesh_shape, batch, seq_len, precision, optimizer,
+                                       custom_rules, loss, example_batch)
     notes.append(_assumption_note(precision, utilisation))
 
     plan = TrainingPlan(
@@ -875,12 +903,60 @@ def plan_training(
         tokens_per_device=tokens, params_layout=params_layout, opt_state_layout=opt_layout, rule_table=table,
         activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
         collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
+        memory=simulated, memory_caveat=caveat,
     )
     if settings is None:
         return plan
     from .verification import verify_plan
 
     return plan.with_compiled(verify_plan(plan, settings))
+
+
+def _simulated_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch: int, seq_len: int | None,
+                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any):
+    """(the step's simulated :class:`~.step_memory.StepMemory`, None) or (None, why it is not modelled)."""
+    from ..training.step import check_compiles_ahead
+
+    try:
+        check_compiles_ahead(mode)
+    except WorkbenchError:
+        return None, f"mode {mode!r} is not one jit program, so there is no single step to simulate"
+    if custom_rules is not None:
+        return None, "the step lays out the mode's own state, not your rule table"
+    if planned.registered:
+        key = (planned.name, tuple(sorted(planned.options.items())), mode, str(mesh), batch, seq_len, precision,
+               optimizer)
+        try:
+            hash(key)
+        except TypeError:  # an option value that cannot be a key: simulate afresh
+            return _registered_memory.__wrapped__(*key), None
+        return _registered_memory(*key), None
+    if example_batch is None:
+        return None, (f"your {planned.name}'s step needs the shapes of its input to be traced: pass "
+                      "example_batch=<a batch of its input> (and loss=fn unless it has a loss method)")
+    from ..training.config import TrainConfig
+    from ..training.step import CustomModel
+    from .step_memory import planned_step_memory
+
+    if loss is None and not hasattr(type(planned.abstract), "loss"):
+        raise WorkbenchError(f"your {planned.name} has no loss method: pass loss=fn with fn(model, batch) -> "
+                             "(loss, aux) to simulate its step")
+    config = TrainConfig(model=f"custom:{planned.name}", mode=mode, mesh=str(mesh), batch=batch, precision=precision,
+                         optimizer=optimizer)
+    custom = CustomModel(planned.abstract, loss, batches=())
+    return planned_step_memory(config, custom=custom, example_batch=example_batch), None
+
+
+@functools.lru_cache(maxsize=32)
+def _registered_memory(name: str, options: tuple, mode: str, mesh: str, batch: int, seq_len: int | None,
+                       precision: str, optimizer: str):
+    """A registered model's simulated step memory, once per model, options, mode, mesh, batch and precision."""
+    from ..training.config import TrainConfig
+    from .step_memory import planned_step_memory
+
+    config = TrainConfig(model=name, model_options=dict(options), mode=mode, mesh=mesh, batch=batch,
+                         precision=precision, optimizer=optimizer)
+    return planned_step_memory(config, seq_len=seq_len)
 
 
 def _check_verifiable(settings: Any, mesh: MeshShape, mode: str, model: Any, rules: Any) -> None:

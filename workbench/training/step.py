@@ -28,7 +28,7 @@ from .data import Dataset, load_dataset
 from .layer_scopes import module_paths
 from .models import abstract_batch, model_class, model_config, model_config_for_data
 from .modes import ParallelMode, StepPlan, build_mode, mode_class, mesh_fit
-from .modes.base import ShardedJitMode, training_mesh
+from .modes.base import ABSTRACT_DEVICES, ShardedJitMode, training_mesh
 from .modes.core import LossFn, TrainState, init_state
 
 
@@ -188,7 +188,8 @@ def _with_shardings(tree: Any, shardings: Any) -> Any:
                         tree, shardings)
 
 
-def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devices: Any = None) -> AbstractStep:
+def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devices: Any = None,
+                        custom: CustomModel | None = None, example_batch: Any = None) -> AbstractStep:
     """The step :func:`build_step` builds for ``config`` (a registered model), with nothing allocated and no
     data read: parameters and optimizer state come from ``jax.eval_shape``, the batch is
     ``config.batch`` examples of the shapes the model's data holds (``seq_len`` tokens for the
@@ -197,7 +198,11 @@ def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devi
     Args:
         config: the run's settings; ``data`` is not read.
         seq_len: tokens per sequence (language models only).
-        devices: the devices of the mesh, in mesh order (e.g. a TPU topology's); default the local ones.
+        devices: the devices of the mesh, in mesh order (e.g. a TPU topology's); default the local ones;
+            ``ABSTRACT_DEVICES`` (``"abstract"``): an abstract mesh of any size, to trace the step only.
+        custom, example_batch: your own model (``custom.module``, real or abstract, and ``custom.loss``)
+            instead of ``config.model``, and a batch of its input (arrays or ``ShapeDtypeStruct``s with
+            any number of rows: ``config.batch`` rows are traced).
 
     Example:
         >>> step = build_abstract_step(TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64))
@@ -206,15 +211,20 @@ def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devi
     """
     config = config.checked()
     check_compiles_ahead(config.mode)
-    devices = tuple(devices) if devices is not None else None
+    devices = tuple(devices) if devices is not None and devices != ABSTRACT_DEVICES else devices
     check_mesh_for_training(config, devices)
-    model_cfg = model_config(config.model, **config.model_options)
-    loss, tp_rules = _registered_loss_and_rules(model_cfg)
     optimizer = make_optimizer(config.optimizer, config.lr)
-    graphdef, state = jax.eval_shape(lambda: init_state(model_cfg.build(seed=config.seed), optimizer))
+    if custom is not None:
+        module, loss, tp_rules = custom.module, custom.loss or type(custom.module).loss, tuple(custom.tp_rules)
+        graphdef, state = jax.eval_shape(lambda: init_state(module, optimizer))
+        batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((config.batch, *x.shape[1:]), x.dtype), example_batch)
+    else:
+        model_cfg = model_config(config.model, **config.model_options)
+        loss, tp_rules = _registered_loss_and_rules(model_cfg)
+        graphdef, state = jax.eval_shape(lambda: init_state(model_cfg.build(seed=config.seed), optimizer))
+        batch = abstract_batch(model_cfg, config.batch, seq_len)
     mode = _mode(config, graphdef, state, loss, tp_rules, optimizer, None, devices)
-    batch = abstract_batch(model_cfg, config.batch, seq_len)
-    batch = _with_shardings(batch, {name: mode.batch_sharding(leaf) for name, leaf in batch.items()})
+    batch = _with_shardings(batch, jax.tree.map(mode.batch_sharding, batch))
     layers = tuple(module_paths(nnx.merge(graphdef, state.params, state.other)))
     return AbstractStep(config, mode, _with_shardings(state, mode.state_shardings(state)), batch, layers)
 

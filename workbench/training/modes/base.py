@@ -95,12 +95,22 @@ def check_batch(plan: StepPlan, parts: int, what: str) -> None:
         )
 
 
+# ``StepPlan.devices`` for a mode built over an abstract mesh of any size: its step can be traced (e.g. to
+# simulate its memory, :mod:`workbench.analysis.step_memory`), not compiled or run.
+ABSTRACT_DEVICES = "abstract"
+
+
 def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh:
-    """A mesh with Auto axes over the first ``shape.size`` local devices, or over ``devices`` (in mesh order).
+    """A mesh with Auto axes over the first ``shape.size`` local devices, or over ``devices`` (in mesh order),
+    or an abstract one (``devices=ABSTRACT_DEVICES``) for tracing only.
 
     Auto, not Explicit: the compiler then chooses how to compute with sharded weights (e.g. the
     all-reduce after a row-parallel matmul), where Explicit axes refuse a sharded contraction.
     """
+    if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
+        from ...layout.mesh import abstract_mesh
+
+        return abstract_mesh(shape, axis_types="auto")
     if devices is not None:
         return build_mesh(shape, axis_types="auto", devices=list(devices))
     available = len(jax.devices())
@@ -115,6 +125,8 @@ def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh:
 def single_device_mesh(devices: Any = None) -> Mesh:
     """A ``data=1`` mesh on the first device (of ``devices``, else the local ones): where ``single`` and
     ``simulated`` compute."""
+    if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
+        return training_mesh(MeshShape((DATA_AXIS,), (1,)), devices)
     return build_mesh({DATA_AXIS: 1}, axis_types="auto", devices=list(devices or jax.devices())[:1])
 
 

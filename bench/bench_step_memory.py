@@ -1,0 +1,63 @@
+"""The plan's simulated peak per device against XLA:CPU's compiled peak of the same step (arguments + outputs -
+aliased + temporaries, nothing allocated), per configuration: target 0.85-1.15 (workbench/analysis/step_memory.py).
+
+The matrix is the test's (tests/test_step_memory.py) plus the configurations the simulation does not reach
+yet (the small cnn, fsdp in bf16), so the bench shows them. With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
+``--verify cpu`` of the README's 1.3B transformer in fsdp on data=64,model=8 (about a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from timing import machine, record
+
+from workbench.analysis.planning import plan_training
+from workbench.training.config import TrainConfig
+from workbench.training.step import build_abstract_step
+
+LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
+MATRIX = [  # model, options, mode, mesh, precision, global batch
+    ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
+    ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
+    ("cnn", {}, "dp", "data=8", "fp32", 64),
+    ("cnn", {}, "fsdp-whole-tree", "data=8", "bf16", 64),
+    ("transformer", LM, "dp", "data=8", "fp32", 32),
+    ("transformer", LM, "dp", "data=8", "bf16", 32),
+    ("transformer", LM, "fsdp", "data=8", "bf16", 32),
+    ("transformer", LM, "fsdp-whole-tree", "data=8", "fp32", 32),
+    ("transformer", LM, "dp-tp", "data=4,model=2", "fp32", 32),
+    ("transformer", LM, "dp-tp", "data=4,model=2", "bf16", 32),
+    ("transformer", LM, "dp-shard-map", "data=8", "fp32", 32),
+    ("transformer", LM, "tp", "model=8", "fp32", 32),
+]
+BIG = {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000}
+
+
+def run() -> list[dict]:
+    records = []
+    for model, options, mode, mesh, precision, batch in MATRIX:
+        plan = plan_training(model, options, mesh, mode, hardware="cpu", global_batch=batch, precision=precision)
+        config = TrainConfig(model=model, model_options=options, mode=mode, mesh=mesh, precision=precision,
+                             batch=batch, optimizer="adamw")
+        stats = build_abstract_step(config).compile().memory_analysis()
+        peak = (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+                + stats.temp_size_in_bytes)
+        records.append(record(
+            f"step memory {model} {mode} {mesh} {precision}", plan.peak_bytes / peak, "x", ("±", 1.0, 0.15),
+            note=f"plan {plan.peak_bytes:,} B (temporaries {plan.memory.temp_bytes:,}), XLA:CPU {peak:,} B "
+                 f"(temporaries {stats.temp_size_in_bytes:,}) per device, batch {batch}, adamw; {machine()}",
+        ))
+    if os.environ.get("BENCH_STEP_MEMORY_1_3B"):
+        plan = plan_training("transformer", BIG, "data=64,model=8", "fsdp", verify="cpu")
+        records.append(record(
+            "step memory 1.3B LM fsdp data=64,model=8 bf16 (verify cpu)", plan.peak_bytes / plan.compiled.peak_bytes,
+            "x", ("±", 1.0, 0.15), note=f"plan {plan.peak_bytes:,} B, XLA:CPU {plan.compiled.peak_bytes:,} B per "
+                                        f"device; {machine()}"))
+    return records
+
+
+if __name__ == "__main__":
+    for result in run():
+        print(json.dumps(result))

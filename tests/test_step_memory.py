@@ -1,0 +1,91 @@
+"""The plan's peak per device, simulated from the step's jaxpr (workbench/analysis/step_memory.py), against
+XLA:CPU's compiled memory analysis of the same step (arguments + outputs - aliased + temporaries): within
+0.85-1.15 on a matrix of models x modes x meshes x precision, including a user's own nnx.Module.
+The ratios over a wider matrix (with the configs it does not reach) are a bench: bench/bench_step_memory.py.
+"""
+
+import jax
+import optax
+import pytest
+from flax import nnx
+
+from workbench.analysis.planning import plan_training
+from workbench.analysis.step_memory import planned_step_memory
+from workbench.training.config import TrainConfig
+from workbench.training.step import CustomModel, build_abstract_step
+
+LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
+MATRIX = [  # model, options, mode, mesh, precision, global batch
+    ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
+    ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
+    ("transformer", LM, "dp", "data=8", "fp32", 32),
+    ("transformer", LM, "dp", "data=8", "bf16", 32),
+    ("transformer", LM, "dp-shard-map", "data=8", "fp32", 32),
+    ("transformer", LM, "fsdp-whole-tree", "data=8", "fp32", 32),
+    ("transformer", LM, "dp-tp", "data=4,model=2", "fp32", 32),
+    ("transformer", LM, "tp", "model=8", "fp32", 32),
+]
+
+
+class OwnMLP(nnx.Module):
+    """A user's model: two hidden layers over flattened 8x8 digits, 10 classes."""
+
+    def __init__(self, rngs):
+        self.hidden1 = nnx.Linear(64, 256, rngs=rngs)
+        self.hidden2 = nnx.Linear(256, 256, rngs=rngs)
+        self.output = nnx.Linear(256, 10, rngs=rngs)
+
+    def __call__(self, x):
+        return self.output(jax.nn.gelu(self.hidden2(jax.nn.gelu(self.hidden1(x)))))
+
+
+def own_loss(model, batch):
+    logits = model(batch["x"])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["y"]).mean(), {}
+
+
+EXAMPLE = {"x": jax.ShapeDtypeStruct((1, 64), "float32"), "y": jax.ShapeDtypeStruct((1,), "int32")}
+
+
+def _compiled_peak(step) -> int:
+    stats = step.compile().memory_analysis()
+    return (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+            + stats.temp_size_in_bytes)
+
+
+@pytest.mark.parametrize("model,options,mode,mesh,precision,batch", MATRIX,
+                         ids=[f"{m}-{mode}-{mesh}-{p}" for m, _, mode, mesh, p, _ in MATRIX])
+def test_plan_peak_is_within_15_percent_of_the_compilers(model, options, mode, mesh, precision, batch):
+    plan = plan_training(model, options, mesh, mode, hardware="cpu", global_batch=batch, precision=precision)
+    config = TrainConfig(model=model, model_options=options, mode=mode, mesh=mesh, precision=precision, batch=batch,
+                         optimizer="adamw")
+    compiled = _compiled_peak(build_abstract_step(config))
+    assert plan.memory is not None and 0.85 <= plan.peak_bytes / compiled <= 1.15, (plan.peak_bytes, compiled)
+
+
+def test_a_users_own_module_is_simulated_from_an_example_batch():
+    plan = plan_training(lambda: OwnMLP(nnx.Rngs(0)), None, "data=8", "dp", hardware="cpu", global_batch=512,
+                         loss=own_loss, example_batch=EXAMPLE, precision="fp32")
+    config = TrainConfig(model="custom:OwnMLP", mode="dp", mesh="data=8", batch=512, precision="fp32")
+    custom = CustomModel(OwnMLP(nnx.Rngs(0)), own_loss, batches=())
+    compiled = _compiled_peak(build_abstract_step(config, custom=custom, example_batch=EXAMPLE))
+    assert 0.85 <= plan.peak_bytes / compiled <= 1.15, (plan.peak_bytes, compiled)
+    assert plan.memory.argument_bytes == plan.params_bytes + plan.opt_state_bytes + 512 // 8 * (64 * 4 + 4)
+
+
+def test_without_an_example_batch_the_peak_is_not_modelled_and_says_why():
+    plan = plan_training(lambda: OwnMLP(nnx.Rngs(0)), None, "data=8", "dp", hardware="cpu")
+    assert plan.memory is None and "example_batch" in plan.memory_caveat
+    peak_line = next(line for line in plan.to_text().splitlines() if line.strip().startswith("peak"))
+    assert "not modelled" in peak_line and "example_batch" in peak_line
+    assert plan.to_json()["per_device"]["memory_caveat"] == plan.memory_caveat
+
+
+def test_deep_transformers_extend_two_simulated_blocks_exactly():
+    # Identical blocks add identical buffers: 1 and 2 blocks extended to 4 equal 4 blocks simulated whole.
+    config = TrainConfig(model="transformer", model_options={**LM, "n_layers": 4}, mode="fsdp",
+                         mesh="data=64,model=8", batch=1024, precision="bf16")
+    extended = planned_step_memory(config)
+    from workbench.analysis.step_memory import CPU_FLOAT_BYTES, step_memory
+    whole = step_memory(build_abstract_step(config, devices="abstract"), CPU_FLOAT_BYTES)
+    assert extended == whole and whole.alias_bytes > 0

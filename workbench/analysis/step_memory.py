@@ -1,0 +1,585 @@
+"""A step's memory per device, simulated from its jaxpr: the compiler's peak, without compiling.
+
+A compiled step's memory per device is its arguments + outputs - aliased (donated) + temporaries
+(:data:`~.compiled_step.PEAK_FORMULA`). Arguments, outputs and aliases follow from the step's input and
+output shapes and shardings. The temporaries are the high-water mark of the buffers the program keeps
+alive at once: :func:`simulate_step_memory` walks the step's equations in program order (inlining
+``jit``, ``shard_map``, ``custom_vjp`` and remat bodies), decides which values the compiler materialises
+as buffers, allocates each when produced and frees it after its last reader.
+
+Which values are buffers, as XLA decides it (checked against XLA:CPU's compiled steps, see
+docs/design/compile-verification.md):
+
+* Elementwise work (arithmetic, casts, broadcasts, selects, slices) is *fused*: it is recomputed inside
+  each consumer and never stored, unless a consumer cannot take it fused (a matmul, convolution,
+  collective, scatter, sort, loop) or it is a step output. A fused value keeps the buffers it reads
+  alive until its last consumer runs.
+* Reshapes, squeezes and the like are the same buffer seen another way.
+* Reductions and gathers read their operands fused, and store their results.
+* ``bf16`` on XLA:CPU: the backend computes in float32 (it upcasts bf16 matmuls and elementwise
+  work), so a bf16 temporary takes 4 bytes per element there (``float_bytes``).
+
+Shardings: inside ``shard_map`` the shapes are per device already; elsewhere each value's sharding is
+propagated from the step's inputs as the compiler's partitioner does for matmuls (batch and free
+dimensions keep theirs, a split contraction is summed and comes out whole), reshapes, transposes,
+broadcasts and reductions. Per-device bytes = bytes / the sizes of the mesh axes a value is split over.
+
+Example:
+    >>> step = build_abstract_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
+    >>> step_memory(step).peak_bytes  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.extend  # noqa: F401  (jax.extend.core)
+import numpy as np
+
+Spec = tuple  # per dimension, a tuple of mesh axis names
+
+# Pure views: the output is the operand's buffer (a bitcast), never a new one.
+_VIEWS = {"reshape", "squeeze", "expand_dims", "pvary", "pcast", "stop_gradient", "copy_p", "reduce_precision",
+          "optimization_barrier", "psum_invariant"}
+# Elementwise work XLA fuses into its consumers.
+_FUSIBLE = {
+    "add", "sub", "mul", "div", "rem", "max", "min", "neg", "exp", "exp2", "log", "log1p", "expm1", "tanh",
+    "logistic", "sqrt", "rsqrt", "cbrt", "integer_pow", "pow", "square", "abs", "sign", "floor", "ceil", "round",
+    "select_n", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "xor", "convert_element_type", "is_finite",
+    "erf", "erfc", "erf_inv", "sin", "cos", "tan", "atan2", "add_any", "clamp", "nextafter", "broadcast_in_dim",
+    "iota", "slice", "pad", "concatenate", "rev", "transpose", "shift_left", "shift_right_logical",
+    "shift_right_arithmetic", "population_count", "imag", "real", "conj", "copy", "random_bits", "random_wrap",
+    "random_unwrap", "random_seed", "threefry2x32", "dynamic_slice", "reshard", "sharding_constraint", "square",
+    "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "lgamma", "digamma", "mul_add",
+}
+# Consumers that read their operands fused (XLA's reduce and gather fusions), storing only their result.
+_FUSES_OPERANDS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
+                   "argmax", "argmin", "gather", "reduce_precision"}
+PARTITIONER_ALL_REDUCE = "all-reduce (partitioner)"
+# Elementwise work XLA does not copy into several consumers (InstructionFusion's IsExpensive): stored once.
+_EXPENSIVE = {"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "cbrt", "pow", "div",
+              "rem", "erf", "erfc", "erf_inv", "sin", "cos", "tan", "atan2", "lgamma", "digamma"}
+# Ops that write into their first operand's buffer (scatters): a fused operand needs no buffer of its own.
+_IN_PLACE = {"scatter", "scatter-add", "scatter_add", "scatter-mul", "scatter_mul", "scatter-min", "scatter-max",
+             "dynamic_update_slice"}
+_CALLS = {"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "custom_jvp_call", "custom_vjp_call",
+          "custom_vjp_call_jaxpr", "custom_lin", "shard_map"}
+_LOOPS = {"scan", "while", "cond"}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMemory:
+    """Bytes per device of one compiled step, as simulated (see the module docstring).
+
+    ``peak_bytes`` is arguments + outputs - aliased + temporaries, the compiler's own formula.
+    """
+
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+
+    def to_json(self) -> dict[str, int]:
+        return {**dataclasses.asdict(self), "peak_bytes": self.peak_bytes}
+
+
+class _Value:
+    """One value of the flattened program: its shape, per-device bytes, sharding and producer."""
+
+    __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
+                 "readers", "position", "buffers", "itemsize")
+
+    def __init__(self, aval: Any, spec: Spec, sizes: dict[str, int], float_bytes: dict):
+        self.shape = tuple(aval.shape)
+        self.dtype, self.itemsize = _dtype_and_size(aval.dtype, float_bytes)
+        self.resplit(spec, sizes)
+        self.producer, self.operands = "arg", ()
+        self.materialised = self.is_arg = self.is_output = False
+        self.position = -1
+        self.buffers = None
+
+    def resplit(self, spec: Spec, sizes: dict[str, int]) -> None:
+        self.spec = _fit(spec, self.shape, sizes)
+        split = math.prod(sizes[a] for entry in self.spec for a in entry)
+        self.nbytes = math.prod(self.shape) * self.itemsize // max(split, 1)
+
+
+_DTYPES: dict[tuple, tuple] = {}
+
+
+def _dtype_and_size(dtype: Any, float_bytes: dict) -> tuple:
+    """(NumPy dtype or None for PRNG keys, bytes per element on the backend), cached per dtype."""
+    key = (dtype, tuple(sorted(float_bytes.items())))
+    if key not in _DTYPES:
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            _DTYPES[key] = (None, 8)
+        else:
+            numpy_dtype = np.dtype(dtype)
+            _DTYPES[key] = (numpy_dtype, float_bytes.get(numpy_dtype.name, numpy_dtype.itemsize))
+    return _DTYPES[key]
+
+
+_UNSPLIT = tuple(((),) * rank for rank in range(9))
+
+
+def _fit(spec: Spec, shape: tuple, sizes: dict[str, int]) -> Spec:
+    """``spec`` padded or cut to ``shape``'s rank, dropping axes that do not divide their dimension."""
+    if not any(spec):
+        return _UNSPLIT[len(shape)] if len(shape) < len(_UNSPLIT) else ((),) * len(shape)
+    spec = tuple(spec)[: len(shape)] + ((),) * max(0, len(shape) - len(spec))
+    out = []
+    for entry, dim in zip(spec, shape):
+        entry = tuple(a for a in entry if a in sizes)
+        out.append(entry if entry and dim % math.prod(sizes[a] for a in entry) == 0 else ())
+    return tuple(out)
+
+
+def spec_of(partition_spec: Any, rank: int) -> Spec:
+    """Per-dimension axis tuples of a ``PartitionSpec`` (None entries: not split).
+
+    Example:
+        >>> spec_of(jax.sharding.PartitionSpec("data", None), 3)
+        (('data',), (), ())
+    """
+    entries = []
+    for entry in tuple(partition_spec or ())[:rank]:
+        entries.append(() if entry is None else (entry,) if isinstance(entry, str) else tuple(entry))
+    return tuple(entries) + ((),) * (rank - len(entries))
+
+
+class _Program:
+    """The step flattened into one list of equations over :class:`_Value`s, shardings propagated."""
+
+    def __init__(self, sizes: dict[str, int], float_bytes: dict):
+        self.sizes, self.float_bytes = sizes, float_bytes
+        self.ops: list[tuple[str, list[_Value], list[_Value], int]] = []  # name, ins, outs, body temporaries
+
+    def value(self, aval: Any, spec: Spec) -> _Value:
+        return _Value(aval, spec, self.sizes, self.float_bytes)
+
+    def inline(self, jaxpr: Any, inputs: list[Any], local: bool) -> list[Any]:
+        """Append ``jaxpr``'s equations with its inputs bound to ``inputs``; its outputs' values.
+        ``local``: shapes are per device (inside shard_map): every value is unsplit."""
+        env: dict[Any, Any] = {}
+        for var, value in zip(jaxpr.invars, inputs):
+            env[var] = value
+        for var, const in zip(jaxpr.constvars, [None] * len(jaxpr.constvars)):
+            env[var] = self.value(var.aval, ())  # closed-over constants: small, held like arguments
+            env[var].is_arg = env[var].materialised = True
+
+        def read(atom):
+            return env.get(atom) if not isinstance(atom, jax.extend.core.Literal) else None
+
+        for eqn in jaxpr.eqns:
+            ins = [read(atom) for atom in eqn.invars]
+            outs = self.equation(eqn, ins, local)
+            for var, value in zip(eqn.outvars, outs):
+                env[var] = value
+        return [read(atom) for atom in jaxpr.outvars]
+
+    def equation(self, eqn: Any, ins: list[Any], local: bool) -> list[_Value]:
+        name = eqn.primitive.name
+        inner = _inner_jaxpr(eqn)
+        if name == "shard_map" and inner is not None:
+            outs = self.inline(inner, ins, local=True)
+            specs = eqn.params.get("out_specs") or eqn.params.get("out_names") or ()
+            result = []
+            for var, value, spec in zip(eqn.outvars, outs, specs):
+                outer = self.value(var.aval, () if local else spec_of(spec, len(var.aval.shape)))
+                self._view(outer, value)
+                result.append(outer)
+            return result
+        if name in _CALLS and inner is not None:
+            jaxpr = inner.jaxpr if hasattr(inner, "jaxpr") else inner
+            return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
+        specs = _propagate(eqn, ins, local)
+        outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs)]
+        body = 0
+        if name in _LOOPS:
+            body = _loop_temporaries(eqn, self.sizes, self.float_bytes, local)
+        if name in _VIEWS and ins and ins[0] is not None and len(outs) == 1:
+            self._view(outs[0], ins[0])
+            return outs
+        for out in outs:
+            out.producer, out.operands = name, [v for v in ins if v is not None]
+        self.ops.append((name, [v for v in ins if v is not None], outs, body))
+        if not local and _sums_over_split_dimension(eqn, ins):
+            # The partitioner computes each device's partial result and sums it over the split axes: an
+            # all-reduce into a buffer of its own (XLA combines independent ones: see _schedule).
+            summed = [self.value(var.aval, out.spec) for var, out in zip(eqn.outvars, outs)]
+            for partial, total in zip(outs, summed):
+                total.producer, total.operands = PARTITIONER_ALL_REDUCE, [partial]
+            self.ops.append((PARTITIONER_ALL_REDUCE, list(outs), summed, 0))
+            return summed
+        return outs
+
+    @staticmethod
+    def _view(outer: _Value, value: Any) -> None:
+        outer.producer, outer.operands = "view", [value] if value is not None else []
+
+
+def _inner_jaxpr(eqn: Any) -> Any:
+    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        if key in eqn.params:
+            return eqn.params[key]
+    return None
+
+
+def _loop_temporaries(eqn: Any, sizes: dict, float_bytes: dict, local: bool) -> int:
+    """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak."""
+    bodies = []
+    for key in ("jaxpr", "body_jaxpr", "cond_jaxpr", "branches"):
+        value = eqn.params.get(key)
+        for body in value if isinstance(value, (tuple, list)) else [value] if value is not None else []:
+            bodies.append(body.jaxpr if hasattr(body, "jaxpr") else body)
+    peaks = []
+    for body in bodies:
+        program = _Program(sizes, float_bytes)
+        inputs = [program.value(v.aval, ()) for v in body.invars]
+        for value in inputs:
+            value.is_arg = value.materialised = True
+        outputs = program.inline(body, inputs, local=True)
+        peaks.append(_simulate(program, inputs, outputs))
+    return max(peaks, default=0)
+
+
+# --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------
+
+
+def _propagate(eqn: Any, ins: list[Any], local: bool) -> list[Spec]:
+    outs = eqn.outvars
+    if local:
+        return [()] * len(outs)
+    explicit = [_aval_spec(var.aval) for var in outs]
+    if all(s is not None for s in explicit):
+        return explicit
+    name, params = eqn.primitive.name, eqn.params
+    if name in ("sharding_constraint", "reshard"):
+        sharding = params.get("sharding") or params.get("dst_sharding")
+        return [spec_of(getattr(sharding, "spec", None), len(outs[0].aval.shape))]
+    if name == "dot_general" and len(ins) == 2 and None not in ins:
+        return [_dot_spec(params["dimension_numbers"], ins[0], ins[1])]
+    if name == "broadcast_in_dim" and ins and ins[0] is not None:
+        spec = [()] * len(outs[0].aval.shape)
+        for i, d in enumerate(params["broadcast_dimensions"]):
+            if ins[0].shape[i] == outs[0].aval.shape[d]:
+                spec[d] = ins[0].spec[i]
+        return [tuple(spec)]
+    if name == "transpose" and ins and ins[0] is not None:
+        return [tuple(ins[0].spec[p] for p in params["permutation"])]
+    if name in ("reshape", "squeeze", "expand_dims") and ins and ins[0] is not None:
+        return [_reshape_spec(ins[0].shape, ins[0].spec, tuple(outs[0].aval.shape))]
+    if name.startswith("reduce_") or name in ("argmax", "argmin"):
+        axes = set(params.get("axes", ()))
+        source = ins[0]
+        if source is None:
+            return [()] * len(outs)
+        return [tuple(s for i, s in enumerate(source.spec) if i not in axes)] * len(outs)
+    result = []
+    for var in outs:  # elementwise and the rest (scatters): per dimension, an operand's of that size there
+        shape = tuple(var.aval.shape)
+        spec, used = [], set()
+        for d, size in enumerate(shape):
+            entry = next((v.spec[d] for v in ins if v is not None and len(v.shape) > d
+                          and v.shape[d] == size and v.spec[d]), ())
+            entry = tuple(a for a in entry if a not in used)
+            used.update(entry)
+            spec.append(entry)
+        result.append(tuple(spec))
+    return result
+
+
+def _split_created_values(program: "_Program") -> None:
+    """Backward propagation: a value made from nothing split (zeros, iota, a broadcast scalar) takes the
+    sharding of the same-shaped result it feeds, as the partitioner creates it where it is used."""
+    for _, ins, outs, _ in reversed(program.ops):
+        out = outs[0] if outs else None
+        if out is None or not any(out.spec):
+            continue
+        for value in ins:
+            if (value.shape == out.shape and not any(value.spec) and not value.is_arg and value.producer in _FUSIBLE
+                    and all(not any(v.spec) for v in value.operands)):
+                value.resplit(out.spec, program.sizes)
+
+
+def _sums_over_split_dimension(eqn: Any, ins: list[Any]) -> bool:
+    """A matmul contracting, or a reduction reducing, a dimension split over devices."""
+    name = eqn.primitive.name
+    if name == "dot_general" and len(ins) == 2 and ins[0] is not None:
+        (lc, _), _ = eqn.params["dimension_numbers"]
+        return any(ins[0].spec[d] for d in lc)
+    if name in ("reduce_sum", "reduce_max", "reduce_min") and ins and ins[0] is not None:
+        return any(ins[0].spec[d] for d in eqn.params.get("axes", ()))
+    return False
+
+
+_EXPLICIT: dict[Any, frozenset] = {}
+
+
+def _aval_spec(aval: Any) -> Spec | None:
+    """The sharding JAX tracked in the type (Explicit mesh axes), or None."""
+    sharding = getattr(aval, "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    mesh = getattr(sharding, "mesh", None)
+    if spec is None or mesh is None or not getattr(mesh, "axis_names", ()):
+        return None
+    explicit = _EXPLICIT.get(mesh)
+    if explicit is None:
+        explicit = _EXPLICIT[mesh] = frozenset(
+            name for name, kind in zip(mesh.axis_names, getattr(mesh, "axis_types", ())) if "Explicit" in str(kind))
+    if not explicit:
+        return None
+    return tuple(tuple(a for a in entry if a in explicit) for entry in spec_of(spec, len(aval.shape)))
+
+
+def _dot_spec(dimension_numbers: Any, lhs: _Value, rhs: _Value) -> Spec:
+    (lc, rc), (lb, rb) = dimension_numbers
+    batch = [tuple(dict.fromkeys(lhs.spec[a] + rhs.spec[b])) for a, b in zip(lb, rb)]
+    lhs_free = [lhs.spec[i] for i in range(len(lhs.shape)) if i not in lc and i not in lb]
+    rhs_free = [rhs.spec[i] for i in range(len(rhs.shape)) if i not in rc and i not in rb]
+    spec, used = [], set()
+    for entry in batch + lhs_free + rhs_free:  # an axis splits at most one dimension
+        keep = tuple(a for a in entry if a not in used)
+        used.update(keep)
+        spec.append(keep)
+    return tuple(spec)
+
+
+def _reshape_spec(old: tuple, spec: Spec, new: tuple) -> Spec:
+    """A split dimension keeps its axes on the first new dimension of its group (merges and splits)."""
+    out = [()] * len(new)
+    i = j = 0
+    while i < len(old) and j < len(new):
+        gi, gj = [i], [j]
+        a, b = old[i], new[j]
+        while a != b:
+            if a < b:
+                i += 1
+                gi.append(i)
+                a *= old[i]
+            else:
+                j += 1
+                gj.append(j)
+                b *= new[j]
+        axes = spec[gi[0]] if spec else ()
+        if axes and new[gj[0]] % old[gi[0]] == 0 or (axes and new[gj[0]] == old[gi[0]]):
+            out[gj[0]] = axes
+        i, j = i + 1, j + 1
+    return tuple(out)
+
+
+# --- the simulation --------------------------------------------------------------------------------------
+
+
+def _buffers(value: _Value) -> list[_Value]:
+    """The materialised buffers a consumer reads when it reads ``value`` (through fused work and views)."""
+    if value.buffers is None:
+        if value.materialised:
+            value.buffers = [value]
+        else:
+            found: dict[int, _Value] = {}
+            for operand in value.operands:
+                for buffer in _buffers(operand):
+                    found[id(buffer)] = buffer
+            value.buffers = list(found.values())
+    return value.buffers
+
+
+def _demand(value: _Value) -> None:
+    """A consumer needs ``value`` stored: a fused value becomes a buffer (a view: its source does)."""
+    while value.producer == "view" and value.operands:
+        value = value.operands[0]
+    if not value.materialised:
+        value.materialised = True
+
+
+def _duplicable(name: str, ins: list, outs: list, consumers: dict[int, int]) -> bool:
+    """Whether XLA recomputes this fused work inside each of its consumers rather than storing it: not for
+    an expensive float op read twice, nor a broadcast of a non-scalar read twice (XLA:CPU stores it)."""
+    if not any(consumers.get(id(out), 0) > 1 for out in outs):
+        return True
+    if name in _EXPENSIVE:
+        return not any(out.dtype is not None and out.dtype.kind == "f" for out in outs)
+    if name == "broadcast_in_dim":
+        return not ins or math.prod(ins[0].shape) <= 1
+    return True
+
+
+def _schedule(running: list) -> list:
+    """``running`` with the partitioner's all-reduces combined as XLA's all-reduce combiner does: each waits
+    until a reader needs its result, and then all waiting ones run at once (one tuple all-reduce)."""
+    ordered, waiting, produced_by_waiting = [], [], set()
+    for op in running:
+        name, ins, outs, _ = op
+        if name == PARTITIONER_ALL_REDUCE:
+            waiting.append(op)
+            produced_by_waiting.update(id(out) for out in outs)
+            continue
+        if waiting and any(id(buffer) in produced_by_waiting for value in ins for buffer in _buffers(value)):
+            ordered += waiting
+            waiting, produced_by_waiting = [], set()
+        ordered.append(op)
+    return ordered + waiting
+
+
+def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
+    """Peak bytes of temporaries: buffers neither inputs nor outputs, live at once."""
+    consumers: dict[int, int] = {}
+    for name, ins, outs, _ in program.ops:
+        for value in ins:
+            consumers[id(value)] = consumers.get(id(value), 0) + 1
+        if name not in _FUSIBLE:
+            for out in outs:
+                out.materialised = True
+            if name not in _FUSES_OPERANDS:
+                for value in ins[1:] if name in _IN_PLACE else ins:
+                    _demand(value)
+    for name, ins, outs, _ in program.ops:
+        if name in _FUSIBLE and not _duplicable(name, ins, outs, consumers):
+            for out in outs:
+                out.materialised = True
+    for value in outputs:
+        if value is not None:
+            _demand(value)
+            root = value
+            while root.producer == "view" and root.operands:
+                root = root.operands[0]
+            root.is_output = True
+    # The ops that run, in program order: those that store a value (fused work runs inside its consumers).
+    running = _schedule([op for op in program.ops if any(out.materialised for out in op[2]) or op[0] not in _FUSIBLE])
+    last_read: dict[int, int] = {}
+    for position, (_, ins, _, _) in enumerate(running):
+        for value in ins:
+            for buffer in _buffers(value):
+                last_read[id(buffer)] = position
+    live = peak = 0
+    held: dict[int, int] = {}
+    for position, (name, ins, outs, body) in enumerate(running):
+        new = [out for out in outs if out.materialised and not out.is_output and not out.is_arg]
+        for out in new:
+            held[id(out)] = out.nbytes
+            live += out.nbytes
+        peak = max(peak, live + body)
+        for value in ins:
+            for buffer in _buffers(value):
+                if last_read.get(id(buffer)) == position and id(buffer) in held:
+                    live -= held.pop(id(buffer))
+        for out in new:  # stored but never read (a dead value the compiler would drop)
+            if id(out) not in last_read and id(out) in held:
+                live -= held.pop(id(out))
+    return peak
+
+
+def simulate_step_memory(closed_jaxpr: Any, in_specs: list[Spec], out_specs: list[Spec | None],
+                         mesh_sizes: dict[str, int], donated: list[bool] | None = None,
+                         float_bytes: dict[str, int] | None = None) -> StepMemory:
+    """Simulate the memory of the compiled step ``closed_jaxpr`` (see the module docstring).
+
+    Args:
+        closed_jaxpr: the step's jaxpr (``jax.jit(step).trace(*args).jaxpr``).
+        in_specs, out_specs: per input and output, its sharding as per-dimension axis tuples
+            (:func:`spec_of`); None for an output: propagated.
+        mesh_sizes: mesh axis name -> size.
+        donated: per input, whether the step donates it (an output of its shape takes its buffer).
+        float_bytes: bytes per element by dtype name where the backend differs (XLA:CPU: bf16 -> 4).
+    """
+    program = _Program(dict(mesh_sizes), dict(float_bytes or {}))
+    jaxpr = closed_jaxpr.jaxpr
+    inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs)]
+    exact = _Program(dict(mesh_sizes), {})  # arguments and outputs in their own dtypes
+    argument_sizes = [exact.value(var.aval, spec).nbytes for var, spec in zip(jaxpr.invars, in_specs)]
+    for value in inputs:
+        value.is_arg = value.materialised = True
+    outputs = program.inline(jaxpr, inputs, local=False)
+    output_sizes = []
+    for var, value, spec in zip(jaxpr.outvars, outputs, out_specs):
+        spec = spec if spec is not None else (value.spec if value is not None else ())
+        output_sizes.append(exact.value(var.aval, spec).nbytes)
+    _split_created_values(program)
+    temp = _simulate(program, inputs, outputs)
+    alias = _aliased(argument_sizes, [v.aval for v in jaxpr.invars], donated or [], output_sizes,
+                     [v.aval for v in jaxpr.outvars])
+    return StepMemory(sum(argument_sizes), sum(output_sizes), alias, temp)
+
+
+def step_memory(step: Any, float_bytes: dict[str, int] | None = None) -> StepMemory:
+    """The simulated memory of an :class:`~workbench.training.step.AbstractStep`'s compiled step: its
+    mode's jitted step traced (nothing compiled) and simulated with the state donated.
+
+    Example:
+        >>> step = build_abstract_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
+        >>> step_memory(step, {"bfloat16": 4}).peak_bytes > 0  # doctest: +SKIP
+        True
+    """
+    mode = step.mode
+    traced = mode._compiled_step(step.state, False).trace(step.state, step.batch)
+    state_leaves, batch_leaves = jax.tree.leaves(step.state), jax.tree.leaves(step.batch)
+    in_specs = [spec_of(leaf.sharding.spec, len(leaf.shape)) for leaf in state_leaves + batch_leaves]
+    donated = [True] * len(state_leaves) + [False] * len(batch_leaves)
+    out_specs = [spec_of(leaf.sharding.spec, len(leaf.shape)) for leaf in state_leaves]
+    out_specs += [None] * (len(traced.jaxpr.jaxpr.outvars) - len(out_specs))
+    sizes = dict(mode.mesh.shape)
+    return simulate_step_memory(traced.jaxpr, in_specs, out_specs, sizes, donated, float_bytes)
+
+
+# The backend each plan is compared with computes bf16 work in float32 (XLA:CPU upcasts it).
+CPU_FLOAT_BYTES = {"bfloat16": 4, "float16": 4}
+
+
+def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any = None, example_batch: Any = None,
+                        float_bytes: dict[str, int] | None = None) -> StepMemory:
+    """The simulated memory of ``config``'s step on its mesh, of any size (traced over an abstract mesh).
+
+    The registered transformer's blocks are identical, so each adds the same buffers (measured: the
+    simulated peak grows by the same bytes per block): deeper models are simulated with 1 and 2 blocks
+    and extended to ``n_layers``, which keeps a 24-layer plan fast.
+
+    Example:
+        >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=1024)
+        >>> planned_step_memory(config).alias_bytes > 0
+        True
+    """
+    from ..training.models import model_config
+    from ..training.modes.base import ABSTRACT_DEVICES
+    from ..training.step import build_abstract_step
+
+    float_bytes = CPU_FLOAT_BYTES if float_bytes is None else float_bytes
+
+    def simulate(config):
+        step = build_abstract_step(config, seq_len=seq_len, devices=ABSTRACT_DEVICES, custom=custom,
+                                   example_batch=example_batch)
+        return step_memory(step, float_bytes)
+
+    layers = model_config(config.model, **config.model_options).options.get("n_layers") if custom is None else None
+    if config.model != "transformer" or custom is not None or not layers or layers <= 2:
+        return simulate(config)
+    one, two = (simulate(dataclasses.replace(config, model_options={**config.model_options, "n_layers": n}))
+                for n in (1, 2))
+    extend = lambda a, b: a + (layers - 1) * (b - a)  # noqa: E731
+    return StepMemory(*(extend(getattr(one, f.name), getattr(two, f.name)) for f in dataclasses.fields(StepMemory)))
+
+
+def _aliased(arg_sizes: list[int], arg_avals: list, donated: list[bool], out_sizes: list[int], out_avals: list) -> int:
+    """Bytes of outputs written over donated inputs of the same shape, dtype and size (as XLA pairs them)."""
+    free: dict[tuple, int] = {}
+    for size, aval, gives in zip(arg_sizes, arg_avals, donated):
+        if gives:
+            key = (tuple(aval.shape), str(aval.dtype), size)
+            free[key] = free.get(key, 0) + 1
+    alias = 0
+    for size, aval in zip(out_sizes, out_avals):
+        key = (tuple(aval.shape), str(aval.dtype), size)
+        if free.get(key):
+            free[key] -= 1
+            alias += size
+    return alias
+
+
+__all__ = ["CPU_FLOAT_BYTES", "StepMemory", "planned_step_memory", "simulate_step_memory", "spec_of", "step_memory"]
