@@ -1,5 +1,5 @@
 """Compile verification at scale: ``workbench plan --verify`` of a 1.3B-parameter transformer in ``fsdp``
-on data=64,model=8 (512 devices).
+on data=64,model=8 (512 devices), its 24 blocks scanned (``scan_layers``) as production LMs are compiled.
 
 Targets: ``--verify cpu`` (512 simulated CPU devices in a child process) in under 60 s with the child's
 peak resident memory under 4 GiB; ``--verify tpu:v5p:8x8x8`` (512 TPU v5p chips, the TPU compiler) in
@@ -19,7 +19,7 @@ from workbench.analysis.compile_target import libtpu_installed
 from workbench.analysis.planning import plan_training
 
 MODEL = "transformer"
-OPTIONS = {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000}
+OPTIONS = {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000, "scan_layers": True}  # the README's
 MESH, MODE = "data=64,model=8", "fsdp"
 MiB = 2**20
 

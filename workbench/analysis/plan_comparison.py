@@ -65,7 +65,7 @@ class PlanComparison:
         rss = f", child peak RSS {format_bytes(c.peak_rss_bytes)}" if c.peak_rss_bytes else ""
         lines = [f"compiler     {c.target}: {c.device_kind}, {c.devices:,} devices ({c.mesh}); compiled in "
                  f"{format_seconds(c.compile_seconds)} after {format_seconds(c.build_seconds)} of tracing{rss}"]
-        table = [[row.figure, _shown(row.analytic, row.unit), _shown(row.compiler, row.unit),
+        table = [[row.figure, _shown(row.analytic, row.unit), _shown(row.compiler, row.unit, "not comparable"),
                   "-" if row.ratio is None else f"{row.ratio:.2f}", row.note] for row in self.rows]
         lines += ["  " + line for line in align_columns(
             ["per device", "analytic", "compiler", "ratio", "what each side counts"], table, right=range(1, 4))]
@@ -74,9 +74,9 @@ class PlanComparison:
         return "\n".join(lines)
 
 
-def _shown(value: float | None, unit: str) -> str:
+def _shown(value: float | None, unit: str, missing: str = "not modelled") -> str:
     if value is None:
-        return "not modelled"
+        return missing
     return format_bytes(int(value)) if unit == "bytes" else f"{value:.3g}"
 
 
