@@ -35,6 +35,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ..errors import ShapeError, WorkbenchError
 from .lm_head import OutputHead, default_chunk_tokens
+from .token_embedding import TokenEmbedding
 
 FEED_FORWARD_MULTIPLIER = 4  # the transformer's d_ff when none is given: 4 * d_model
 LossOutput = tuple[jax.Array, dict[str, jax.Array]]
@@ -406,7 +407,7 @@ class TransformerLM(RegisteredModel):
                                              loss_chunk=loss_chunk))
         d_ff, self.loss_chunk = resolved["d_ff"], resolved["loss_chunk"]  # tokens per chunk of the loss
         self.vocab, self.d_model, self.n_layers, self.d_ff, self.max_len = vocab, d_model, n_layers, d_ff, max_len
-        self.embed = nnx.Embed(vocab, d_model, rngs=rngs)
+        self.embed = TokenEmbedding(vocab, d_model, rngs=rngs)
         self.blocks = nnx.List([new_decoder_block(d_model, n_heads, d_ff, norm_epsilon, rngs) for _ in range(n_layers)])
         self.final_norm = nnx.LayerNorm(d_model, epsilon=norm_epsilon, rngs=rngs)
         self.head = OutputHead(d_model, vocab, rngs=rngs)
