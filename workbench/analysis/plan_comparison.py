@@ -97,8 +97,7 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
                        "plan: the updated state; compiler: the step's outputs, metrics too"),
         ComparedFigure("aliased", "bytes", state, compiled.alias_bytes,
                        "every mode's step donates its state: the updated state is written over it"),
-        ComparedFigure("temporaries", "bytes", transients, compiled.temp_bytes,
-                       "plan: gradients + activations + transient parameters"),
+        ComparedFigure("temporaries", "bytes", transients, compiled.temp_bytes, _temporaries_words(compiled)),
         ComparedFigure("peak", "bytes", plan.peak_bytes, compiled.peak_bytes,
                        f"plan: state + gradients + transients; compiler: {_peak_words(compiled)}"),
         ComparedFigure("FLOPs", "FLOPs", plan.flops_per_device, compiled.flops,
@@ -109,9 +108,24 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
         planned[collective.kind] = planned.get(collective.kind, 0) + collective.bytes * collective.count
     measured = compiled.bytes_by_kind()
     for kind in dict.fromkeys([*planned, *measured]):
-        rows.append(ComparedFigure(f"{kind} bytes", "bytes", planned.get(kind, 0), measured.get(kind, 0),
-                                   "per step: bytes per occurrence x count"))
+        analytic, note = planned.get(kind, 0), "per step: bytes per occurrence x count"
+        if not analytic and measured.get(kind, 0) and measured[kind] == _scalar_bytes(compiled, kind):
+            # The loss and metrics summed over devices: a few bytes the plan does not price, not a 0 ratio.
+            analytic, note = None, f"only scalars (the loss and metrics summed over devices); {note}"
+        rows.append(ComparedFigure(f"{kind} bytes", "bytes", analytic, measured.get(kind, 0), note))
     return PlanComparison(tuple(rows), compiled)
+
+
+def _scalar_bytes(compiled: CompiledStep, kind: str) -> int:
+    """Bytes per step of ``kind``'s collectives that carry only scalars (at most 8 bytes an array)."""
+    return sum(c.total_bytes for c in compiled.collectives if c.kind == kind and c.bytes <= 8 * c.arrays)
+
+
+def _temporaries_words(compiled: CompiledStep) -> str:
+    words = "plan: gradients + activations + transient parameters"
+    if not compiled.temp_bytes:  # the TPU compiler's memory analysis reports no temporaries
+        return f"{words}; the compiler reports 0 B of temporaries for {compiled.target}: no ratio"
+    return words
 
 
 __all__ = ["ComparedFigure", "PlanComparison", "compare_plan"]
