@@ -100,3 +100,54 @@ def test_weights_read_outside_their_layer_are_refused_with_the_fix():
     fix = build_mode("fsdp-whole-tree", runner.plan)  # the fix the message names trains it
     _, metrics = fix.step(fix.place_state(state), fix.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}))
     assert np.isfinite(float(metrics["loss"]))
+
+
+LM_OPTIONS = dict(vocab=64, d_model=16, n_heads=2, n_layers=1, max_len=16)
+
+
+def _train_lm(mode: str, precision: str = "fp32", steps: int = 2):
+    tx = optax.sgd(0.1)
+    model = wb.build_model("transformer", seed=0, loss_chunk=4, **LM_OPTIONS)  # 16 positions in 4 chunks
+    graphdef, state = init_state(model, tx)
+    runner = build_mode(mode, StepPlan(graphdef, wb.model_class("transformer").loss, tx, "data=8", 16,
+                                       precision=precision))
+    rng = np.random.default_rng(0)
+    state, losses = runner.place_state(state), []
+    for _ in range(steps):
+        tokens = rng.integers(0, 64, size=(16, 16)).astype(np.int32)
+        mask = np.ones(16, np.float32)
+        mask[-3:] = 0  # padding rows count for nothing in either mode
+        batch = {"x": tokens, "y": np.roll(tokens, -1, axis=1), "mask": mask}
+        state, metrics = runner.step(state, runner.place_batch(batch))
+        losses.append(float(metrics["loss"]))
+    return np.array(losses), runner.export_state(state).params
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_chunked_language_model_loss_trains_under_fsdp_as_single_does(precision):
+    losses, params = _train_lm("fsdp", precision)
+    reference, expected = _train_lm("single", precision)
+    np.testing.assert_allclose(losses, reference, rtol=1e-5 if precision == "fp32" else 2e-2)
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 if precision == "fp32" else 1e-2)
+
+
+def _compiled_fsdp_step(loss_chunk: int):
+    options = dict(d_model=128, n_layers=2, n_heads=4, vocab=4096, loss_chunk=loss_chunk)
+    from workbench.training.step import build_abstract_step
+
+    step = build_abstract_step(wb.TrainConfig(model="transformer", model_options=options, mode="fsdp",
+                                                 mesh="data=8", batch=16, optimizer="adamw", precision="fp32"))
+    return step.compile()
+
+
+def test_fsdp_gathers_the_head_once_for_all_chunks_and_holds_one_chunk_of_logits():
+    from workbench.analysis.ledger import collective_ops
+
+    chunked, whole = _compiled_fsdp_step(16), _compiled_fsdp_step(128)  # 2 x 128 tokens per device
+    head_gathers = [op for op in collective_ops(chunked.as_text(), "data=8")
+                    if op.kind == "all-gather" and "(head)" in " ".join(op.metadata)]
+    assert sum(op.times for op in head_gathers) == 2  # forward and backward, not once per chunk (8 chunks)
+    logits = 2 * 128 * 4096 * 4  # one device's float32 logits, whole
+    saved = whole.memory_analysis().temp_size_in_bytes - chunked.memory_analysis().temp_size_in_bytes
+    assert saved > logits  # the logits, their softmax and gradient are no longer held whole

@@ -131,9 +131,11 @@ def test_tensor_parallel_all_reduces_name_their_layer_and_line(tensor_parallel_s
     assert set(forward) == {f"blocks/{i}/{name}" for i in range(2) for name in ("attn/out", "mlp/down")}
     assert forward["blocks/1/mlp/down"] == (_line_of(models.FeedForward.__call__, "self.down"),)
     assert forward["blocks/0/attn/out"] == (_line_of(models.CausalSelfAttention.__call__, "self.out"),)
-    # The gradient all-reduce over 'data' carries every replicated gradient: many arrays, many layers.
-    (gradients,) = [c for c in report.collectives if c.axes == ("data",) and c.arrays > 1]
-    assert len(gradients.layers) > 4 and gradients.count == 1
+    # The gradient all-reduces over 'data' (XLA combines them into one or a few) carry every replicated
+    # gradient: many arrays, many layers, once per step.
+    gradients = [c for c in report.collectives if c.axes == ("data",) and c.arrays > 1]
+    assert gradients and all(c.count == 1 for c in gradients)
+    assert len({layer for c in gradients for layer in c.layers}) > 4
     assert "blocks/*/" in report.collectives_text()
 
 
@@ -144,7 +146,7 @@ def test_fsdp_gathers_name_the_layer_and_the_model_line_that_called_it():
         report = read_compiled_step(step.compile(), step.mode.mesh, step.layers)
     gathers = [c for c in report.collectives if c.kind == "all-gather"]
     assert {layer for c in gathers for layer in c.layers} >= {"embed", "head", "blocks/0", "blocks/1"}
-    block_call = _line_of(models.TransformerLM.__call__, "x = block(x)")
+    block_call = _line_of(models.TransformerLM.hidden_states, "x = block(x)")
     assert any(block_call in c.sources for c in gathers)  # the model's line, not the gathering wrapper's
     assert not any("param_gathering" in source for c in report.collectives for source in c.sources)
 
@@ -156,7 +158,9 @@ def test_stack_frames_lead_to_the_model_code_not_the_libraries(tensor_parallel_s
     sources = [op_source(m[len("metadata="):], tables) for m in metadata]
     assert sources and all(s.frame is not None for s in sources)
     assert all(not re.search(r"/(flax|jax|optax)/", s.frame.file) for s in sources)
-    assert {s.location.split(":")[0] for s in sources} == {"workbench/training/models.py"}
+    model_code = {"workbench/training/models.py", "workbench/training/token_embedding.py", "workbench/training/lm_head.py"}
+    files = {s.location.split(":")[0] for s in sources}
+    assert "workbench/training/models.py" in files and files <= model_code, files
     # the innermost frame is the model's own line, its outer frames the step that called it
     stack = tables.frames[int(re.search(r"stack_frame_id=(\d+)", metadata[0])[1])]
     assert any(frame.function == "model_loss" for frame in stack)

@@ -100,7 +100,7 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
             ComparedFigure("aliased", "bytes", memory.alias_bytes, compiled.alias_bytes,
                            "every mode's step donates its state: the updated state is written over it"),
             ComparedFigure("temporaries", "bytes", memory.temp_bytes, compiled.temp_bytes,
-                           f"plan: {simulated} (gradients, activations, gathered parameters)"),
+                           _temporaries_words(compiled, f"plan: {simulated} (gradients, activations, gathered parameters)")),
         ]
     else:
         transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes
@@ -125,8 +125,11 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
         planned[collective.kind] = planned.get(collective.kind, 0) + collective.bytes * collective.count
     measured = compiled.bytes_by_kind()
     for kind in dict.fromkeys([*planned, *measured]):
-        rows.append(ComparedFigure(f"{kind} bytes", "bytes", planned.get(kind, 0), measured.get(kind, 0),
-                                   "per step: bytes per occurrence x count"))
+        analytic, note = planned.get(kind, 0), "per step: bytes per occurrence x count"
+        if not analytic and measured.get(kind, 0) and measured[kind] == _scalar_bytes(compiled, kind):
+            # The loss and metrics summed over devices: a few bytes the plan does not price, not a 0 ratio.
+            analytic, note = None, f"only scalars (the loss and metrics summed over devices); {note}"
+        rows.append(ComparedFigure(f"{kind} bytes", "bytes", analytic, measured.get(kind, 0), note))
     return PlanComparison(tuple(rows), compiled)
 
 
@@ -138,6 +141,17 @@ def _flops_row(plan: Any, compiled: CompiledStep) -> ComparedFigure:
                               f"each loop body once (loops of {loops} iterations)")
     return ComparedFigure("FLOPs", "FLOPs", plan.flops_per_device, compiled.flops,
                           "plan: the model's analytic count; compiler: its cost analysis")
+
+
+def _scalar_bytes(compiled: CompiledStep, kind: str) -> int:
+    """Bytes per step of ``kind``'s collectives that carry only scalars (at most 8 bytes an array)."""
+    return sum(c.total_bytes for c in compiled.collectives if c.kind == kind and c.bytes <= 8 * c.arrays)
+
+
+def _temporaries_words(compiled: CompiledStep, words: str) -> str:
+    if not compiled.temp_bytes:  # the TPU compiler's memory analysis reports no temporaries
+        return f"{words}; the compiler reports 0 B of temporaries for {compiled.target}: no ratio"
+    return words
 
 
 __all__ = ["ComparedFigure", "PlanComparison", "compare_plan"]

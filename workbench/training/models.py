@@ -35,6 +35,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ..errors import ShapeError, WorkbenchError
 from .layer_stack import LayerStack
+from .lm_head import OutputHead, default_chunk_tokens
+from .token_embedding import TokenEmbedding
 
 FEED_FORWARD_MULTIPLIER = 4  # the transformer's d_ff when none is given: 4 * d_model
 LossOutput = tuple[jax.Array, dict[str, jax.Array]]
@@ -91,6 +93,47 @@ def cross_entropy_loss(model: nnx.Module, batch: Mapping[str, Any]) -> LossOutpu
     loss, weight = masked_mean(per_item, batch.get("mask"))
     accuracy, _ = masked_mean(jnp.argmax(logits, axis=-1) == labels, batch.get("mask"))
     return loss, {"accuracy": accuracy, "weight": weight}
+
+
+def token_weights(mask: jax.Array | None, shape: tuple[int, ...]) -> jax.Array:
+    """Per-token float32 weights of shape ``shape`` (B, T) from a mask per example (B,) or per token (B, T).
+
+    Example:
+        >>> token_weights(jnp.array([1, 0]), (2, 3)).tolist()
+        [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+    """
+    if mask is None:
+        return jnp.ones(shape, jnp.float32)
+    mask = jnp.asarray(mask, jnp.float32)
+    return jnp.broadcast_to(mask.reshape(mask.shape + (1,) * (len(shape) - mask.ndim)), shape)
+
+
+def language_model_loss(model: nnx.Module, batch: Mapping[str, Any]) -> LossOutput:
+    """Next-token cross-entropy of a :class:`TransformerLM`, with accuracy, as :func:`cross_entropy_loss`
+    computes them; but where a sequence is longer than the model's ``loss_chunk`` tokens, the logits are
+    computed a chunk at a time and never exist whole (:meth:`~.lm_head.OutputHead.cross_entropy_sums`).
+
+    Example:
+        >>> model = build_model("transformer", vocab=16, d_model=8, n_heads=2, n_layers=1, loss_chunk=4)
+        >>> batch = {"x": jnp.zeros((2, 8), jnp.int32), "y": jnp.ones((2, 8), jnp.int32)}
+        >>> chunked, plain = language_model_loss(model, batch)[0], cross_entropy_loss(model, batch)[0]
+        >>> bool(jnp.allclose(chunked, plain))
+        True
+    """
+    tokens = jnp.asarray(batch["x"])
+    chunk = getattr(model, "loss_chunk", None)  # a model of your own with this loss: computed in one piece
+    if chunk is None or tokens.shape[-1] <= chunk:
+        return cross_entropy_loss(model, batch)  # one chunk: the plain loss, the same bits as before chunking
+    labels = jnp.asarray(batch["y"])
+    weights = token_weights(batch.get("mask"), labels.shape)
+    sums = model.head.cross_entropy_sums(model.hidden_states(tokens), labels, weights, chunk)
+    total_weight = weights.sum()
+    safe_weight = jnp.where(total_weight > 0, total_weight, 1.0)  # keeps the gradient finite, as masked_mean
+
+    def mean(total):
+        return jnp.where(total_weight > 0, total / safe_weight, 0.0)
+
+    return mean(sums["loss"]), {"accuracy": mean(sums["correct"]), "weight": total_weight}
 
 
 # --- models --------------------------------------------------------------------------------------
@@ -343,11 +386,16 @@ class TransformerLM(RegisteredModel):
 
     Token embedding plus sinusoidal positions, ``n_layers`` pre-LayerNorm blocks, a final LayerNorm and
     an untied output head without bias. The preset is a byte-level model (vocab 256).
+
+    ``loss_chunk``: the loss computes the logits of this many positions of each sequence at a time
+    (:func:`language_model_loss`); by default about a million logits per sequence
+    (:func:`~.lm_head.default_chunk_tokens`: 32 tokens at vocab 32,000), and longer than any sequence
+    of a small vocabulary, whose loss is then computed in one piece.
     """
 
     NAME = "transformer"
     DATA_KIND = "language"
-    loss = staticmethod(cross_entropy_loss)
+    loss = staticmethod(language_model_loss)
 
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
@@ -359,12 +407,14 @@ class TransformerLM(RegisteredModel):
         return (length,), (length,)  # tokens, and the next token of each position
 
     def __init__(self, *, vocab: int = 256, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
-                 d_ff: int | None = None, max_len: int = 128, norm_epsilon: float = 1e-5, scan_layers: bool = False,
-                 rngs: nnx.Rngs):
-        d_ff = self.resolve_options(dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff))["d_ff"]
+                 d_ff: int | None = None, max_len: int = 128, norm_epsilon: float = 1e-5,
+                 loss_chunk: int | None = None, scan_layers: bool = False, rngs: nnx.Rngs):
+        resolved = self.resolve_options(dict(vocab=vocab, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+                                             loss_chunk=loss_chunk))
+        d_ff, self.loss_chunk = resolved["d_ff"], resolved["loss_chunk"]  # tokens per chunk of the loss
         self.vocab, self.d_model, self.n_layers, self.d_ff, self.max_len = vocab, d_model, n_layers, d_ff, max_len
         self.n_heads = n_heads
-        self.embed = nnx.Embed(vocab, d_model, rngs=rngs)
+        self.embed = TokenEmbedding(vocab, d_model, rngs=rngs)
         if scan_layers:  # one block's program, looped: how production LMs compile (see training/layer_stack.py)
             self.blocks = LayerStack(lambda rngs: DecoderBlock(d_model, n_heads, d_ff, norm_epsilon, rngs=rngs),
                                      n_layers, rngs=rngs)
@@ -372,9 +422,13 @@ class TransformerLM(RegisteredModel):
             self.blocks = nnx.List([new_decoder_block(d_model, n_heads, d_ff, norm_epsilon, rngs)
                                     for _ in range(n_layers)])
         self.final_norm = nnx.LayerNorm(d_model, epsilon=norm_epsilon, rngs=rngs)
-        self.head = nnx.Linear(d_model, vocab, use_bias=False, rngs=rngs)
+        self.head = OutputHead(d_model, vocab, rngs=rngs)
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
+        return self.head(self.hidden_states(tokens))
+
+    def hidden_states(self, tokens: jax.Array) -> jax.Array:
+        """(B, T) tokens -> (B, T, d_model): everything but the output head (the final norm included)."""
         length = tokens.shape[-1]
         if length > self.max_len:
             raise ShapeError(
@@ -387,7 +441,7 @@ class TransformerLM(RegisteredModel):
         else:
             for block in self.blocks:
                 x = block(x)
-        return self.head(self.final_norm(x))
+        return self.final_norm(x)
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
         """Forward FLOPs per token at context length ``seq_len`` (default ``max_len``).
@@ -425,7 +479,8 @@ class TransformerLM(RegisteredModel):
                 f"model 'transformer' d_model={options['d_model']} is not divisible by n_heads={options['n_heads']}: "
                 "pick n_heads dividing d_model (head size = d_model / n_heads)"
             )
-        return {**options, "d_ff": options["d_ff"] or FEED_FORWARD_MULTIPLIER * options["d_model"]}
+        return {**options, "d_ff": options["d_ff"] or FEED_FORWARD_MULTIPLIER * options["d_model"],
+                "loss_chunk": options["loss_chunk"] or default_chunk_tokens(options["vocab"])}
 
 
 _REGISTRY: dict[str, type[RegisteredModel]] = {

@@ -138,10 +138,9 @@ def _after(values: Any, *deps: Any) -> Any:
     """
     from ..data_parallel import varying_axes
 
-    floats = [leaf for leaf in jax.tree.leaves(deps) if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size]
-    if not floats:
+    zero = _done(deps)
+    if zero is None:
         return values
-    zero = sum(jnp.nan_to_num(lax.stop_gradient(jnp.ravel(leaf)[0]).astype(jnp.float32)) for leaf in floats) * 0.0
     zero_varies = varying_axes(zero) or frozenset()
 
     def tie(leaf):
@@ -150,6 +149,15 @@ def _after(values: Any, *deps: Any) -> Any:
         return leaf + zero.astype(leaf.dtype)
 
     return jax.tree.map(tie, values)
+
+
+def _done(values: Any) -> jax.Array | None:
+    """A float32 zero computed from every float leaf of ``values`` (None if there is none): a scalar that
+    exists only once they all do, cheap to keep for :func:`_after`."""
+    floats = [leaf for leaf in jax.tree.leaves(values) if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size]
+    if not floats:
+        return None
+    return sum(jnp.nan_to_num(lax.stop_gradient(leaf[(0,) * leaf.ndim]).astype(jnp.float32)) for leaf in floats) * 0.0
 
 
 class _ReadOutsideItsLayer:
@@ -182,23 +190,36 @@ def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any
     leaves, treedef = jax.tree.flatten((args, kwargs))
     traced = [isinstance(leaf, jax.Array) for leaf in leaves]
 
-    def run(shards, rest, arrays):
-        layer = nnx.merge(graphdef, prepare(gather(shards, dims)), rest)
+    def run_gathered(params, rest, arrays):
+        layer = nnx.merge(graphdef, prepare(params), rest)
         values = iter(arrays)
         call_args, call_kwargs = treedef.unflatten([next(values) if t else leaf for leaf, t in zip(leaves, traced)])
         return call(layer, *call_args, **call_kwargs)
+
+    def run(shards, rest, arrays):
+        return run_gathered(gather(shards, dims), rest, arrays)
 
     @jax.custom_vjp
     def layer(shards, rest, arrays):
         return run(shards, rest, arrays)
 
     def forward(shards, rest, arrays):
-        return run(_after(shards, arrays), rest, arrays), (shards, rest, arrays)
+        out = run(_after(shards, arrays), rest, arrays)
+        return out, (shards, rest, arrays, _done(out))
 
     def backward(saved, cotangent):
-        shards, rest, arrays = saved
-        _, pullback = jax.vjp(run, _after(shards, cotangent), rest, arrays)
-        grad_shards, grad_rest, grad_arrays = pullback(cotangent)
+        # The re-gather waits for the cotangent and for the forward pass's output (a loss's cotangent is
+        # ready before its forward pass ends); the recomputation waits for the re-gathered parameters,
+        # or XLA merges the parts that read no parameter (a norm's statistics) with the forward pass
+        # (CSE), which then keeps them for the backward pass after all. Tied to a collective's output,
+        # not to the cotangent: XLA copies a fused producer's arithmetic into the one-element read of
+        # it, and the residual stream's gradient would chain those copies through every layer.
+        shards, rest, arrays, done = saved
+        gathered, scatter = jax.vjp(lambda s: gather(s, dims), _after(shards, cotangent, done))
+        collected = [g for g, d in zip(jax.tree.leaves(gathered), jax.tree.leaves(dims)) if d != WHOLE]
+        _, pullback = jax.vjp(run_gathered, gathered, rest, _after(arrays, collected[:1] or gathered))
+        grad_gathered, grad_rest, grad_arrays = pullback(cotangent)
+        (grad_shards,) = scatter(grad_gathered)
         return grad_shards, grad_rest, _after(grad_arrays, grad_shards)
 
     layer.defvjp(forward, backward)
@@ -215,15 +236,23 @@ def _module_at(model: nnx.Module, path: str) -> nnx.Module:
 _LAYER_CLASSES: dict[type, type] = {}
 
 
-def _calls_gathered(cls: type) -> type:
-    """A subclass of ``cls`` whose ``__call__`` runs the original with the layer's parameters gathered."""
-    if cls not in _LAYER_CLASSES:
-        def __call__(self, *args, **kwargs):
-            path, graphdef, shards, rest, dims, prepare = self._fsdp_layer
-            with jax.named_scope(path):  # the gathers and reduce-scatters carry the layer's name
-                return _layer_call(cls.__call__, graphdef, shards, rest, dims, prepare, args, kwargs)
+def _gathered(method: Callable) -> Callable:
+    """``method`` of a layer, run with the layer's parameters gathered for the call."""
+    def call(self, *args, **kwargs):
+        path, graphdef, shards, rest, dims, prepare = self._fsdp_layer
+        with jax.named_scope(path):  # the gathers and reduce-scatters carry the layer's name
+            return _layer_call(method, graphdef, shards, rest, dims, prepare, args, kwargs)
 
-        _LAYER_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
+    return call
+
+
+def _calls_gathered(cls: type) -> type:
+    """A subclass of ``cls`` whose ``__call__`` (and each method its ``PARAM_METHODS`` names: other methods
+    that compute with the parameters, e.g. a head's chunked loss) runs with the parameters gathered."""
+    if cls not in _LAYER_CLASSES:
+        names = ("__call__", *getattr(cls, "PARAM_METHODS", ()))
+        methods = {name: _gathered(getattr(cls, name)) for name in names}
+        _LAYER_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {**methods, "__module__": cls.__module__})
     return _LAYER_CLASSES[cls]
 
 
