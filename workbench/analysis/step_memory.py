@@ -199,11 +199,12 @@ class _Program:
         if name in _CALLS and inner is not None:
             jaxpr = inner.jaxpr if hasattr(inner, "jaxpr") else inner
             return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
-        specs = _propagate(eqn, ins, local)
-        outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs)]
         body = 0
         if name in _LOOPS:
-            body = _loop_temporaries(eqn, self.sizes, self.float_bytes, local)
+            body, specs = _loop_temporaries(eqn, ins, self.sizes, self.float_bytes, local)
+        else:
+            specs = _propagate(eqn, ins, local)
+        outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs)]
         if name in _VIEWS and ins and ins[0] is not None and len(outs) == 1:
             self._view(outs[0], ins[0])
             return outs
@@ -232,22 +233,43 @@ def _inner_jaxpr(eqn: Any) -> Any:
     return None
 
 
-def _loop_temporaries(eqn: Any, sizes: dict, float_bytes: dict, local: bool) -> int:
-    """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak."""
-    bodies = []
-    for key in ("jaxpr", "body_jaxpr", "cond_jaxpr", "branches"):
-        value = eqn.params.get(key)
-        for body in value if isinstance(value, (tuple, list)) else [value] if value is not None else []:
-            bodies.append(body.jaxpr if hasattr(body, "jaxpr") else body)
-    peaks = []
-    for body in bodies:
+def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, float_bytes: dict, local: bool) -> tuple[int, list]:
+    """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
+    iteration (a scan's body sees one slice of each scanned input, split as that input is); and the
+    shardings of its outputs, as its body leaves them (a scan's stacked outputs: split as one iteration's)."""
+    bodies = []  # (body jaxpr, the specs of its inputs)
+    specs = [v.spec if v is not None else () for v in ins]
+    name, params = eqn.primitive.name, eqn.params
+    if name == "scan":
+        n_consts, n_carry = params["num_consts"], params["num_carry"]
+        sliced = [spec[1:] for spec in specs[n_consts + n_carry:]]
+        bodies.append((params["jaxpr"], specs[: n_consts + n_carry] + sliced))
+    elif name == "while":
+        body_consts, cond_consts = params["body_nconsts"], params["cond_nconsts"]
+        carry = specs[cond_consts + body_consts:]
+        bodies.append((params["cond_jaxpr"], specs[:cond_consts] + carry))
+        bodies.append((params["body_jaxpr"], specs[cond_consts: cond_consts + body_consts] + carry))
+    elif name == "cond":
+        bodies += [(branch, specs[1:]) for branch in params["branches"]]
+    peaks, body_out_specs = [], []
+    for body, body_specs in bodies:
+        body = body.jaxpr if hasattr(body, "jaxpr") else body
         program = _Program(sizes, float_bytes)
-        inputs = [program.value(v.aval, ()) for v in body.invars]
+        inputs = [program.value(v.aval, () if local else spec) for v, spec in zip(body.invars, body_specs)]
         for value in inputs:
             value.is_arg = value.materialised = True
-        outputs = program.inline(body, inputs, local=True)
+        outputs = program.inline(body, inputs, local=local)
         peaks.append(_simulate(program, inputs, outputs))
-    return max(peaks, default=0)
+        body_out_specs.append([v.spec if v is not None else () for v in outputs])
+    out_specs = _propagate(eqn, ins, local)
+    if not local and body_out_specs:
+        if name == "scan":
+            carry = body_out_specs[-1][: params["num_carry"]]
+            stacked = [((),) + spec for spec in body_out_specs[-1][params["num_carry"]:]]
+            out_specs = carry + stacked
+        else:  # a while loop's carry, a cond's branch outputs
+            out_specs = body_out_specs[-1]
+    return max(peaks, default=0), out_specs
 
 
 # --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------
@@ -539,7 +561,8 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
 
     The registered transformer's blocks are identical, so each adds the same buffers (measured: the
     simulated peak grows by the same bytes per block): deeper models are simulated with 1 and 2 blocks
-    and extended to ``n_layers``, which keeps a 24-layer plan fast.
+    and extended to ``n_layers``, which keeps a 24-layer plan fast. A scanned stack (``scan_layers``) is one
+    loop whose body is simulated once, whatever its depth: it is traced as it is.
 
     Example:
         >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=1024)
@@ -557,8 +580,9 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
                                    example_batch=example_batch)
         return step_memory(step, float_bytes)
 
-    layers = model_config(config.model, **config.model_options).options.get("n_layers") if custom is None else None
-    if config.model != "transformer" or custom is not None or not layers or layers <= 2:
+    options = model_config(config.model, **config.model_options).options if custom is None else {}
+    layers, scanned = options.get("n_layers"), bool(options.get("scan_layers"))  # scanned: one body, any depth
+    if config.model != "transformer" or custom is not None or scanned or not layers or layers <= 2:
         return simulate(config)
     one, two = (simulate(dataclasses.replace(config, model_options={**config.model_options, "n_layers": n}))
                 for n in (1, 2))
