@@ -18,6 +18,7 @@ from workbench.training.config import TrainConfig
 from workbench.training.step import build_abstract_step
 
 LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
+SCANNED = {**LM, "scan_layers": True}  # the blocks in one lax.scan (workbench/training/layer_stack.py)
 MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
     ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
@@ -31,6 +32,8 @@ MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("transformer", LM, "dp-tp", "data=4,model=2", "bf16", 32),
     ("transformer", LM, "dp-shard-map", "data=8", "fp32", 32),
     ("transformer", LM, "tp", "model=8", "fp32", 32),
+    ("transformer", SCANNED, "fsdp", "data=8", "fp32", 32),
+    ("transformer", SCANNED, "dp", "data=8", "fp32", 32),
 ]
 BIG = {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000}
 
@@ -44,8 +47,9 @@ def run() -> list[dict]:
         stats = build_abstract_step(config).compile().memory_analysis()
         peak = (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
                 + stats.temp_size_in_bytes)
+        scanned = " scanned" * bool(options.get("scan_layers"))
         records.append(record(
-            f"step memory {model} {mode} {mesh} {precision}", plan.peak_bytes / peak, "x", ("±", 1.0, 0.15),
+            f"step memory {model}{scanned} {mode} {mesh} {precision}", plan.peak_bytes / peak, "x", ("±", 1.0, 0.15),
             note=f"plan {plan.peak_bytes:,} B (temporaries {plan.memory.temp_bytes:,}), XLA:CPU {peak:,} B "
                  f"(temporaries {stats.temp_size_in_bytes:,}) per device, batch {batch}, adamw; {machine()}",
         ))

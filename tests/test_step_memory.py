@@ -15,6 +15,7 @@ from workbench.training.config import TrainConfig
 from workbench.training.step import CustomModel, build_abstract_step
 
 LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
+SCANNED = {**LM, "scan_layers": True}  # the blocks in one lax.scan (workbench/training/layer_stack.py)
 MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
     ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
@@ -24,6 +25,8 @@ MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("transformer", LM, "fsdp-whole-tree", "data=8", "fp32", 32),
     ("transformer", LM, "dp-tp", "data=4,model=2", "fp32", 32),
     ("transformer", LM, "tp", "model=8", "fp32", 32),
+    ("transformer", SCANNED, "fsdp", "data=8", "fp32", 32),
+    ("transformer", SCANNED, "dp", "data=8", "fp32", 32),
 ]
 
 
@@ -54,7 +57,8 @@ def _compiled_peak(step) -> int:
 
 
 @pytest.mark.parametrize("model,options,mode,mesh,precision,batch", MATRIX,
-                         ids=[f"{m}-{mode}-{mesh}-{p}" for m, _, mode, mesh, p, _ in MATRIX])
+                         ids=[f"{m}{'-scanned' * bool(o.get('scan_layers'))}-{mode}-{mesh}-{p}"
+                              for m, o, mode, mesh, p, _ in MATRIX])
 def test_plan_peak_is_within_15_percent_of_the_compilers(model, options, mode, mesh, precision, batch):
     plan = plan_training(model, options, mesh, mode, hardware="cpu", global_batch=batch, precision=precision)
     config = TrainConfig(model=model, model_options=options, mode=mode, mesh=mesh, precision=precision, batch=batch,
