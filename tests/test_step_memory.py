@@ -23,6 +23,7 @@ MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("transformer", LM, "dp", "data=8", "bf16", 32),
     ("transformer", LM, "dp-shard-map", "data=8", "fp32", 32),
     ("transformer", LM, "fsdp-whole-tree", "data=8", "fp32", 32),
+    ("transformer", LM, "fsdp", "data=8", "bf16", 32),
     ("transformer", LM, "dp-tp", "data=4,model=2", "fp32", 32),
     ("transformer", LM, "tp", "model=8", "fp32", 32),
     ("transformer", SCANNED, "fsdp", "data=8", "fp32", 32),

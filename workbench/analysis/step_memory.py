@@ -160,6 +160,7 @@ class _Program:
     def __init__(self, sizes: dict[str, int], float_bytes: dict):
         self.sizes, self.float_bytes = sizes, float_bytes
         self.ops: list[tuple[str, list[_Value], list[_Value], int]] = []  # name, ins, outs, body temporaries
+        self.broadcasts: dict[tuple, _Value] = {}  # implicit broadcasts, by operand and shape (XLA's CSE)
 
     def value(self, aval: Any, spec: Spec) -> _Value:
         return _Value(aval, spec, self.sizes, self.float_bytes)
@@ -208,6 +209,8 @@ class _Program:
         if name in _VIEWS and ins and ins[0] is not None and len(outs) == 1:
             self._view(outs[0], ins[0])
             return outs
+        if name in _FUSIBLE and name != "broadcast_in_dim" and len(outs) == 1:
+            ins = [self._broadcast(v, outs[0]) for v in ins]
         for out in outs:
             out.producer, out.operands = name, [v for v in ins if v is not None]
         self.ops.append((name, [v for v in ins if v is not None], outs, body))
@@ -220,6 +223,21 @@ class _Program:
             self.ops.append((PARTITIONER_ALL_REDUCE, list(outs), summed, 0))
             return summed
         return outs
+
+    def _broadcast(self, value: Any, out: _Value) -> Any:
+        """``value`` as elementwise work on ``out`` reads it: an operand with size-1 dimensions (``x * scale``
+        with ``scale`` of shape (1, 1, d)) is broadcast in HLO by a broadcast of its own, which XLA's CSE
+        shares between every reader of the same operand at the same shape (a layer norm's forward and backward
+        passes); read twice, XLA:CPU stores it (see _duplicable)."""
+        if value is None or value.shape == out.shape or len(value.shape) != len(out.shape) or not value.shape:
+            return value
+        key = (id(value), out.shape)
+        if key not in self.broadcasts:
+            broadcast = self.value(jax.core.ShapedArray(out.shape, out.dtype or np.float32), out.spec)
+            broadcast.producer, broadcast.operands = "broadcast_in_dim", [value]
+            self.ops.append(("broadcast_in_dim", [value], [broadcast], 0))
+            self.broadcasts[key] = broadcast
+        return self.broadcasts[key]
 
     @staticmethod
     def _view(outer: _Value, value: Any) -> None:
@@ -391,8 +409,8 @@ def _reshape_spec(old: tuple, spec: Spec, new: tuple) -> Spec:
                 gj.append(j)
                 b *= new[j]
         axes = spec[gi[0]] if spec else ()
-        if axes and new[gj[0]] % old[gi[0]] == 0 or (axes and new[gj[0]] == old[gi[0]]):
-            out[gj[0]] = axes
+        if axes:  # on the group's first dimension larger than 1 (_fit drops axes that do not divide it)
+            out[next((j for j in gj if new[j] > 1), gj[0])] = axes
         i, j = i + 1, j + 1
     return tuple(out)
 
