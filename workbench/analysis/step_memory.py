@@ -469,6 +469,19 @@ def _schedule(running: list) -> list:
     return ordered + waiting
 
 
+def _source(value: _Value) -> _Value:
+    """The value ``value`` is a view of (itself if it is none)."""
+    while value.producer == "view" and value.operands:
+        value = value.operands[0]
+    return value
+
+
+def _reads_only_inputs(value: Any) -> bool:
+    """A broadcast of constants or of the step's inputs alone (nothing computed): zeros, a bias."""
+    return (value is not None and value.producer == "broadcast_in_dim"
+            and all(operand.is_arg for operand in value.operands))
+
+
 def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     """Peak bytes of temporaries: buffers neither inputs nor outputs, live at once."""
     consumers: dict[int, int] = {}
@@ -481,6 +494,8 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
             if name not in _FUSES_OPERANDS:
                 for value in ins[1:] if name in _IN_PLACE else ins:
                     _demand(value)
+            if name in _IN_PLACE and ins and _reads_only_inputs(_source(ins[0])):
+                _source(ins[0]).materialised = True  # zeros a scatter writes into: stored at the start (below)
     for name, ins, outs, _ in program.ops:
         if name in _FUSIBLE and not _duplicable(name, ins, outs, consumers):
             for out in outs:
@@ -494,6 +509,12 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
             root.is_output = True
     # The ops that run, in program order: those that store a value (fused work runs inside its consumers).
     running = _schedule([op for op in program.ops if any(out.materialised for out in op[2]) or op[0] not in _FUSIBLE])
+    # XLA:CPU's scheduler runs stored broadcasts of the step's inputs and constants first, right after the
+    # parameters (measured: the zeros of the embedding gradient's scatter-add are live from the start).
+    first = [op for op in running if op[0] == "broadcast_in_dim" and op[2][0].materialised and _reads_only_inputs(op[2][0])]
+    if first:
+        moved = {id(op) for op in first}
+        running = first + [op for op in running if id(op) not in moved]
     last_read: dict[int, int] = {}
     for position, (_, ins, _, _) in enumerate(running):
         for value in ins:
@@ -502,6 +523,10 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     live = peak = 0
     held: dict[int, int] = {}
     for position, (name, ins, outs, body) in enumerate(running):
+        if name in _IN_PLACE and ins:  # the result takes its first operand's buffer when that is its last use
+            for buffer in _buffers(ins[0]):
+                if last_read.get(id(buffer)) == position and id(buffer) in held:
+                    live -= held.pop(id(buffer))
         new = [out for out in outs if out.materialised and not out.is_output and not out.is_arg]
         for out in new:
             held[id(out)] = out.nbytes
