@@ -86,10 +86,13 @@ def test_without_an_example_batch_the_peak_is_not_modelled_and_says_why():
     assert plan.to_json()["per_device"]["memory_caveat"] == plan.memory_caveat
 
 
-def test_deep_transformers_extend_two_simulated_blocks_exactly():
-    # Identical blocks add identical buffers: 1 and 2 blocks extended to 4 equal 4 blocks simulated whole.
-    config = TrainConfig(model="transformer", model_options={**LM, "n_layers": 4}, mode="fsdp",
-                         mesh="data=64,model=8", batch=1024, precision="bf16")
+@pytest.mark.parametrize("mode,mesh", [("fsdp", "data=64,model=8"), ("dp-tp", "data=64,model=8"),
+                                       ("fsdp-whole-tree", "data=64")])
+def test_deep_transformers_extend_two_simulated_blocks_exactly(mode, mesh):
+    # Identical blocks add identical buffers: 2 blocks traced once and extended to 4 by what the first block
+    # holds at the peak (whole-tree fsdp: 1 and 2 blocks) equal 4 blocks simulated whole.
+    config = TrainConfig(model="transformer", model_options={**LM, "n_layers": 4}, mode=mode,
+                         mesh=mesh, batch=1024, precision="bf16")
     extended = planned_step_memory(config)
     from workbench.analysis.step_memory import CPU_FLOAT_BYTES, step_memory
     whole = step_memory(build_abstract_step(config, devices="abstract"), CPU_FLOAT_BYTES)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import jax
@@ -94,7 +95,7 @@ class _Value:
     """One value of the flattened program: its shape, per-device bytes, sharding and producer."""
 
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
-                 "readers", "position", "buffers", "itemsize")
+                 "readers", "position", "buffers", "itemsize", "origin")
 
     def __init__(self, aval: Any, spec: Spec, sizes: dict[str, int], float_bytes: dict):
         self.shape = tuple(aval.shape)
@@ -104,6 +105,7 @@ class _Value:
         self.materialised = self.is_arg = self.is_output = False
         self.position = -1
         self.buffers = None
+        self.origin = ""  # the name stack of the equation that made it (e.g. "jvp(blocks/0)/attn")
 
     def resplit(self, spec: Spec, sizes: dict[str, int]) -> None:
         self.spec = _fit(spec, self.shape, sizes)
@@ -160,10 +162,14 @@ class _Program:
     def __init__(self, sizes: dict[str, int], float_bytes: dict):
         self.sizes, self.float_bytes = sizes, float_bytes
         self.ops: list[tuple[str, list[_Value], list[_Value], int]] = []  # name, ins, outs, body temporaries
+        self.origin = ""  # the name stack of the equation being added
+        self.first_block_at_peak = 0  # bytes made by the first block's forward pass, live at the peak
         self.broadcasts: dict[tuple, _Value] = {}  # implicit broadcasts, by operand and shape (XLA's CSE)
 
     def value(self, aval: Any, spec: Spec) -> _Value:
-        return _Value(aval, spec, self.sizes, self.float_bytes)
+        value = _Value(aval, spec, self.sizes, self.float_bytes)
+        value.origin = self.origin
+        return value
 
     def inline(self, jaxpr: Any, inputs: list[Any], local: bool) -> list[Any]:
         """Append ``jaxpr``'s equations with its inputs bound to ``inputs``; its outputs' values.
@@ -180,7 +186,10 @@ class _Program:
 
         for eqn in jaxpr.eqns:
             ins = [read(atom) for atom in eqn.invars]
+            outer, stack = self.origin, str(eqn.source_info.name_stack)
+            self.origin = f"{outer}/{stack}" if outer and stack else outer or stack
             outs = self.equation(eqn, ins, local)
+            self.origin = outer
             for var, value in zip(eqn.outvars, outs):
                 env[var] = value
         return [read(atom) for atom in jaxpr.outvars]
@@ -482,6 +491,13 @@ def _reads_only_inputs(value: Any) -> bool:
             and all(operand.is_arg for operand in value.operands))
 
 
+# A registered transformer's first block, in its forward pass (a name stack such as "jvp(blocks/0)/attn").
+_FIRST_BLOCK_FORWARD = re.compile(r"(^|[/(])blocks/0($|[/)])")
+
+
+_FIRST_BLOCK_STATE = re.compile(r"\['blocks'\]\[0\]")  # its leaves' paths: ...['blocks'][0]['attn']...
+
+
 def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     """Peak bytes of temporaries: buffers neither inputs nor outputs, live at once."""
     consumers: dict[int, int] = {}
@@ -511,7 +527,8 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     running = _schedule([op for op in program.ops if any(out.materialised for out in op[2]) or op[0] not in _FUSIBLE])
     # XLA:CPU's scheduler runs stored broadcasts of the step's inputs and constants first, right after the
     # parameters (measured: the zeros of the embedding gradient's scatter-add are live from the start).
-    first = [op for op in running if op[0] == "broadcast_in_dim" and op[2][0].materialised and _reads_only_inputs(op[2][0])]
+    first = [op for op in running
+             if op[0] == "broadcast_in_dim" and op[2][0].materialised and _reads_only_inputs(op[2][0])]
     if first:
         moved = {id(op) for op in first}
         running = first + [op for op in running if id(op) not in moved]
@@ -520,25 +537,36 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
         for value in ins:
             for buffer in _buffers(value):
                 last_read[id(buffer)] = position
-    live = peak = 0
+    live = peak = block_live = 0
     held: dict[int, int] = {}
+    first_block: set[int] = set()  # buffers of the first block's forward pass (see _FIRST_BLOCK_FORWARD)
+
+    def free(buffer: _Value, position: int | None) -> None:
+        nonlocal live, block_live
+        if last_read.get(id(buffer)) == position and id(buffer) in held:
+            live -= held[id(buffer)]
+            if id(buffer) in first_block:
+                block_live -= held[id(buffer)]
+            del held[id(buffer)]
+
     for position, (name, ins, outs, body) in enumerate(running):
         if name in _IN_PLACE and ins:  # the result takes its first operand's buffer when that is its last use
             for buffer in _buffers(ins[0]):
-                if last_read.get(id(buffer)) == position and id(buffer) in held:
-                    live -= held.pop(id(buffer))
+                free(buffer, position)
         new = [out for out in outs if out.materialised and not out.is_output and not out.is_arg]
         for out in new:
             held[id(out)] = out.nbytes
             live += out.nbytes
-        peak = max(peak, live + body)
+            if _FIRST_BLOCK_FORWARD.search(out.origin) and "transpose(" not in out.origin:
+                first_block.add(id(out))
+                block_live += out.nbytes
+        if live + body > peak:
+            peak, program.first_block_at_peak = live + body, block_live
         for value in ins:
             for buffer in _buffers(value):
-                if last_read.get(id(buffer)) == position and id(buffer) in held:
-                    live -= held.pop(id(buffer))
+                free(buffer, position)
         for out in new:  # stored but never read (a dead value the compiler would drop)
-            if id(out) not in last_read and id(out) in held:
-                live -= held.pop(id(out))
+            free(out, None)
     return peak
 
 
@@ -555,6 +583,12 @@ def simulate_step_memory(closed_jaxpr: Any, in_specs: list[Spec], out_specs: lis
         donated: per input, whether the step donates it (an output of its shape takes its buffer).
         float_bytes: bytes per element by dtype name where the backend differs (XLA:CPU: bf16 -> 4).
     """
+    return _simulate_step(closed_jaxpr, in_specs, out_specs, mesh_sizes, donated, float_bytes)[0]
+
+
+def _simulate_step(closed_jaxpr: Any, in_specs: list[Spec], out_specs: list[Spec | None], mesh_sizes: dict[str, int],
+                   donated: list[bool] | None, float_bytes: dict[str, int] | None) -> tuple[StepMemory, int]:
+    """:func:`simulate_step_memory`, and the temporaries the first block's forward pass leaves live at the peak."""
     program = _Program(dict(mesh_sizes), dict(float_bytes or {}))
     jaxpr = closed_jaxpr.jaxpr
     inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs)]
@@ -571,7 +605,7 @@ def simulate_step_memory(closed_jaxpr: Any, in_specs: list[Spec], out_specs: lis
     temp = _simulate(program, inputs, outputs)
     alias = _aliased(argument_sizes, [v.aval for v in jaxpr.invars], donated or [], output_sizes,
                      [v.aval for v in jaxpr.outvars])
-    return StepMemory(sum(argument_sizes), sum(output_sizes), alias, temp)
+    return StepMemory(sum(argument_sizes), sum(output_sizes), alias, temp), program.first_block_at_peak
 
 
 def step_memory(step: Any, float_bytes: dict[str, int] | None = None) -> StepMemory:
@@ -583,15 +617,25 @@ def step_memory(step: Any, float_bytes: dict[str, int] | None = None) -> StepMem
         >>> step_memory(step, {"bfloat16": 4}).peak_bytes > 0  # doctest: +SKIP
         True
     """
+    return _step_memory(step, float_bytes)[0]
+
+
+def _step_memory(step: Any, float_bytes: dict[str, int] | None) -> tuple[StepMemory, int, int]:
+    """:func:`step_memory`; the temporaries of the first block's forward pass live at the peak; the bytes per
+    device of the first block's state (its parameters and optimizer state: an argument, output and alias)."""
     mode = step.mode
     traced = mode._compiled_step(step.state, False).trace(step.state, step.batch)
-    state_leaves, batch_leaves = jax.tree.leaves(step.state), jax.tree.leaves(step.batch)
+    paths_and_leaves, _ = jax.tree_util.tree_flatten_with_path(step.state)
+    state_leaves, batch_leaves = [leaf for _, leaf in paths_and_leaves], jax.tree.leaves(step.batch)
     in_specs = [spec_of(leaf.sharding.spec, len(leaf.shape)) for leaf in state_leaves + batch_leaves]
     donated = [True] * len(state_leaves) + [False] * len(batch_leaves)
     out_specs = [spec_of(leaf.sharding.spec, len(leaf.shape)) for leaf in state_leaves]
     out_specs += [None] * (len(traced.jaxpr.jaxpr.outvars) - len(out_specs))
     sizes = dict(mode.mesh.shape)
-    return simulate_step_memory(traced.jaxpr, in_specs, out_specs, sizes, donated, float_bytes)
+    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, float_bytes)
+    block_state = sum(_Value(leaf, spec, sizes, {}).nbytes for (path, leaf), spec in zip(paths_and_leaves, in_specs)
+                      if _FIRST_BLOCK_STATE.search(jax.tree_util.keystr(path)))
+    return memory, block_temp, block_state
 
 
 # The backend each plan is compared with computes bf16 work in float32 (XLA:CPU upcasts it).
@@ -603,8 +647,9 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
     """The simulated memory of ``config``'s step on its mesh, of any size (traced over an abstract mesh).
 
     The registered transformer's blocks are identical, so each adds the same buffers (measured: the
-    simulated peak grows by the same bytes per block): deeper models are simulated with 1 and 2 blocks
-    and extended to ``n_layers``, which keeps a 24-layer plan fast. A scanned stack (``scan_layers``) is one
+    simulated peak grows by the same bytes per block): deeper models are simulated with 2 blocks, traced
+    once, and extended to ``n_layers`` by what the first block holds at the peak, which keeps a 24-layer
+    plan fast. A scanned stack (``scan_layers``) is one
     loop whose body is simulated once, whatever its depth: it is traced as it is.
 
     Example:
@@ -613,6 +658,7 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
         True
     """
     from ..training.models import model_config
+    from ..training.modes import mode_class
     from ..training.modes.base import ABSTRACT_DEVICES
     from ..training.step import build_abstract_step
 
@@ -621,16 +667,27 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
     def simulate(config):
         step = build_abstract_step(config, seq_len=seq_len, devices=ABSTRACT_DEVICES, custom=custom,
                                    example_batch=example_batch)
-        return step_memory(step, float_bytes)
+        return _step_memory(step, float_bytes)
 
     options = model_config(config.model, **config.model_options).options if custom is None else {}
     layers, scanned = options.get("n_layers"), bool(options.get("scan_layers"))  # scanned: one body, any depth
     if config.model != "transformer" or custom is not None or scanned or not layers or layers <= 2:
-        return simulate(config)
-    one, two = (simulate(dataclasses.replace(config, model_options={**config.model_options, "n_layers": n}))
-                for n in (1, 2))
-    extend = lambda a, b: a + (layers - 1) * (b - a)  # noqa: E731
-    return StepMemory(*(extend(getattr(one, f.name), getattr(two, f.name)) for f in dataclasses.fields(StepMemory)))
+        return simulate(config)[0]
+    def with_layers(n: int) -> Any:
+        return dataclasses.replace(config, model_options={**config.model_options, "n_layers": n})
+
+    if mode_class(config.mode).parameter_gathering == "whole-tree":
+        # The whole tree is gathered outside the blocks' calls: their buffers are not the blocks' own, so the
+        # increment per block is measured (1 and 2 blocks) rather than read off one trace.
+        (one, _, _), (two, _, _) = simulate(with_layers(1)), simulate(with_layers(2))
+        extend = lambda a, b: a + (layers - 1) * (b - a)  # noqa: E731
+        return StepMemory(*(extend(getattr(one, f.name), getattr(two, f.name)) for f in dataclasses.fields(StepMemory)))
+    # One trace of 2 blocks: each further block adds what the first adds, its state and the buffers its forward
+    # pass leaves live at the peak (its saved activations); equal to the 1-and-2-block increment (a test).
+    two, block_temp, block_state = simulate(with_layers(2))
+    more = layers - 2
+    return StepMemory(two.argument_bytes + more * block_state, two.output_bytes + more * block_state,
+                      two.alias_bytes + more * block_state, two.temp_bytes + more * block_temp)
 
 
 def _aliased(arg_sizes: list[int], arg_avals: list, donated: list[bool], out_sizes: list[int], out_avals: list) -> int:
