@@ -4,25 +4,14 @@ A compiled step's memory per device is its arguments + outputs - aliased (donate
 (:data:`~.compiled_step.PEAK_FORMULA`). Arguments, outputs and aliases follow from the step's input and
 output shapes and shardings. The temporaries are the high-water mark of the buffers the program keeps
 alive at once: :func:`simulate_step_memory` walks the step's equations in program order (inlining
-``jit``, ``shard_map``, ``custom_vjp`` and remat bodies), decides which values the compiler materialises
-as buffers, allocates each when produced and frees it after its last reader.
+``jit``, ``shard_map``, ``custom_vjp`` and remat bodies; a loop's body per iteration), decides which
+values the compiler materialises as buffers, allocates each when produced and frees it after its last reader.
 
-Which values are buffers, as XLA decides it (checked against XLA:CPU's compiled steps, see
-docs/design/compile-verification.md):
-
-* Elementwise work (arithmetic, casts, broadcasts, selects, slices) is *fused*: it is recomputed inside
-  each consumer and never stored, unless a consumer cannot take it fused (a matmul, convolution,
-  collective, scatter, sort, loop) or it is a step output. A fused value keeps the buffers it reads
-  alive until its last consumer runs.
-* Reshapes, squeezes and the like are the same buffer seen another way.
-* Reductions and gathers read their operands fused, and store their results.
-* ``bf16`` on XLA:CPU: the backend computes in float32 (it upcasts bf16 matmuls and elementwise
-  work), so a bf16 temporary takes 4 bytes per element there (``float_bytes``).
-
-Shardings: inside ``shard_map`` the shapes are per device already; elsewhere each value's sharding is
-propagated from the step's inputs as the compiler's partitioner does for matmuls (batch and free
-dimensions keep theirs, a split contraction is summed and comes out whole), reshapes, transposes,
-broadcasts and reductions. Per-device bytes = bytes / the sizes of the mesh axes a value is split over.
+Which values are buffers follows XLA's own rules, each checked against XLA:CPU's buffer assignment
+(listed in docs/design/compile-verification.md, "step memory"): elementwise work is fused into its
+consumers unless one cannot take it fused (a matmul, collective, scatter, loop); views are their operand's
+buffer; reductions and gathers store only their result; bf16 takes 4 bytes on XLA:CPU (``float_bytes``).
+Outside ``shard_map`` each value's sharding is propagated from the step's inputs as the partitioner does.
 
 Example:
     >>> step = build_abstract_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
