@@ -2,8 +2,8 @@
 aliased + temporaries, nothing allocated), per configuration: target 0.85-1.15 (workbench/analysis/step_memory.py).
 
 The matrix is the test's (tests/test_step_memory.py) plus the configurations the simulation does not reach
-yet (the small cnn, fsdp in bf16), so the bench shows them. With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
-``--verify cpu`` of the README's 1.3B transformer in fsdp on data=64,model=8 (about a minute).
+yet (the small cnn), so the bench shows them. With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
+``--verify cpu`` of the README's 1.3B transformer in fsdp on data=64,model=8, unrolled and scanned (about a minute).
 """
 
 from __future__ import annotations
@@ -54,11 +54,12 @@ def run() -> list[dict]:
                  f"(temporaries {stats.temp_size_in_bytes:,}) per device, batch {batch}, adamw; {machine()}",
         ))
     if os.environ.get("BENCH_STEP_MEMORY_1_3B"):
-        plan = plan_training("transformer", BIG, "data=64,model=8", "fsdp", verify="cpu")
-        records.append(record(
-            "step memory 1.3B LM fsdp data=64,model=8 bf16 (verify cpu)", plan.peak_bytes / plan.compiled.peak_bytes,
-            "x", ("±", 1.0, 0.15), note=f"plan {plan.peak_bytes:,} B, XLA:CPU {plan.compiled.peak_bytes:,} B per "
-                                        f"device; {machine()}"))
+        for options, how in ((BIG, ""), ({**BIG, "scan_layers": True}, " scanned")):
+            plan = plan_training("transformer", options, "data=64,model=8", "fsdp", verify="cpu")
+            records.append(record(
+                f"step memory 1.3B LM{how} fsdp data=64,model=8 bf16 (verify cpu)",
+                plan.peak_bytes / plan.compiled.peak_bytes, "x", ("±", 1.0, 0.15),
+                note=f"plan {plan.peak_bytes:,} B, XLA:CPU {plan.compiled.peak_bytes:,} B per device; {machine()}"))
     return records
 
 
