@@ -2,8 +2,8 @@
 aliased + temporaries, nothing allocated), per configuration: target 0.85-1.15 (workbench/analysis/step_memory.py).
 
 The matrix is the test's (tests/test_step_memory.py) plus the configurations the simulation does not reach
-yet (the small cnn, fsdp in bf16), so the bench shows them. With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
-``--verify cpu`` of the README's 1.3B transformer in fsdp on data=64,model=8 (about a minute).
+yet (the small cnn), so the bench shows them. With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
+``--verify cpu`` of the README's 1.3B transformer in fsdp on data=64,model=8, unrolled and scanned (about a minute).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from workbench.training.config import TrainConfig
 from workbench.training.step import build_abstract_step
 
 LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
+SCANNED = {**LM, "scan_layers": True}  # the blocks in one lax.scan (workbench/training/layer_stack.py)
 MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
     ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
@@ -31,6 +32,8 @@ MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("transformer", LM, "dp-tp", "data=4,model=2", "bf16", 32),
     ("transformer", LM, "dp-shard-map", "data=8", "fp32", 32),
     ("transformer", LM, "tp", "model=8", "fp32", 32),
+    ("transformer", SCANNED, "fsdp", "data=8", "fp32", 32),
+    ("transformer", SCANNED, "dp", "data=8", "fp32", 32),
 ]
 BIG = {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000}
 
@@ -44,17 +47,19 @@ def run() -> list[dict]:
         stats = build_abstract_step(config).compile().memory_analysis()
         peak = (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
                 + stats.temp_size_in_bytes)
+        scanned = " scanned" * bool(options.get("scan_layers"))
         records.append(record(
-            f"step memory {model} {mode} {mesh} {precision}", plan.peak_bytes / peak, "x", ("±", 1.0, 0.15),
+            f"step memory {model}{scanned} {mode} {mesh} {precision}", plan.peak_bytes / peak, "x", ("±", 1.0, 0.15),
             note=f"plan {plan.peak_bytes:,} B (temporaries {plan.memory.temp_bytes:,}), XLA:CPU {peak:,} B "
                  f"(temporaries {stats.temp_size_in_bytes:,}) per device, batch {batch}, adamw; {machine()}",
         ))
     if os.environ.get("BENCH_STEP_MEMORY_1_3B"):
-        plan = plan_training("transformer", BIG, "data=64,model=8", "fsdp", verify="cpu")
-        records.append(record(
-            "step memory 1.3B LM fsdp data=64,model=8 bf16 (verify cpu)", plan.peak_bytes / plan.compiled.peak_bytes,
-            "x", ("±", 1.0, 0.15), note=f"plan {plan.peak_bytes:,} B, XLA:CPU {plan.compiled.peak_bytes:,} B per "
-                                        f"device; {machine()}"))
+        for options, how in ((BIG, ""), ({**BIG, "scan_layers": True}, " scanned")):
+            plan = plan_training("transformer", options, "data=64,model=8", "fsdp", verify="cpu")
+            records.append(record(
+                f"step memory 1.3B LM{how} fsdp data=64,model=8 bf16 (verify cpu)",
+                plan.peak_bytes / plan.compiled.peak_bytes, "x", ("±", 1.0, 0.15),
+                note=f"plan {plan.peak_bytes:,} B, XLA:CPU {plan.compiled.peak_bytes:,} B per device; {machine()}"))
     return records
 
 

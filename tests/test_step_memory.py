@@ -15,6 +15,7 @@ from workbench.training.config import TrainConfig
 from workbench.training.step import CustomModel, build_abstract_step
 
 LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
+SCANNED = {**LM, "scan_layers": True}  # the blocks in one lax.scan (workbench/training/layer_stack.py)
 MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
     ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
@@ -22,8 +23,11 @@ MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("transformer", LM, "dp", "data=8", "bf16", 32),
     ("transformer", LM, "dp-shard-map", "data=8", "fp32", 32),
     ("transformer", LM, "fsdp-whole-tree", "data=8", "fp32", 32),
+    ("transformer", LM, "fsdp", "data=8", "bf16", 32),
     ("transformer", LM, "dp-tp", "data=4,model=2", "fp32", 32),
     ("transformer", LM, "tp", "model=8", "fp32", 32),
+    ("transformer", SCANNED, "fsdp", "data=8", "fp32", 32),
+    ("transformer", SCANNED, "dp", "data=8", "fp32", 32),
 ]
 
 
@@ -54,7 +58,8 @@ def _compiled_peak(step) -> int:
 
 
 @pytest.mark.parametrize("model,options,mode,mesh,precision,batch", MATRIX,
-                         ids=[f"{m}-{mode}-{mesh}-{p}" for m, _, mode, mesh, p, _ in MATRIX])
+                         ids=[f"{m}{'-scanned' * bool(o.get('scan_layers'))}-{mode}-{mesh}-{p}"
+                              for m, o, mode, mesh, p, _ in MATRIX])
 def test_plan_peak_is_within_15_percent_of_the_compilers(model, options, mode, mesh, precision, batch):
     plan = plan_training(model, options, mesh, mode, hardware="cpu", global_batch=batch, precision=precision)
     config = TrainConfig(model=model, model_options=options, mode=mode, mesh=mesh, precision=precision, batch=batch,
@@ -81,10 +86,13 @@ def test_without_an_example_batch_the_peak_is_not_modelled_and_says_why():
     assert plan.to_json()["per_device"]["memory_caveat"] == plan.memory_caveat
 
 
-def test_deep_transformers_extend_two_simulated_blocks_exactly():
-    # Identical blocks add identical buffers: 1 and 2 blocks extended to 4 equal 4 blocks simulated whole.
-    config = TrainConfig(model="transformer", model_options={**LM, "n_layers": 4}, mode="fsdp",
-                         mesh="data=64,model=8", batch=1024, precision="bf16")
+@pytest.mark.parametrize("mode,mesh", [("fsdp", "data=64,model=8"), ("dp-tp", "data=64,model=8"),
+                                       ("fsdp-whole-tree", "data=64")])
+def test_deep_transformers_extend_two_simulated_blocks_exactly(mode, mesh):
+    # Identical blocks add identical buffers: 2 blocks traced once and extended to 4 by what the first block
+    # holds at the peak (whole-tree fsdp: 1 and 2 blocks) equal 4 blocks simulated whole.
+    config = TrainConfig(model="transformer", model_options={**LM, "n_layers": 4}, mode=mode,
+                         mesh=mesh, batch=1024, precision="bf16")
     extended = planned_step_memory(config)
     from workbench.analysis.step_memory import CPU_FLOAT_BYTES, step_memory
     whole = step_memory(build_abstract_step(config, devices="abstract"), CPU_FLOAT_BYTES)

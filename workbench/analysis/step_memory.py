@@ -4,25 +4,14 @@ A compiled step's memory per device is its arguments + outputs - aliased (donate
 (:data:`~.compiled_step.PEAK_FORMULA`). Arguments, outputs and aliases follow from the step's input and
 output shapes and shardings. The temporaries are the high-water mark of the buffers the program keeps
 alive at once: :func:`simulate_step_memory` walks the step's equations in program order (inlining
-``jit``, ``shard_map``, ``custom_vjp`` and remat bodies), decides which values the compiler materialises
-as buffers, allocates each when produced and frees it after its last reader.
+``jit``, ``shard_map``, ``custom_vjp`` and remat bodies; a loop's body per iteration), decides which
+values the compiler materialises as buffers, allocates each when produced and frees it after its last reader.
 
-Which values are buffers, as XLA decides it (checked against XLA:CPU's compiled steps, see
-docs/design/compile-verification.md):
-
-* Elementwise work (arithmetic, casts, broadcasts, selects, slices) is *fused*: it is recomputed inside
-  each consumer and never stored, unless a consumer cannot take it fused (a matmul, convolution,
-  collective, scatter, sort, loop) or it is a step output. A fused value keeps the buffers it reads
-  alive until its last consumer runs.
-* Reshapes, squeezes and the like are the same buffer seen another way.
-* Reductions and gathers read their operands fused, and store their results.
-* ``bf16`` on XLA:CPU: the backend computes in float32 (it upcasts bf16 matmuls and elementwise
-  work), so a bf16 temporary takes 4 bytes per element there (``float_bytes``).
-
-Shardings: inside ``shard_map`` the shapes are per device already; elsewhere each value's sharding is
-propagated from the step's inputs as the compiler's partitioner does for matmuls (batch and free
-dimensions keep theirs, a split contraction is summed and comes out whole), reshapes, transposes,
-broadcasts and reductions. Per-device bytes = bytes / the sizes of the mesh axes a value is split over.
+Which values are buffers follows XLA's own rules, each checked against XLA:CPU's buffer assignment
+(listed in docs/design/compile-verification.md, "step memory"): elementwise work is fused into its
+consumers unless one cannot take it fused (a matmul, collective, scatter, loop); views are their operand's
+buffer; reductions and gathers store only their result; bf16 takes 4 bytes on XLA:CPU (``float_bytes``).
+Outside ``shard_map`` each value's sharding is propagated from the step's inputs as the partitioner does.
 
 Example:
     >>> step = build_abstract_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
@@ -33,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import jax
@@ -94,7 +84,7 @@ class _Value:
     """One value of the flattened program: its shape, per-device bytes, sharding and producer."""
 
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
-                 "readers", "position", "buffers", "itemsize")
+                 "readers", "position", "buffers", "itemsize", "origin")
 
     def __init__(self, aval: Any, spec: Spec, sizes: dict[str, int], float_bytes: dict):
         self.shape = tuple(aval.shape)
@@ -104,6 +94,7 @@ class _Value:
         self.materialised = self.is_arg = self.is_output = False
         self.position = -1
         self.buffers = None
+        self.origin = ""  # the name stack of the equation that made it (e.g. "jvp(blocks/0)/attn")
 
     def resplit(self, spec: Spec, sizes: dict[str, int]) -> None:
         self.spec = _fit(spec, self.shape, sizes)
@@ -160,9 +151,14 @@ class _Program:
     def __init__(self, sizes: dict[str, int], float_bytes: dict):
         self.sizes, self.float_bytes = sizes, float_bytes
         self.ops: list[tuple[str, list[_Value], list[_Value], int]] = []  # name, ins, outs, body temporaries
+        self.origin = ""  # the name stack of the equation being added
+        self.first_block_at_peak = 0  # bytes made by the first block's forward pass, live at the peak
+        self.broadcasts: dict[tuple, _Value] = {}  # implicit broadcasts, by operand and shape (XLA's CSE)
 
     def value(self, aval: Any, spec: Spec) -> _Value:
-        return _Value(aval, spec, self.sizes, self.float_bytes)
+        value = _Value(aval, spec, self.sizes, self.float_bytes)
+        value.origin = self.origin
+        return value
 
     def inline(self, jaxpr: Any, inputs: list[Any], local: bool) -> list[Any]:
         """Append ``jaxpr``'s equations with its inputs bound to ``inputs``; its outputs' values.
@@ -179,7 +175,10 @@ class _Program:
 
         for eqn in jaxpr.eqns:
             ins = [read(atom) for atom in eqn.invars]
+            outer, stack = self.origin, str(eqn.source_info.name_stack)
+            self.origin = f"{outer}/{stack}" if outer and stack else outer or stack
             outs = self.equation(eqn, ins, local)
+            self.origin = outer
             for var, value in zip(eqn.outvars, outs):
                 env[var] = value
         return [read(atom) for atom in jaxpr.outvars]
@@ -199,14 +198,17 @@ class _Program:
         if name in _CALLS and inner is not None:
             jaxpr = inner.jaxpr if hasattr(inner, "jaxpr") else inner
             return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
-        specs = _propagate(eqn, ins, local)
-        outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs)]
         body = 0
         if name in _LOOPS:
-            body = _loop_temporaries(eqn, self.sizes, self.float_bytes, local)
+            body, specs = _loop_temporaries(eqn, ins, self.sizes, self.float_bytes, local)
+        else:
+            specs = _propagate(eqn, ins, local)
+        outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs)]
         if name in _VIEWS and ins and ins[0] is not None and len(outs) == 1:
             self._view(outs[0], ins[0])
             return outs
+        if name in _FUSIBLE and name != "broadcast_in_dim" and len(outs) == 1:
+            ins = [self._broadcast(v, outs[0]) for v in ins]
         for out in outs:
             out.producer, out.operands = name, [v for v in ins if v is not None]
         self.ops.append((name, [v for v in ins if v is not None], outs, body))
@@ -220,6 +222,21 @@ class _Program:
             return summed
         return outs
 
+    def _broadcast(self, value: Any, out: _Value) -> Any:
+        """``value`` as elementwise work on ``out`` reads it: an operand with size-1 dimensions (``x * scale``
+        with ``scale`` of shape (1, 1, d)) is broadcast in HLO by a broadcast of its own, which XLA's CSE
+        shares between every reader of the same operand at the same shape (a layer norm's forward and backward
+        passes); read twice, XLA:CPU stores it (see _duplicable)."""
+        if value is None or value.shape == out.shape or len(value.shape) != len(out.shape) or not value.shape:
+            return value
+        key = (id(value), out.shape)
+        if key not in self.broadcasts:
+            broadcast = self.value(jax.core.ShapedArray(out.shape, out.dtype or np.float32), out.spec)
+            broadcast.producer, broadcast.operands = "broadcast_in_dim", [value]
+            self.ops.append(("broadcast_in_dim", [value], [broadcast], 0))
+            self.broadcasts[key] = broadcast
+        return self.broadcasts[key]
+
     @staticmethod
     def _view(outer: _Value, value: Any) -> None:
         outer.producer, outer.operands = "view", [value] if value is not None else []
@@ -232,22 +249,43 @@ def _inner_jaxpr(eqn: Any) -> Any:
     return None
 
 
-def _loop_temporaries(eqn: Any, sizes: dict, float_bytes: dict, local: bool) -> int:
-    """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak."""
-    bodies = []
-    for key in ("jaxpr", "body_jaxpr", "cond_jaxpr", "branches"):
-        value = eqn.params.get(key)
-        for body in value if isinstance(value, (tuple, list)) else [value] if value is not None else []:
-            bodies.append(body.jaxpr if hasattr(body, "jaxpr") else body)
-    peaks = []
-    for body in bodies:
+def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, float_bytes: dict, local: bool) -> tuple[int, list]:
+    """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
+    iteration (a scan's body sees one slice of each scanned input, split as that input is); and the
+    shardings of its outputs, as its body leaves them (a scan's stacked outputs: split as one iteration's)."""
+    bodies = []  # (body jaxpr, the specs of its inputs)
+    specs = [v.spec if v is not None else () for v in ins]
+    name, params = eqn.primitive.name, eqn.params
+    if name == "scan":
+        n_consts, n_carry = params["num_consts"], params["num_carry"]
+        sliced = [spec[1:] for spec in specs[n_consts + n_carry:]]
+        bodies.append((params["jaxpr"], specs[: n_consts + n_carry] + sliced))
+    elif name == "while":
+        body_consts, cond_consts = params["body_nconsts"], params["cond_nconsts"]
+        carry = specs[cond_consts + body_consts:]
+        bodies.append((params["cond_jaxpr"], specs[:cond_consts] + carry))
+        bodies.append((params["body_jaxpr"], specs[cond_consts: cond_consts + body_consts] + carry))
+    elif name == "cond":
+        bodies += [(branch, specs[1:]) for branch in params["branches"]]
+    peaks, body_out_specs = [], []
+    for body, body_specs in bodies:
+        body = body.jaxpr if hasattr(body, "jaxpr") else body
         program = _Program(sizes, float_bytes)
-        inputs = [program.value(v.aval, ()) for v in body.invars]
+        inputs = [program.value(v.aval, () if local else spec) for v, spec in zip(body.invars, body_specs)]
         for value in inputs:
             value.is_arg = value.materialised = True
-        outputs = program.inline(body, inputs, local=True)
+        outputs = program.inline(body, inputs, local=local)
         peaks.append(_simulate(program, inputs, outputs))
-    return max(peaks, default=0)
+        body_out_specs.append([v.spec if v is not None else () for v in outputs])
+    out_specs = _propagate(eqn, ins, local)
+    if not local and body_out_specs:
+        if name == "scan":
+            carry = body_out_specs[-1][: params["num_carry"]]
+            stacked = [((),) + spec for spec in body_out_specs[-1][params["num_carry"]:]]
+            out_specs = carry + stacked
+        else:  # a while loop's carry, a cond's branch outputs
+            out_specs = body_out_specs[-1]
+    return max(peaks, default=0), out_specs
 
 
 # --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------
@@ -369,8 +407,8 @@ def _reshape_spec(old: tuple, spec: Spec, new: tuple) -> Spec:
                 gj.append(j)
                 b *= new[j]
         axes = spec[gi[0]] if spec else ()
-        if axes and new[gj[0]] % old[gi[0]] == 0 or (axes and new[gj[0]] == old[gi[0]]):
-            out[gj[0]] = axes
+        if axes:  # on the group's first dimension larger than 1 (_fit drops axes that do not divide it)
+            out[next((j for j in gj if new[j] > 1), gj[0])] = axes
         i, j = i + 1, j + 1
     return tuple(out)
 
@@ -429,6 +467,26 @@ def _schedule(running: list) -> list:
     return ordered + waiting
 
 
+def _source(value: _Value) -> _Value:
+    """The value ``value`` is a view of (itself if it is none)."""
+    while value.producer == "view" and value.operands:
+        value = value.operands[0]
+    return value
+
+
+def _reads_only_inputs(value: Any) -> bool:
+    """A broadcast of constants or of the step's inputs alone (nothing computed): zeros, a bias."""
+    return (value is not None and value.producer == "broadcast_in_dim"
+            and all(operand.is_arg for operand in value.operands))
+
+
+# A registered transformer's first block, in its forward pass (a name stack such as "jvp(blocks/0)/attn").
+_FIRST_BLOCK_FORWARD = re.compile(r"(^|[/(])blocks/0($|[/)])")
+
+
+_FIRST_BLOCK_STATE = re.compile(r"\['blocks'\]\[0\]")  # its leaves' paths: ...['blocks'][0]['attn']...
+
+
 def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     """Peak bytes of temporaries: buffers neither inputs nor outputs, live at once."""
     consumers: dict[int, int] = {}
@@ -441,6 +499,8 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
             if name not in _FUSES_OPERANDS:
                 for value in ins[1:] if name in _IN_PLACE else ins:
                     _demand(value)
+            if name in _IN_PLACE and ins and _reads_only_inputs(_source(ins[0])):
+                _source(ins[0]).materialised = True  # zeros a scatter writes into: stored at the start (below)
     for name, ins, outs, _ in program.ops:
         if name in _FUSIBLE and not _duplicable(name, ins, outs, consumers):
             for out in outs:
@@ -454,26 +514,48 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
             root.is_output = True
     # The ops that run, in program order: those that store a value (fused work runs inside its consumers).
     running = _schedule([op for op in program.ops if any(out.materialised for out in op[2]) or op[0] not in _FUSIBLE])
+    # XLA:CPU's scheduler runs stored broadcasts of the step's inputs and constants first, right after the
+    # parameters (measured: the zeros of the embedding gradient's scatter-add are live from the start).
+    first = [op for op in running
+             if op[0] == "broadcast_in_dim" and op[2][0].materialised and _reads_only_inputs(op[2][0])]
+    if first:
+        moved = {id(op) for op in first}
+        running = first + [op for op in running if id(op) not in moved]
     last_read: dict[int, int] = {}
     for position, (_, ins, _, _) in enumerate(running):
         for value in ins:
             for buffer in _buffers(value):
                 last_read[id(buffer)] = position
-    live = peak = 0
+    live = peak = block_live = 0
     held: dict[int, int] = {}
+    first_block: set[int] = set()  # buffers of the first block's forward pass (see _FIRST_BLOCK_FORWARD)
+
+    def free(buffer: _Value, position: int | None) -> None:
+        nonlocal live, block_live
+        if last_read.get(id(buffer)) == position and id(buffer) in held:
+            live -= held[id(buffer)]
+            if id(buffer) in first_block:
+                block_live -= held[id(buffer)]
+            del held[id(buffer)]
+
     for position, (name, ins, outs, body) in enumerate(running):
+        if name in _IN_PLACE and ins:  # the result takes its first operand's buffer when that is its last use
+            for buffer in _buffers(ins[0]):
+                free(buffer, position)
         new = [out for out in outs if out.materialised and not out.is_output and not out.is_arg]
         for out in new:
             held[id(out)] = out.nbytes
             live += out.nbytes
-        peak = max(peak, live + body)
+            if _FIRST_BLOCK_FORWARD.search(out.origin) and "transpose(" not in out.origin:
+                first_block.add(id(out))
+                block_live += out.nbytes
+        if live + body > peak:
+            peak, program.first_block_at_peak = live + body, block_live
         for value in ins:
             for buffer in _buffers(value):
-                if last_read.get(id(buffer)) == position and id(buffer) in held:
-                    live -= held.pop(id(buffer))
+                free(buffer, position)
         for out in new:  # stored but never read (a dead value the compiler would drop)
-            if id(out) not in last_read and id(out) in held:
-                live -= held.pop(id(out))
+            free(out, None)
     return peak
 
 
@@ -490,6 +572,12 @@ def simulate_step_memory(closed_jaxpr: Any, in_specs: list[Spec], out_specs: lis
         donated: per input, whether the step donates it (an output of its shape takes its buffer).
         float_bytes: bytes per element by dtype name where the backend differs (XLA:CPU: bf16 -> 4).
     """
+    return _simulate_step(closed_jaxpr, in_specs, out_specs, mesh_sizes, donated, float_bytes)[0]
+
+
+def _simulate_step(closed_jaxpr: Any, in_specs: list[Spec], out_specs: list[Spec | None], mesh_sizes: dict[str, int],
+                   donated: list[bool] | None, float_bytes: dict[str, int] | None) -> tuple[StepMemory, int]:
+    """:func:`simulate_step_memory`, and the temporaries the first block's forward pass leaves live at the peak."""
     program = _Program(dict(mesh_sizes), dict(float_bytes or {}))
     jaxpr = closed_jaxpr.jaxpr
     inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs)]
@@ -506,7 +594,7 @@ def simulate_step_memory(closed_jaxpr: Any, in_specs: list[Spec], out_specs: lis
     temp = _simulate(program, inputs, outputs)
     alias = _aliased(argument_sizes, [v.aval for v in jaxpr.invars], donated or [], output_sizes,
                      [v.aval for v in jaxpr.outvars])
-    return StepMemory(sum(argument_sizes), sum(output_sizes), alias, temp)
+    return StepMemory(sum(argument_sizes), sum(output_sizes), alias, temp), program.first_block_at_peak
 
 
 def step_memory(step: Any, float_bytes: dict[str, int] | None = None) -> StepMemory:
@@ -518,15 +606,25 @@ def step_memory(step: Any, float_bytes: dict[str, int] | None = None) -> StepMem
         >>> step_memory(step, {"bfloat16": 4}).peak_bytes > 0  # doctest: +SKIP
         True
     """
+    return _step_memory(step, float_bytes)[0]
+
+
+def _step_memory(step: Any, float_bytes: dict[str, int] | None) -> tuple[StepMemory, int, int]:
+    """:func:`step_memory`; the temporaries of the first block's forward pass live at the peak; the bytes per
+    device of the first block's state (its parameters and optimizer state: an argument, output and alias)."""
     mode = step.mode
     traced = mode._compiled_step(step.state, False).trace(step.state, step.batch)
-    state_leaves, batch_leaves = jax.tree.leaves(step.state), jax.tree.leaves(step.batch)
+    paths_and_leaves, _ = jax.tree_util.tree_flatten_with_path(step.state)
+    state_leaves, batch_leaves = [leaf for _, leaf in paths_and_leaves], jax.tree.leaves(step.batch)
     in_specs = [spec_of(leaf.sharding.spec, len(leaf.shape)) for leaf in state_leaves + batch_leaves]
     donated = [True] * len(state_leaves) + [False] * len(batch_leaves)
     out_specs = [spec_of(leaf.sharding.spec, len(leaf.shape)) for leaf in state_leaves]
     out_specs += [None] * (len(traced.jaxpr.jaxpr.outvars) - len(out_specs))
     sizes = dict(mode.mesh.shape)
-    return simulate_step_memory(traced.jaxpr, in_specs, out_specs, sizes, donated, float_bytes)
+    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, float_bytes)
+    block_state = sum(_Value(leaf, spec, sizes, {}).nbytes for (path, leaf), spec in zip(paths_and_leaves, in_specs)
+                      if _FIRST_BLOCK_STATE.search(jax.tree_util.keystr(path)))
+    return memory, block_temp, block_state
 
 
 # The backend each plan is compared with computes bf16 work in float32 (XLA:CPU upcasts it).
@@ -538,8 +636,10 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
     """The simulated memory of ``config``'s step on its mesh, of any size (traced over an abstract mesh).
 
     The registered transformer's blocks are identical, so each adds the same buffers (measured: the
-    simulated peak grows by the same bytes per block): deeper models are simulated with 1 and 2 blocks
-    and extended to ``n_layers``, which keeps a 24-layer plan fast.
+    simulated peak grows by the same bytes per block): deeper models are simulated with 2 blocks, traced
+    once, and extended to ``n_layers`` by what the first block holds at the peak, which keeps a 24-layer
+    plan fast. A scanned stack (``scan_layers``) is one
+    loop whose body is simulated once, whatever its depth: it is traced as it is.
 
     Example:
         >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=1024)
@@ -547,6 +647,7 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
         True
     """
     from ..training.models import model_config
+    from ..training.modes import mode_class
     from ..training.modes.base import ABSTRACT_DEVICES
     from ..training.step import build_abstract_step
 
@@ -555,15 +656,27 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
     def simulate(config):
         step = build_abstract_step(config, seq_len=seq_len, devices=ABSTRACT_DEVICES, custom=custom,
                                    example_batch=example_batch)
-        return step_memory(step, float_bytes)
+        return _step_memory(step, float_bytes)
 
-    layers = model_config(config.model, **config.model_options).options.get("n_layers") if custom is None else None
-    if config.model != "transformer" or custom is not None or not layers or layers <= 2:
-        return simulate(config)
-    one, two = (simulate(dataclasses.replace(config, model_options={**config.model_options, "n_layers": n}))
-                for n in (1, 2))
-    extend = lambda a, b: a + (layers - 1) * (b - a)  # noqa: E731
-    return StepMemory(*(extend(getattr(one, f.name), getattr(two, f.name)) for f in dataclasses.fields(StepMemory)))
+    options = model_config(config.model, **config.model_options).options if custom is None else {}
+    layers, scanned = options.get("n_layers"), bool(options.get("scan_layers"))  # scanned: one body, any depth
+    if config.model != "transformer" or custom is not None or scanned or not layers or layers <= 2:
+        return simulate(config)[0]
+    def with_layers(n: int) -> Any:
+        return dataclasses.replace(config, model_options={**config.model_options, "n_layers": n})
+
+    if mode_class(config.mode).parameter_gathering == "whole-tree":
+        # The whole tree is gathered outside the blocks' calls: their buffers are not the blocks' own, so the
+        # increment per block is measured (1 and 2 blocks) rather than read off one trace.
+        (one, _, _), (two, _, _) = simulate(with_layers(1)), simulate(with_layers(2))
+        extend = lambda a, b: a + (layers - 1) * (b - a)  # noqa: E731
+        return StepMemory(*(extend(getattr(one, f.name), getattr(two, f.name)) for f in dataclasses.fields(StepMemory)))
+    # One trace of 2 blocks: each further block adds what the first adds, its state and the buffers its forward
+    # pass leaves live at the peak (its saved activations); equal to the 1-and-2-block increment (a test).
+    two, block_temp, block_state = simulate(with_layers(2))
+    more = layers - 2
+    return StepMemory(two.argument_bytes + more * block_state, two.output_bytes + more * block_state,
+                      two.alias_bytes + more * block_state, two.temp_bytes + more * block_temp)
 
 
 def _aliased(arg_sizes: list[int], arg_avals: list, donated: list[bool], out_sizes: list[int], out_avals: list) -> int:
