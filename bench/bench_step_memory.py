@@ -1,8 +1,9 @@
 """The plan's simulated peak per device against XLA:CPU's compiled peak of the same step (arguments + outputs -
 aliased + temporaries, nothing allocated), per configuration: target 0.85-1.15 (workbench/analysis/step_memory.py).
 
-The matrix is the test's (tests/test_step_memory.py) plus the configurations the simulation does not reach
-yet (the small cnn), so the bench shows them. With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
+The matrix is the test's (tests/test_step_memory.py) plus a few more. The cnn is not in it: its plan says
+"not modelled" (XLA:CPU expands max-pooling's gradient into buffers the jaxpr does not show; the simulation
+measured 0.40-0.45 of the compiler there). With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
 ``--verify cpu`` of the README's 1.3B transformer in fsdp on data=64,model=8, unrolled and scanned (about a minute).
 """
 
@@ -22,8 +23,6 @@ SCANNED = {**LM, "scan_layers": True}  # the blocks in one lax.scan (workbench/t
 MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
     ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
-    ("cnn", {}, "dp", "data=8", "fp32", 64),
-    ("cnn", {}, "fsdp-whole-tree", "data=8", "bf16", 64),
     ("transformer", LM, "dp", "data=8", "fp32", 32),
     ("transformer", LM, "dp", "data=8", "bf16", 32),
     ("transformer", LM, "fsdp", "data=8", "bf16", 32),

@@ -40,7 +40,7 @@ def _records(target: str, seconds_target: float) -> list[dict]:
                note=f"compile {compiled.compile_seconds:.1f} s, tracing {compiled.build_seconds:.1f} s; {machine()}"),
         record(f"{what}: compiling process peak RSS", compiled.peak_rss_bytes / MiB, "MiB",
                ("<=", 4096.0) if target == "cpu" else None, note=f"VmHWM of the child; {machine()}"),
-        record(f"{what}: analytic / compiler peak", ratio, "x", None,
+        record(f"{what}: analytic / compiler peak", ratio, "x", ("±", 1.0, 0.15) if target == "cpu" else None,
                note=f"plan {plan.peak_bytes / 2**30:.2f} GiB, compiler {compiled.peak_bytes / 2**30:.2f} GiB "
                     f"({compiled.peak_source})"),
     ]

@@ -33,7 +33,7 @@ from workbench.layout.mesh import MeshShape
 from workbench.training import models
 from workbench.training.config import TrainConfig
 from workbench.training.layer_scopes import layer_of
-from workbench.training.models import abstract_batch, model_config, model_config_for_data
+from workbench.training.models import abstract_batch, model_config_for_data
 from workbench.training.step import build_abstract_step, build_step
 
 SMALL_LM = {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 32}

@@ -917,6 +917,17 @@ def plan_training(
 def _simulated_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch: int, seq_len: int | None,
                       precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any):
     """(the step's simulated :class:`~.step_memory.StepMemory`, None) or (None, why it is not modelled)."""
+    from .step_memory import NotSimulated
+
+    try:
+        return _simulate_memory(planned, mode, mesh, batch, seq_len, precision, optimizer, custom_rules, loss,
+                                example_batch)
+    except NotSimulated as reason:
+        return None, str(reason)
+
+
+def _simulate_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch: int, seq_len: int | None,
+                     precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any):
     from ..training.step import check_compiles_ahead
 
     try:
