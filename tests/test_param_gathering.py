@@ -107,7 +107,7 @@ LM_OPTIONS = dict(vocab=64, d_model=16, n_heads=2, n_layers=1, max_len=16)
 
 def _train_lm(mode: str, precision: str = "fp32", steps: int = 2):
     tx = optax.sgd(0.1)
-    model = wb.build_model("transformer", seed=0, loss_chunk=4, **LM_OPTIONS)  # 16 positions in 4 chunks
+    model = wb.build_model("transformer", seed=0, loss_tile=24, **LM_OPTIONS)  # 64 words: 3 tiles, the last padded
     graphdef, state = init_state(model, tx)
     runner = build_mode(mode, StepPlan(graphdef, wb.model_class("transformer").loss, tx, "data=8", 16,
                                        precision=precision))
@@ -124,7 +124,7 @@ def _train_lm(mode: str, precision: str = "fp32", steps: int = 2):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_the_chunked_language_model_loss_trains_under_fsdp_as_single_does(precision):
+def test_the_tiled_language_model_loss_trains_under_fsdp_as_single_does(precision):
     losses, params = _train_lm("fsdp", precision)
     reference, expected = _train_lm("single", precision)
     np.testing.assert_allclose(losses, reference, rtol=1e-5 if precision == "fp32" else 2e-2)
@@ -132,8 +132,8 @@ def test_the_chunked_language_model_loss_trains_under_fsdp_as_single_does(precis
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 if precision == "fp32" else 1e-2)
 
 
-def _compiled_fsdp_step(loss_chunk: int):
-    options = dict(d_model=128, n_layers=2, n_heads=4, vocab=4096, loss_chunk=loss_chunk)
+def _compiled_fsdp_step(loss_tile: int):
+    options = dict(d_model=128, n_layers=2, n_heads=4, vocab=4096, loss_tile=loss_tile)
     from workbench.training.step import build_abstract_step
 
     step = build_abstract_step(wb.TrainConfig(model="transformer", model_options=options, mode="fsdp",
@@ -141,13 +141,30 @@ def _compiled_fsdp_step(loss_chunk: int):
     return step.compile()
 
 
-def test_fsdp_gathers_the_head_once_for_all_chunks_and_holds_one_chunk_of_logits():
+def test_fsdp_gathers_the_head_once_for_all_tiles_and_holds_one_tile_of_logits():
     from workbench.analysis.ledger import collective_ops
 
-    chunked, whole = _compiled_fsdp_step(16), _compiled_fsdp_step(128)  # 2 x 128 tokens per device
-    head_gathers = [op for op in collective_ops(chunked.as_text(), "data=8")
+    tiled, whole = _compiled_fsdp_step(512), _compiled_fsdp_step(4096)  # 2 x 128 tokens per device, 8 tiles
+    head_gathers = [op for op in collective_ops(tiled.as_text(), "data=8")
                     if op.kind == "all-gather" and "(head)" in " ".join(op.metadata)]
-    assert sum(op.times for op in head_gathers) == 2  # forward and backward, not once per chunk (8 chunks)
+    assert sum(op.times for op in head_gathers) == 2  # forward and backward, not once per tile
     logits = 2 * 128 * 4096 * 4  # one device's float32 logits, whole
-    saved = whole.memory_analysis().temp_size_in_bytes - chunked.memory_analysis().temp_size_in_bytes
+    saved = whole.memory_analysis().temp_size_in_bytes - tiled.memory_analysis().temp_size_in_bytes
     assert saved > logits  # the logits, their softmax and gradient are no longer held whole
+
+
+def test_the_tiled_loss_is_the_plain_cross_entropy():
+    """Every word in some tile, padded words never chosen: the same loss, gradient and accuracy."""
+    from workbench.training.models import cross_entropy_loss, language_model_loss
+
+    model = wb.build_model("transformer", seed=0, vocab=50, d_model=16, n_heads=2, n_layers=1, max_len=8, loss_tile=16)
+    rng = np.random.default_rng(1)
+    batch = {"x": rng.integers(0, 50, (4, 8)).astype(np.int32), "y": rng.integers(0, 50, (4, 8)).astype(np.int32),
+             "mask": np.array([1, 1, 1, 0], np.float32)}
+    (tiled, tiled_aux), (plain, plain_aux) = language_model_loss(model, batch), cross_entropy_loss(model, batch)
+    np.testing.assert_allclose(tiled, plain, rtol=1e-6)
+    for key in plain_aux:
+        np.testing.assert_allclose(tiled_aux[key], plain_aux[key], rtol=1e-6)
+    grads = [nnx.grad(lambda m: fn(m, batch)[0])(model) for fn in (language_model_loss, cross_entropy_loss)]
+    for got, want in zip(*(jax.tree.leaves(g) for g in grads)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

@@ -597,12 +597,12 @@ def _activation_bytes(model: Any, examples: int, seq_len: int, split: int, compu
     compute dtype and as float32 for the loss. Their constants include dropout masks this model does not
     have, so this errs high: a rough figure. With ``recomputed`` layers (fsdp recomputes each layer in
     the backward pass) only each layer's input ``s b h`` is kept, plus one layer's activations at a time.
-    The loss computes the logits ``loss_chunk`` positions of each sequence at a time
-    (:meth:`~workbench.training.lm_head.OutputHead.cross_entropy_sums`), so one chunk's logits are held.
+    The loss computes the logits ``loss_tile`` words of the vocabulary at a time
+    (:meth:`~workbench.training.lm_head.OutputHead.cross_entropy_sums`), so one tile's logits are held.
     """
     s, b, h, a = seq_len, examples, model.d_model, model.n_heads
     per_layer = s * b * h * (10 + 24 / split + 5 * a * s / (h * split)) * compute_bytes / 2
-    logits = min(s, model.loss_chunk) * b * model.vocab * (compute_bytes + 4)
+    logits = s * b * min(model.vocab, model.loss_tile) * (compute_bytes + 4)
     if recomputed:
         return int(model.n_layers * s * b * h * compute_bytes + per_layer + logits)
     return int(model.n_layers * per_layer + logits)

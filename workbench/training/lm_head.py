@@ -1,12 +1,15 @@
-"""A language model's output head, and the cross-entropy through it computed a chunk of tokens at a time.
+"""A language model's output head, and the cross-entropy through it computed a slice of the vocabulary at a time.
 
 At a large vocabulary the logits dominate a step's memory: 2,048 tokens x 32,000 words are 262 MB in
-float32, and the softmax and its gradient as many again. :meth:`OutputHead.cross_entropy_sums` runs the
-head's matmul, the log-softmax and the loss over the sequence in chunks (``lax.scan`` over a
-``jax.checkpoint``-ed chunk), so one chunk's logits exist at a time, forward and backward: the backward
-pass recomputes each chunk's logits from the hidden states, as MaxText's vocabulary tiling and Liger's
-fused linear cross-entropy do. The head's kernel is read once for all chunks (under ``fsdp``: gathered
-once), and its gradient is summed over the chunks.
+float32, and the softmax and its gradient as many again. :meth:`OutputHead.cross_entropy_sums` computes
+the head's matmul, the log-sum-exp and the loss over tiles of the vocabulary (``lax.map`` over a
+``jax.checkpoint``-ed tile), so one tile's logits exist at a time, forward and backward: each tile gives
+every token its log-sum-exp, its label's logit if the label is in the tile, and its best word; the backward
+pass recomputes a tile's logits from the hidden states. Tiling the vocabulary rather than the tokens
+(MaxText's vocabulary tiling) also keeps the head's gradient in one piece: each tile adds to its own
+columns of it, where a chunk of tokens makes a whole head-sized product per chunk to add up (measured
+on the README's 1.3B fsdp step: compiled temporaries 0.248 of the whole parameter tree, against 0.271
+with token chunks). The head's kernel is read once for all tiles (under ``fsdp``: gathered once).
 
 Example:
     >>> head = OutputHead(4, 10, rngs=nnx.Rngs(0))
@@ -21,24 +24,27 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import nnx
 from jax import lax
 
-# The logits of one sequence the loss computes at once, by default: chunks of LOGITS_PER_CHUNK // vocab
-# tokens (32 of 32,000 words; a whole 128-token sequence below a vocabulary of 8,192, so small models
-# compute the loss in one piece, exactly as the plain cross-entropy does).
-LOGITS_PER_CHUNK = 2**20
+# Words per tile of the vocabulary the loss computes at once, by default about this many: with the 2,048
+# tokens a device holds in the README's 1.3B plan, 4 MB of float32 logits a tile; a vocabulary this small
+# or smaller is computed in one piece, exactly as the plain cross-entropy does.
+DEFAULT_TILE = 512
 
 
-def default_chunk_tokens(vocab: int) -> int:
-    """Tokens per chunk of a sequence for the loss at vocabulary ``vocab``: about ``LOGITS_PER_CHUNK`` logits.
+def default_tile(vocab: int) -> int:
+    """Words per tile of the loss at vocabulary ``vocab``: about :data:`DEFAULT_TILE`, a divisor of ``vocab``
+    where one lies within a factor of two (a padded last tile costs a padded copy of the head and of its
+    gradient), the whole vocabulary when it is that small.
 
     Example:
-        >>> default_chunk_tokens(32000), default_chunk_tokens(256)
-        (32, 4096)
+        >>> default_tile(32000), default_tile(50257), default_tile(256)
+        (500, 512, 256)
     """
-    return max(1, LOGITS_PER_CHUNK // vocab)
+    if vocab <= DEFAULT_TILE:
+        return vocab
+    return next((t for t in range(DEFAULT_TILE, DEFAULT_TILE // 2, -1) if vocab % t == 0), DEFAULT_TILE)
 
 
 class OutputHead(nnx.Linear):
@@ -56,43 +62,41 @@ class OutputHead(nnx.Linear):
         super().__init__(d_model, vocab, use_bias=False, rngs=rngs)
 
     def cross_entropy_sums(self, hidden: jax.Array, labels: jax.Array, weights: jax.Array,
-                           chunk_tokens: int) -> dict[str, jax.Array]:
-        """Weighted sums over tokens of the cross-entropy and of correct predictions, ``chunk_tokens``
-        positions of every sequence at a time.
+                           tile: int) -> dict[str, jax.Array]:
+        """Weighted sums over tokens of the cross-entropy and of correct predictions, ``tile`` words of the
+        vocabulary at a time.
 
         ``hidden`` is (B, T, d_model), ``labels`` and ``weights`` (B, T). Tokens of weight 0 count for
         nothing, whatever they hold (dropped with ``where``, as :func:`~workbench.training.models.masked_mean`
-        does). Chunks run along the sequence, so a batch split over devices stays split in every chunk.
+        does). A vocabulary that ``tile`` does not divide gets padded words whose logits are -inf.
         """
-        batch, length, _ = hidden.shape
-        chunks = -(-length // chunk_tokens)
-        pad = chunks * chunk_tokens - length  # padded positions get weight 0
+        kernel = self.kernel[...]
+        vocab = kernel.shape[-1]
+        tiles = -(-vocab // tile)
+        if tiles * tile != vocab:
+            kernel = jnp.pad(kernel, [(0, 0), (0, tiles * tile - vocab)])
+
+        @jax.checkpoint  # keeps nothing of the tile: its logits are recomputed in the backward pass
+        def tile_stats(first):
+            kernel_tile = lax.dynamic_slice_in_dim(kernel, first, tile, axis=1)
+            logits = (hidden @ kernel_tile).astype(jnp.float32)  # (B, T, tile), as nnx.Linear computes them
+            words = first + jnp.arange(tile)
+            logits = jnp.where(words < vocab, logits, -jnp.inf)  # padded words
+            mine = (labels >= first) & (labels < first + tile)
+            label_logit = jnp.take_along_axis(logits, jnp.clip(labels - first, 0, tile - 1)[..., None], -1)[..., 0]
+            best = jnp.argmax(logits, axis=-1)
+            return (jax.nn.logsumexp(logits, axis=-1), jnp.where(mine, label_logit, 0.0),
+                    lax.stop_gradient(jnp.max(logits, axis=-1)), first + best)
+
+        # lax.map, not a scan carrying running sums: a carry would have to start per-device under shard_map.
+        lse, label_logit, best_value, best_word = lax.map(tile_stats, jnp.arange(tiles) * tile)
+        losses = jax.nn.logsumexp(lse, axis=0) - label_logit.sum(axis=0)
+        # the first tile holding the largest logit, then its first such word: jnp.argmax's choice over the whole
+        predicted = jnp.take_along_axis(best_word, jnp.argmax(best_value, axis=0)[None], 0)[0]
         weights = weights.astype(jnp.float32)
-        hidden, labels, weights = (jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2))
-                                   for a in (hidden, labels, weights))
-
-        # The kernel's gradient is summed over the chunks in the kernel's own dtype (bfloat16 under bf16
-        # compute), as JAX sums a parameter's gradient over any loop; summing in float32 measured 262 MB
-        # more at the 1.3B model's peak (an f32 copy of the head's gradient).
-        graphdef, params = nnx.split(self)
-
-        @jax.checkpoint  # keeps only the chunk's index: its logits are recomputed in the backward pass
-        def chunk_sums(params, hidden, labels, weights, index):
-            def chunk(a):  # positions index * chunk_tokens ... of every sequence, sliced in place
-                return lax.dynamic_slice_in_dim(a, index * chunk_tokens, chunk_tokens, axis=1)
-
-            logits = nnx.merge(graphdef, params)(chunk(hidden)).astype(jnp.float32)
-            labels, weights = chunk(labels), chunk(weights)
-            losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-            correct = jnp.argmax(logits, axis=-1) == labels
-            kept = weights > 0
-            return (jnp.where(kept, losses * weights, 0.0).sum(), jnp.where(kept, correct * weights, 0.0).sum())
-
-        # lax.map, not a scan carrying the totals: a carry would have to start per-device under shard_map.
-        losses, correct = lax.map(lambda index: chunk_sums(params, hidden, labels, weights, index),
-                                  jnp.arange(chunks))
-        loss, correct = losses.sum(), correct.sum()
-        return {"loss": loss, "correct": correct}
+        kept = weights > 0
+        return {"loss": jnp.where(kept, losses * weights, 0.0).sum(),
+                "correct": jnp.where(kept, (predicted == labels) * weights, 0.0).sum()}
 
 
-__all__ = ["LOGITS_PER_CHUNK", "OutputHead", "default_chunk_tokens"]
+__all__ = ["DEFAULT_TILE", "OutputHead", "default_tile"]

@@ -35,7 +35,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ..errors import ShapeError, WorkbenchError
 from .layer_stack import LayerStack
-from .lm_head import OutputHead, default_chunk_tokens
+from .lm_head import OutputHead, default_tile
 from .token_embedding import TokenEmbedding
 
 FEED_FORWARD_MULTIPLIER = 4  # the transformer's d_ff when none is given: 4 * d_model
@@ -110,23 +110,24 @@ def token_weights(mask: jax.Array | None, shape: tuple[int, ...]) -> jax.Array:
 
 def language_model_loss(model: nnx.Module, batch: Mapping[str, Any]) -> LossOutput:
     """Next-token cross-entropy of a :class:`TransformerLM`, with accuracy, as :func:`cross_entropy_loss`
-    computes them; but where a sequence is longer than the model's ``loss_chunk`` tokens, the logits are
-    computed a chunk at a time and never exist whole (:meth:`~.lm_head.OutputHead.cross_entropy_sums`).
+    computes them; but where the vocabulary is larger than the model's ``loss_tile`` words, the logits are
+    computed a tile of the vocabulary at a time and never exist whole
+    (:meth:`~.lm_head.OutputHead.cross_entropy_sums`).
 
     Example:
-        >>> model = build_model("transformer", vocab=16, d_model=8, n_heads=2, n_layers=1, loss_chunk=4)
+        >>> model = build_model("transformer", vocab=16, d_model=8, n_heads=2, n_layers=1, loss_tile=4)
         >>> batch = {"x": jnp.zeros((2, 8), jnp.int32), "y": jnp.ones((2, 8), jnp.int32)}
         >>> chunked, plain = language_model_loss(model, batch)[0], cross_entropy_loss(model, batch)[0]
         >>> bool(jnp.allclose(chunked, plain))
         True
     """
     tokens = jnp.asarray(batch["x"])
-    chunk = getattr(model, "loss_chunk", None)  # a model of your own with this loss: computed in one piece
-    if chunk is None or tokens.shape[-1] <= chunk:
-        return cross_entropy_loss(model, batch)  # one chunk: the plain loss, the same bits as before chunking
+    tile = getattr(model, "loss_tile", None)  # a model of your own with this loss: computed in one piece
+    if tile is None or tile >= model.vocab:
+        return cross_entropy_loss(model, batch)  # one tile: the plain loss, the same bits as before tiling
     labels = jnp.asarray(batch["y"])
     weights = token_weights(batch.get("mask"), labels.shape)
-    sums = model.head.cross_entropy_sums(model.hidden_states(tokens), labels, weights, chunk)
+    sums = model.head.cross_entropy_sums(model.hidden_states(tokens), labels, weights, tile)
     total_weight = weights.sum()
     safe_weight = jnp.where(total_weight > 0, total_weight, 1.0)  # keeps the gradient finite, as masked_mean
 
@@ -387,10 +388,9 @@ class TransformerLM(RegisteredModel):
     Token embedding plus sinusoidal positions, ``n_layers`` pre-LayerNorm blocks, a final LayerNorm and
     an untied output head without bias. The preset is a byte-level model (vocab 256).
 
-    ``loss_chunk``: the loss computes the logits of this many positions of each sequence at a time
-    (:func:`language_model_loss`); by default about a million logits per sequence
-    (:func:`~.lm_head.default_chunk_tokens`: 32 tokens at vocab 32,000), and longer than any sequence
-    of a small vocabulary, whose loss is then computed in one piece.
+    ``loss_tile``: the loss computes the logits of this many words of the vocabulary at a time
+    (:func:`language_model_loss`); by default 512 (:func:`~.lm_head.default_tile`), so a vocabulary of
+    512 words or fewer is computed in one piece.
     """
 
     NAME = "transformer"
@@ -408,10 +408,10 @@ class TransformerLM(RegisteredModel):
 
     def __init__(self, *, vocab: int = 256, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
                  d_ff: int | None = None, max_len: int = 128, norm_epsilon: float = 1e-5,
-                 loss_chunk: int | None = None, scan_layers: bool = False, rngs: nnx.Rngs):
+                 loss_tile: int | None = None, scan_layers: bool = False, rngs: nnx.Rngs):
         resolved = self.resolve_options(dict(vocab=vocab, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                                             loss_chunk=loss_chunk))
-        d_ff, self.loss_chunk = resolved["d_ff"], resolved["loss_chunk"]  # tokens per chunk of the loss
+                                             loss_tile=loss_tile))
+        d_ff, self.loss_tile = resolved["d_ff"], resolved["loss_tile"]  # words per tile of the loss
         self.vocab, self.d_model, self.n_layers, self.d_ff, self.max_len = vocab, d_model, n_layers, d_ff, max_len
         self.n_heads = n_heads
         self.embed = TokenEmbedding(vocab, d_model, rngs=rngs)
@@ -480,7 +480,7 @@ class TransformerLM(RegisteredModel):
                 "pick n_heads dividing d_model (head size = d_model / n_heads)"
             )
         return {**options, "d_ff": options["d_ff"] or FEED_FORWARD_MULTIPLIER * options["d_model"],
-                "loss_chunk": options["loss_chunk"] or default_chunk_tokens(options["vocab"])}
+                "loss_tile": options["loss_tile"] or default_tile(options["vocab"])}
 
 
 _REGISTRY: dict[str, type[RegisteredModel]] = {
