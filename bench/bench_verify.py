@@ -35,11 +35,16 @@ def _records(target: str, seconds_target: float) -> list[dict]:
     compiled = plan.compiled
     what = f"plan --verify {target}, {plan.params / 1e9:.1f}B LM, {MODE}, {compiled.devices} devices"
     ratio = plan.comparison.row("peak").ratio
+    whole = plan.params * 4  # every parameter in float32, gathered: what whole-tree fsdp would hold
     return [
         record(what, seconds, "s", ("<=", seconds_target),
                note=f"compile {compiled.compile_seconds:.1f} s, tracing {compiled.build_seconds:.1f} s; {machine()}"),
         record(f"{what}: compiling process peak RSS", compiled.peak_rss_bytes / MiB, "MiB",
                ("<=", 4096.0) if target == "cpu" else None, note=f"VmHWM of the child; {machine()}"),
+        record(f"{what}: compiled temporaries / the whole float32 parameter tree", compiled.temp_bytes / whole, "x",
+               ("<=", 0.25) if target == "cpu" and MODE == "fsdp" else None,
+               note=f"temporaries {compiled.temp_bytes / 2**30:.2f} GiB, the tree {whole / 2**30:.2f} GiB: fsdp holds one "
+                    "layer gathered at a time"),
         record(f"{what}: analytic / compiler peak", ratio, "x", ("±", 1.0, 0.15) if target == "cpu" else None,
                note=f"plan {plan.peak_bytes / 2**30:.2f} GiB, compiler {compiled.peak_bytes / 2**30:.2f} GiB "
                     f"({compiled.peak_source})"),
