@@ -24,6 +24,7 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from jax import lax
 
@@ -89,7 +90,7 @@ class OutputHead(nnx.Linear):
                     lax.stop_gradient(jnp.max(logits, axis=-1)), first + best)
 
         # lax.map, not a scan carrying running sums: a carry would have to start per-device under shard_map.
-        lse, label_logit, best_value, best_word = lax.map(tile_stats, jnp.arange(tiles) * tile)
+        lse, label_logit, best_value, best_word = lax.map(tile_stats, np.arange(tiles) * tile)
         losses = jax.nn.logsumexp(lse, axis=0) - label_logit.sum(axis=0)
         # the first tile holding the largest logit, then its first such word: jnp.argmax's choice over the whole
         predicted = jnp.take_along_axis(best_word, jnp.argmax(best_value, axis=0)[None], 0)[0]

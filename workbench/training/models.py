@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
@@ -301,9 +302,11 @@ def sinusoidal_positions(length: int, d_model: int) -> jax.Array:
         >>> sinusoidal_positions(3, 4)[0]
         Array([0., 0., 1., 1.], dtype=float32)
     """
-    frequencies = jnp.exp(-math.log(10000.0) * jnp.arange(0, d_model, 2, dtype=jnp.float32) / d_model)
-    angles = jnp.arange(length, dtype=jnp.float32)[:, None] * frequencies
-    return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=-1)[:, :d_model]
+    # NumPy, not jnp: a constant, so tracing a step compiles no little XLA programs for it (which cost
+    # a fresh process's first plan about 0.1 s each with the compilation cache off)
+    frequencies = np.exp(-math.log(10000.0) * np.arange(0, d_model, 2, dtype=np.float32) / d_model).astype(np.float32)
+    angles = np.arange(length, dtype=np.float32)[:, None] * frequencies
+    return jnp.asarray(np.concatenate([np.sin(angles), np.cos(angles)], axis=-1)[:, :d_model])
 
 
 class CausalSelfAttention(nnx.Module):
@@ -325,7 +328,7 @@ class CausalSelfAttention(nnx.Module):
         head_dim = d_model // self.n_heads
         q, k, v = (proj(x).reshape(batch, length, self.n_heads, head_dim) for proj in (self.q, self.k, self.v))
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(head_dim)
-        causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+        causal = np.tril(np.ones((length, length), dtype=bool))  # a constant (see sinusoidal_positions)
         weights = jax.nn.softmax(jnp.where(causal, scores, jnp.finfo(scores.dtype).min), axis=-1)
         return self.out(jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, length, d_model))
 
