@@ -50,7 +50,7 @@ def default_tile(vocab: int) -> int:
 
 class OutputHead(nnx.Linear):
     """``x @ kernel`` from ``d_model`` to ``vocab`` (no bias): an ``nnx.Linear`` that can also compute the
-    cross-entropy chunk by chunk (:meth:`cross_entropy_sums`).
+    cross-entropy a tile of the vocabulary at a time (:meth:`cross_entropy_sums`).
 
     Its parameter is ``kernel``, initialised as ``nnx.Linear``'s, so models and checkpoints are unchanged.
     """

@@ -118,8 +118,8 @@ def language_model_loss(model: nnx.Module, batch: Mapping[str, Any]) -> LossOutp
     Example:
         >>> model = build_model("transformer", vocab=16, d_model=8, n_heads=2, n_layers=1, loss_tile=4)
         >>> batch = {"x": jnp.zeros((2, 8), jnp.int32), "y": jnp.ones((2, 8), jnp.int32)}
-        >>> chunked, plain = language_model_loss(model, batch)[0], cross_entropy_loss(model, batch)[0]
-        >>> bool(jnp.allclose(chunked, plain))
+        >>> tiled, plain = language_model_loss(model, batch)[0], cross_entropy_loss(model, batch)[0]
+        >>> bool(jnp.allclose(tiled, plain))
         True
     """
     tokens = jnp.asarray(batch["x"])

@@ -248,7 +248,7 @@ def _gathered(method: Callable) -> Callable:
 
 def _calls_gathered(cls: type) -> type:
     """A subclass of ``cls`` whose ``__call__`` (and each method its ``PARAM_METHODS`` names: other methods
-    that compute with the parameters, e.g. a head's chunked loss) runs with the parameters gathered."""
+    that compute with the parameters, e.g. a head's tiled loss) runs with the parameters gathered."""
     if cls not in _LAYER_CLASSES:
         names = ("__call__", *getattr(cls, "PARAM_METHODS", ()))
         methods = {name: _gathered(getattr(cls, name)) for name in names}
