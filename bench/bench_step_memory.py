@@ -1,7 +1,7 @@
 """The plan's simulated peak per device against XLA:CPU's compiled peak of the same step (arguments + outputs -
 aliased + temporaries, nothing allocated), per configuration: target 0.85-1.15 (workbench/analysis/step_memory.py).
 
-The matrix is the test's (tests/test_step_memory.py) plus a few more. The cnn is not in it: its plan says
+The matrix is the test's (tests/test_step_memory.py, read from there) plus dp-tp in bf16. The cnn is not in it: its plan says
 "not modelled" (XLA:CPU expands max-pooling's gradient into buffers the jaxpr does not show; the simulation
 measured 0.40-0.45 of the compiler there). With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
 ``--verify cpu`` of the README's 1.3B transformer in fsdp on data=64,model=8, unrolled and scanned (about a minute).
@@ -9,8 +9,10 @@ measured 0.40-0.45 of the compiler there). With ``BENCH_STEP_MEMORY_1_3B=1`` it 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import pathlib
 
 from timing import machine, record
 
@@ -18,22 +20,18 @@ from workbench.analysis.planning import plan_training
 from workbench.training.config import TrainConfig
 from workbench.training.step import build_abstract_step
 
-LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
-SCANNED = {**LM, "scan_layers": True}  # the blocks in one lax.scan (workbench/training/layer_stack.py)
-MATRIX = [  # model, options, mode, mesh, precision, global batch
-    ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
-    ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
-    ("transformer", LM, "dp", "data=8", "fp32", 32),
-    ("transformer", LM, "dp", "data=8", "bf16", 32),
-    ("transformer", LM, "fsdp", "data=8", "bf16", 32),
-    ("transformer", LM, "fsdp-whole-tree", "data=8", "fp32", 32),
-    ("transformer", LM, "dp-tp", "data=4,model=2", "fp32", 32),
-    ("transformer", LM, "dp-tp", "data=4,model=2", "bf16", 32),
-    ("transformer", LM, "dp-shard-map", "data=8", "fp32", 32),
-    ("transformer", LM, "tp", "model=8", "fp32", 32),
-    ("transformer", SCANNED, "fsdp", "data=8", "fp32", 32),
-    ("transformer", SCANNED, "dp", "data=8", "fp32", 32),
-]
+def _test_module():
+    """tests/test_step_memory.py: its matrix is the one the bench reports (one list, held by the test)."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "tests" / "test_step_memory.py"
+    spec = importlib.util.spec_from_file_location("test_step_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TESTED = _test_module()
+# the test's matrix, and dp-tp in bf16 too
+MATRIX = [*TESTED.MATRIX, ("transformer", TESTED.LM, "dp-tp", "data=4,model=2", "bf16", 32)]
 BIG = {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000}
 
 
@@ -46,11 +44,12 @@ def run() -> list[dict]:
         stats = build_abstract_step(config).compile().memory_analysis()
         peak = (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
                 + stats.temp_size_in_bytes)
+        temporaries = stats.temp_size_in_bytes
         scanned = " scanned" * bool(options.get("scan_layers"))
         records.append(record(
             f"step memory {model}{scanned} {mode} {mesh} {precision}", plan.peak_bytes / peak, "x", ("±", 1.0, 0.15),
             note=f"plan {plan.peak_bytes:,} B (temporaries {plan.memory.temp_bytes:,}), XLA:CPU {peak:,} B "
-                 f"(temporaries {stats.temp_size_in_bytes:,}) per device, batch {batch}, adamw; {machine()}",
+                 f"(temporaries {temporaries:,}) per device, batch {batch}, adamw; {machine()}",
         ))
     if os.environ.get("BENCH_STEP_MEMORY_1_3B"):
         for options, how in ((BIG, ""), ({**BIG, "scan_layers": True}, " scanned")):
