@@ -237,7 +237,9 @@ def _figure_data(page, css: str, index: int = 0) -> str | None:
 
 
 def _tab(root, title: str) -> None:
+    """Show tab ``title`` and wait until it is the current one (the previous tab's panel is hidden then)."""
     root.locator(".lm-TabBar-tab", has_text=title).first.click()
+    root.locator(".lm-TabBar-tab.lm-mod-current", has_text=title).first.wait_for(timeout=30_000)
 
 
 def _shot(target, name: str) -> None:
@@ -369,13 +371,23 @@ def _choose(root, mesh: str | None = None, mode: str | None = None) -> None:
         root.locator(".wb-mode select").select_option(mode)
 
 
-def _verdict(root, level: str, text: str) -> list[str]:
-    """Wait until the shown tab's verdict has ``level`` and ``text``; the labels of its fix buttons."""
+def _expect_verdict(root, level: str, text: str, fixes: list[str]) -> None:
+    """Wait until the shown tab's verdict has ``level``, ``text`` and exactly the fix buttons ``fixes``.
+
+    The verdict's line and its buttons are separate widgets that reach the page one after the other, so
+    the buttons are awaited too (Playwright's ``expect`` retries) rather than read once.
+    """
+    from playwright.sync_api import expect
+
     verdict = root.locator(f".wb-verdict-{level}:visible", has_text=text)
     verdict.wait_for(timeout=60_000)
     mark = {"ok": "✓", "warning": "⚠", "error": "✗"}[level]
     assert verdict.inner_text().strip().startswith(mark), verdict.inner_text()
-    return [label.strip() for label in verdict.locator(".wb-fix").all_inner_texts()]
+    buttons = verdict.locator(".wb-fix")
+    if fixes:
+        expect(buttons).to_have_text(fixes, timeout=30_000)
+    else:
+        expect(buttons).to_have_count(0, timeout=30_000)
 
 
 def test_mesh_and_mode_verdict_and_fixes_before_start(browser, lab_server):
@@ -390,35 +402,35 @@ def test_mesh_and_mode_verdict_and_fixes_before_start(browser, lab_server):
         # dp on data=4,model=2 trains, but the model=2 devices only repeat the work: said in both tabs.
         _choose(root, mesh="data=4,model=2", mode="dp")
         fixes = ["use mode dp-tp", "use mesh data=8"]
-        assert _verdict(root, "warning", "identical copies") == fixes
+        _expect_verdict(root, "warning", "identical copies", fixes)
         _shot(root, "09-verdict-model-and-mode")
         _tab(root, "4 · Inspect")
-        assert _verdict(root, "warning", "identical copies") == fixes
+        _expect_verdict(root, "warning", "identical copies", fixes)
         _shot(root, "10-verdict-inspect")
 
         # One click on a fix: the mode dropdown follows and both verdicts turn ✓.
         _tab(root, "2 · Model & mode")
         root.locator(".wb-fix:visible", has_text="use mode dp-tp").click()
-        assert _verdict(root, "ok", "mode 'dp-tp' trains on mesh data=4,model=2") == []
+        _expect_verdict(root, "ok", "mode 'dp-tp' trains on mesh data=4,model=2", [])
         assert root.locator(".wb-mode select").input_value() == "dp-tp"
         _tab(root, "4 · Inspect")
-        assert _verdict(root, "ok", "mode 'dp-tp' trains on mesh data=4,model=2") == []
+        _expect_verdict(root, "ok", "mode 'dp-tp' trains on mesh data=4,model=2", [])
         root.locator(".wb-status:visible", has_text="laid out on data=4,model=2 for dp-tp").wait_for(timeout=60_000)
 
         # tp on data=8 cannot train: ✗ with the trainer's message and fixes; no layout claims it; Start refuses.
         refused = wb.mesh_fit("tp", "data=8")
         _choose(root, mesh="data=8", mode="tp")
         labels = [fix.label for fix in refused.fixes]
-        assert _verdict(root, "error", refused.message) == labels
+        _expect_verdict(root, "error", refused.message, labels)
         _tab(root, "4 · Inspect")
-        assert _verdict(root, "error", refused.message) == labels
+        _expect_verdict(root, "error", refused.message, labels)
         status = root.locator(".wb-status:visible", has_text=refused.message)
         status.wait_for(timeout=60_000)
         assert "✗" in status.inner_text() and "laid out" not in status.inner_text()
         root.locator(".wb-stale:visible", has_text="Not this selection").wait_for(timeout=30_000)
         _shot(root, "11-verdict-refused-inspect")
         _tab(root, "5 · Train")
-        assert _verdict(root, "error", refused.message) == labels
+        _expect_verdict(root, "error", refused.message, labels)
         root.locator(".wb-start:visible").click()
         status = root.locator(".wb-status:visible", has_text=refused.message)
         status.wait_for(timeout=60_000)
