@@ -236,6 +236,13 @@ def _figure_data(page, css: str, index: int = 0) -> str | None:
     }""", [css, index])
 
 
+def expect(locator):
+    """Playwright's retrying assertions (imported here: the module loads without playwright, to skip)."""
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
 def _tab(root, title: str) -> None:
     """Show tab ``title`` and wait until it is the current one (the previous tab's panel is hidden then)."""
     root.locator(".lm-TabBar-tab", has_text=title).first.click()
@@ -377,8 +384,6 @@ def _expect_verdict(root, level: str, text: str, fixes: list[str]) -> None:
     The verdict's line and its buttons are separate widgets that reach the page one after the other, so
     the buttons are awaited too (Playwright's ``expect`` retries) rather than read once.
     """
-    from playwright.sync_api import expect
-
     verdict = root.locator(f".wb-verdict-{level}:visible", has_text=text)
     verdict.wait_for(timeout=60_000)
     mark = {"ok": "✓", "warning": "⚠", "error": "✗"}[level]
@@ -412,7 +417,7 @@ def test_mesh_and_mode_verdict_and_fixes_before_start(browser, lab_server):
         _tab(root, "2 · Model & mode")
         root.locator(".wb-fix:visible", has_text="use mode dp-tp").click()
         _expect_verdict(root, "ok", "mode 'dp-tp' trains on mesh data=4,model=2", [])
-        assert root.locator(".wb-mode select").input_value() == "dp-tp"
+        expect(root.locator(".wb-mode select")).to_have_value("dp-tp", timeout=30_000)
         _tab(root, "4 · Inspect")
         _expect_verdict(root, "ok", "mode 'dp-tp' trains on mesh data=4,model=2", [])
         root.locator(".wb-status:visible", has_text="laid out on data=4,model=2 for dp-tp").wait_for(timeout=60_000)
@@ -457,8 +462,9 @@ def test_verify_with_the_compiler_from_the_inspect_tab(browser, lab_server):
         assert _execute_in_kernel(page, "assert bench.inspector.verification.job is not None") == "ok"
         status = root.locator(".wb-status:visible", has_text="compiler: peak")
         status.wait_for(timeout=NOTEBOOK_RUN_S * 1000)
-        assert "16 devices" in root.locator(".wb-verify-progress:visible").inner_text()
-        assert "peak" in root.locator(".wb-verify-table:visible").inner_text()
+        # The table and the progress line are other widgets than the status: await them, never read once.
+        expect(root.locator(".wb-verify-progress:visible")).to_contain_text("16 devices", timeout=30_000)
+        expect(root.locator(".wb-verify-table:visible")).to_contain_text("peak", timeout=30_000)
         plot = "document.querySelector('.js-plotly-plot.wb-verify-figure, .wb-verify-figure .js-plotly-plot')"
         page.wait_for_function(f"() => {{ const h = {plot}; return h && h.data && h.data.length === 4; }}",
                                timeout=60_000)
