@@ -18,7 +18,9 @@ from workbench.training.modes.dp_shard_map import ShardMapDataParallel
 from workbench.analysis.reference_check import reference_check, run_check
 
 SMALL = {"hidden": 32}
-FAULT_PAIRS = [(mode, fault) for fault in FAULTS for mode in modes_supporting(fault) if mode in DATA_PARALLEL_MODES]
+# same-shard needs several processes: tests/test_distributed.py catches it across two.
+FAULT_PAIRS = [(mode, fault) for fault in FAULTS if fault != "same-shard"
+               for mode in modes_supporting(fault) if mode in DATA_PARALLEL_MODES]
 
 
 def _check(mode: str, faults=(), **options):
@@ -37,7 +39,7 @@ def test_every_data_parallel_mode_matches_single(mode):
 
 def test_every_supported_pair_is_tested():
     # Each fault makes sense somewhere; optimizer-reset anywhere.
-    assert {fault for _, fault in FAULT_PAIRS} == set(FAULTS)
+    assert {fault for _, fault in FAULT_PAIRS} == set(FAULTS) - {"same-shard"}
     assert set(modes_supporting("optimizer-reset")) >= set(DATA_PARALLEL_MODES)
 
 

@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..child_processes import exit_when_parent_goes
+
 
 def peak_rss_bytes() -> int | None:
     """This process's peak resident memory: ``VmHWM`` on Linux (``ru_maxrss`` may include the parent's)."""
@@ -78,11 +80,6 @@ def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[s
     return report.to_json()
 
 
-def _exit_when_parent_goes() -> None:
-    sys.stdin.read()  # returns at EOF: the parent closed our stdin, or died
-    os._exit(3)
-
-
 def main() -> None:
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever else prints goes where the parent keeps it out of sight
@@ -91,7 +88,7 @@ def main() -> None:
         channel.write(json.dumps(message) + "\n")
 
     request = json.loads(sys.stdin.readline())
-    threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
+    threading.Thread(target=exit_when_parent_goes, daemon=True).start()
     try:
         say(result=compile_request(request, say))
     except BaseException as error:  # noqa: BLE001 - everything is reported; the parent decides what it means

@@ -46,6 +46,7 @@ import numpy as np
 import optax
 
 from .ledger import Collective, CommLedger, float_param_bytes, ledger_for_mode
+from ..distributed.process_data import host_values
 from ..errors import WorkbenchError
 from ..training.modes import StepPlan, build_mode
 from ..training.modes.base import ParallelMode, step_sums
@@ -66,6 +67,7 @@ LOCAL_NORM_MATCH = 1e-3  # relative: "the applied gradient's norm is one replica
 
 _SUMMING = ("vma-double-count", "psum")  # the faults that sum N gradients where their mean belongs
 _UNSYNCED = ("skip-sync", "per-shard-update")
+_WRONG_ROWS = ("same-shard",)  # the faults that train on other rows than the global batch's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,8 +204,8 @@ def _mesh_text(mesh: dict[str, int]) -> str:
 class _Replay:
     """One-device re-implementations of a correct step and of each fault, from the same arithmetic."""
 
-    def __init__(self, plan: StepPlan, shards: int):
-        self.plan, self.shards = plan, shards
+    def __init__(self, plan: StepPlan, shards: int, first_process_rows: slice | None = None):
+        self.plan, self.shards, self.first_process_rows = plan, shards, first_process_rows
         self.grads = jax.jit(lambda params, other, batch: means(step_sums(plan, params, other, batch))["grads"])
         self.init = jax.jit(plan.optimizer.init)
 
@@ -231,31 +233,37 @@ class _Replay:
                     params, opt_state = self.update(params, opt_state, grads, 1.0)
             else:
                 source = self._shard(batch, 0) if fault == "skip-sync" else batch  # replica 0's own view
+                if fault == "same-shard":  # every process's rows are process 0's: the mean is theirs
+                    source = jax.tree.map(lambda x: x[self.first_process_rows], batch)
                 scale = float(self.shards) if fault in ("psum", "vma-double-count") else 1.0
                 params, opt_state = self.update(params, opt_state, self.grads(params, other, source), scale)
             out.append(_flat(params))
         return out
 
 
-def fault_trajectories(plan: StepPlan, replicas: int, state: TrainState, batches: Sequence[Any]) -> dict:
+def fault_trajectories(plan: StepPlan, replicas: int, state: TrainState, batches: Sequence[Any],
+                       first_process_rows: slice | None = None) -> dict:
     """Fault name -> the parameters after each step (flattened) if the step had that fault.
 
     ``psum`` and ``vma-double-count`` both apply N times the gradient, so they share one trajectory.
+    ``same-shard`` is replayed only across processes: ``first_process_rows`` are the rows process 0 loads.
 
     Example:
         >>> fault_trajectories(plan, 4, state, batches)["optimizer-reset"][0].shape  # doctest: +SKIP
         (104458,)
     """
-    replay = _Replay(plan, replicas)
+    replay = _Replay(plan, replicas, first_process_rows)
     summed = replay.trajectory("psum", state, batches)
     out = {}
     for fault in FAULTS:
+        if fault in _WRONG_ROWS and first_process_rows is None:
+            continue
         out[fault] = summed if fault == "vma-double-count" else replay.trajectory(fault, state, batches)
     return out
 
 
 def _flat(params: Any) -> np.ndarray:
-    leaves = [np.ravel(np.asarray(leaf, np.float64)) for leaf in jax.tree.leaves(jax.device_get(params))]
+    leaves = [np.ravel(np.asarray(leaf, np.float64)) for leaf in jax.tree.leaves(host_values(params))]
     return np.concatenate(leaves) if leaves else np.zeros(0)
 
 
@@ -274,10 +282,10 @@ def _max_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray], rms: bool = Fals
 
 def _run(mode: ParallelMode, state: TrainState, batches: Sequence[Any]):
     """(first step's applied gradient norm, flattened params after each step, largest replica divergence)."""
-    placed = mode.place_state(state)
+    placed, share = mode.place_state(state), mode.batch_share()
     first_norm, params, divergence = None, [], 0.0
     for batch in batches:
-        placed, metrics = mode.step(placed, mode.place_batch(batch), diagnostics=True)
+        placed, metrics = mode.step(placed, mode.place_batch(share.take(batch)), diagnostics=True)
         if first_norm is None:
             first_norm = float(jax.device_get(metrics["grad_norm"]))
         params.append(_flat(mode.export_state(placed).params))
@@ -287,7 +295,7 @@ def _run(mode: ParallelMode, state: TrainState, batches: Sequence[Any]):
 
 def _ledger(mode: ParallelMode, state: TrainState, batch: Any) -> CommLedger | None:
     try:
-        return ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))
+        return ledger_for_mode(mode, mode.place_state(state), mode.place_batch(mode.batch_share().take(batch)))
     except WorkbenchError:  # several programs per step (simulated): no single compiled step to read
         return None
 
@@ -340,6 +348,10 @@ def _grad_scale_finding(mode, scale, applied, sync, residuals, reduced_ratio) ->
         message = (f"the applied gradient's norm {applied:.6g} is {local} (replicas: "
                    f"{', '.join(f'{n:.6g}' for n in norms)}), not the synchronised norm {sync.synced_grad_norm:.6g}: "
                    "the gradients were never averaged")
+    elif any(f in residuals and residuals[f] <= min(residuals.values()) for f in _WRONG_ROWS):
+        causes = tuple(f for f in _WRONG_ROWS if f in residuals)
+        message = (f"the applied gradient is {scale:.4f} times the reference's: it is the gradient of other rows than "
+                   "the global batch's")
     else:
         causes = ()
         message = f"the applied gradient is {scale:.4f} times the reference's, matching no known fault"
@@ -377,7 +389,7 @@ def _update_finding(mode, diffs, reference_step, residuals, reduced_ratio, rms=N
     first = next(i for i, m in enumerate(measured) if m > allowed) + 1
     summed = _summed_causes(mode, reduced_ratio)
     impossible = {"psum", "vma-double-count"} - set(summed)  # e.g. no double count without check_vma
-    ranked = [f for f in FAULTS if residuals[f] <= EXPLAINED * worst and f not in impossible]
+    ranked = [f for f in residuals if residuals[f] <= EXPLAINED * worst and f not in impossible]
     ranked = sorted(ranked, key=lambda f: (residuals[f], summed.index(f) if f in summed else len(summed)))
     matched = f"step {first - 1} matches" if first > 1 else "the first step already differs"
     message = (f"the parameters differ from single's by up to {worst:.3g} (per step: "
@@ -415,7 +427,7 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
             "the optimizer state only shows from the second update on"
         )
     reference = build_mode("single", dataclasses.replace(mode.plan, faults=()))
-    sync = sync_report(mode, mode.place_state(state), batches[0])
+    sync = sync_report(mode, mode.place_state(state), mode.batch_share().take(batches[0]))
     applied, observed, divergence = _run(mode, state, batches)
     expected_norm, expected, _ = _run(reference, state, batches)
     start = _flat(state.params)
@@ -424,7 +436,9 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     reference_rms = max(_rms(b - a) for a, b in zip([start, *expected], expected))
     rms_diffs = tuple(_rms(o - e) for o, e in zip(observed, expected, strict=True))
     bf16 = mode.plan.precision == "bf16"
-    replays = fault_trajectories(mode.plan, max(1, mode.data_parallel_size), state, batches)
+    across = jax.process_count() > 1 and not mode.batch_share(0).whole
+    replays = fault_trajectories(mode.plan, max(1, mode.data_parallel_size), state, batches,
+                                 mode.batch_share(0).rows if across else None)
     residuals = {fault: _max_diff(observed, path, rms=bf16) for fault, path in replays.items()}
     scale = applied / expected_norm if expected_norm > 0 else math.inf
     param_bytes = float_param_bytes(state.params)
@@ -472,7 +486,7 @@ def check_built_step(built, *, steps: int | None = None, ledger: bool = True) ->
     check_positive("steps", steps, "--steps 3", integer=True)
     if steps < MIN_STEPS:
         raise WorkbenchError(f"steps={steps} is too few: the reference check needs at least {MIN_STEPS}, e.g. --steps 3")
-    return reference_check(built.mode, built.state, built.first_batches(steps), ledger=ledger)
+    return reference_check(built.mode, built.state, built.first_whole_batches(steps), ledger=ledger)
 
 
 def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **options: Any) -> CheckReport:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import signal
 import subprocess
@@ -38,12 +37,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
+from ..child_processes import REAP_TIMEOUT_S, child_environment, stop_process_group
 from ..errors import VerificationError, WorkbenchError
 from .compile_target import CompileTarget, check_target, parse_target
 from .compiled_step import CompiledStep
 
 DEFAULT_TIMEOUT_S = 900.0  # the 1.3B model on 512 devices compiles in well under a minute on 2 cores
-REAP_TIMEOUT_S = 10.0  # how long a killed or finished child may take to be reaped
 STDERR_TAIL_LINES = 3  # of the child's stderr, shown with an error (libtpu's noise is never shown otherwise)
 ProgressFn = Callable[[str], None]
 
@@ -91,41 +90,11 @@ def _child_environment(config: Any, target: CompileTarget) -> dict[str, str]:
     """The child's environment: CPU only, the mesh's device count, no compilation cache."""
     from ..training.modes import mode_class
 
-    env = dict(os.environ)
     devices = 1 if target.kind == "tpu" or mode_class(config.mode).one_device else config.mesh_shape.size
-    env.update({
-        "JAX_PLATFORMS": "cpu",  # the TPU compiler is reached through the topology, not a TPU backend
-        "WORKBENCH_CPU_DEVICES": str(devices),
-        # Compile for real: a cached program would report a stale compile time (and op metadata, which the
-        # cache key leaves out), and a 512-device program is not worth keeping.
-        "WORKBENCH_COMPILATION_CACHE": "off",
-        "PYTHONPATH": os.pathsep.join(p for p in [_package_root(), env.get("PYTHONPATH", "")] if p),
-        "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-        # libtpu locks /tmp/libtpu_lockfile for one process at a time; compiling for a topology uses no chip.
-        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
-    })
-    env.pop("JAX_NUM_CPU_DEVICES", None)
-    env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\S*", "", env.get("XLA_FLAGS", "")).strip()
-    return env
-
-
-def _package_root() -> str:
-    """The folder that holds this ``workbench`` package, so the child imports the same code."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Kill the child's process group (it runs in its own session) and reap it; safe to call twice, from any
-    thread. Its pipes are left to the reader thread: closing a pipe another thread reads can deadlock."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            process.kill()
-    try:
-        process.wait(timeout=REAP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:  # a zombie the kernel has not let go of yet: nothing more to do
-        pass
+    # Compile for real: a cached program would report a stale compile time (and op metadata, which the cache key
+    # leaves out), and a 512-device program is not worth keeping. libtpu locks /tmp/libtpu_lockfile for one
+    # process at a time; compiling for a topology uses no chip.
+    return child_environment(devices, WORKBENCH_COMPILATION_CACHE="off", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
 
 
 def _close(*streams: Any) -> None:
@@ -164,7 +133,7 @@ class VerificationJob:
             stdout=subprocess.PIPE, stderr=self._stderr, env=_child_environment(config, target),
             start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop the child ourselves
         )
-        self._finalizer = weakref.finalize(self, _stop, self._process)  # also runs at interpreter exit
+        self._finalizer = weakref.finalize(self, stop_process_group, self._process)  # also runs at interpreter exit
         try:
             self._process.stdin.write((json.dumps(request) + "\n").encode())
             self._process.stdin.flush()
@@ -225,7 +194,7 @@ class VerificationJob:
     def _stop_because(self, why: str) -> None:
         if self._why_stopped is None and not self._done.is_set():
             self._why_stopped = why
-        _stop(self._process)
+        stop_process_group(self._process)
 
     def _say(self, text: str) -> None:
         self._progress.append(text)
@@ -251,7 +220,7 @@ class VerificationJob:
         except (OSError, ValueError):
             pass  # the pipe closed under us: the child was killed
         finally:
-            _stop(self._process)
+            stop_process_group(self._process)
             _close(self._process.stdin, self._process.stdout)
             self._timer.cancel()
             if self._outcome is None and self._error is None:

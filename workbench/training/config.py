@@ -86,6 +86,37 @@ def check_positive(what: str, value: Any, example: str, *, integer: bool = False
     return value
 
 
+def check_processes(processes: Any, mode: Any, mesh: MeshShape, batch: int, faults: tuple) -> int:
+    """``processes`` if ``mode`` (a mode class) can train across that many processes on ``mesh``, else a
+    WorkbenchError naming what does not fit and what would.
+
+    Example:
+        >>> from workbench.training.modes import mode_class
+        >>> check_processes(3, mode_class("dp"), parse_mesh("data=8"), 64, ())
+        Traceback (most recent call last):
+        ...
+        workbench.errors.WorkbenchError: processes=3 does not divide the 8 devices of mesh data=8 (each process holds an equal share): use processes=2, 4 or 8
+    """
+    check_positive("processes", processes, "2", integer=True)
+    if processes == 1:
+        if "same-shard" in faults:
+            raise WorkbenchError("fault 'same-shard' needs several processes (one process loads the whole batch): "
+                                 "add processes=2 (--processes 2)")
+        return processes
+    if mode.one_device:
+        raise WorkbenchError(f"mode {mode.name!r} computes on one device in one process, so it cannot run across "
+                             f"processes={processes}: use mode dp (or processes=1)")
+    if mesh.size % processes:
+        divisors = [n for n in range(2, mesh.size + 1) if mesh.size % n == 0]
+        choices = ", ".join(map(str, divisors[:-1])) + f" or {divisors[-1]}" if len(divisors) > 1 else str(divisors[0])
+        raise WorkbenchError(f"processes={processes} does not divide the {mesh.size} devices of mesh {mesh} (each "
+                             f"process holds an equal share): use processes={choices}")
+    if mode.batch_axis is not None and batch % processes:
+        raise WorkbenchError(f"global batch {batch} does not split into {processes} processes' equal parts: use a "
+                             f"batch of {processes * max(1, round(batch / processes))} (a multiple of {processes})")
+    return processes
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """One training run's settings, as plain JSON-able values.
@@ -109,6 +140,9 @@ class TrainConfig:
         drop_remainder: drop each epoch's last partial batch instead of padding and masking it.
         faults: teaching faults written into the step, e.g. ``("psum",)`` (see
             :mod:`workbench.training.modes.faults`); empty, the default, means none: a fault is never on unless asked.
+        processes: how many processes train together on ``jax.distributed`` (1: this one). On one machine
+            the trainer starts them, each with ``mesh size / processes`` simulated devices and its own rows
+            of every batch (see :mod:`workbench.distributed`).
     """
 
     model: str = "mlp"
@@ -127,6 +161,7 @@ class TrainConfig:
     sync_every: int = 50
     drop_remainder: bool = False
     faults: tuple = ()
+    processes: int = 1
     model_options: dict = dataclasses.field(default_factory=dict)
     data_options: dict = dataclasses.field(default_factory=dict)
 
@@ -151,6 +186,7 @@ class TrainConfig:
         check_positive("lr", self.lr, "1e-3")
         declared = mode_class(self.mode)
         faults = check_faults(self.faults, self.mode, declared.supported_faults, declared.fault_reasons)
+        check_processes(self.processes, declared, parse_mesh(self.mesh), self.batch, faults)
         return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr), faults=faults)
 
     @property

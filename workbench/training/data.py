@@ -49,25 +49,41 @@ def _check_fraction(what: str, value: float) -> float:
     return float(value)
 
 
-def _padded_batch(x: np.ndarray, y: np.ndarray, rows: np.ndarray, global_batch_size: int) -> Batch:
-    """The examples at ``rows``, padded with zeros to ``global_batch_size``; ``mask`` marks real ones."""
-    padding = global_batch_size - len(rows)
+def _padded_batch(x: np.ndarray, y: np.ndarray, rows: np.ndarray, global_batch_size: int, part: slice) -> Batch:
+    """Rows ``part`` of the global batch of the examples at ``rows`` padded with zeros to
+    ``global_batch_size``; ``mask`` marks real examples. Only the examples in ``part`` are read."""
+    real = rows[part]  # the padding sits after the real rows, so the part's real rows come first
+    size = len(range(global_batch_size)[part])
+    padding = size - len(real)
 
     def pad(array: np.ndarray) -> np.ndarray:
         return np.concatenate([array, np.zeros((padding, *array.shape[1:]), array.dtype)]) if padding else array
 
-    mask = np.concatenate([np.ones(len(rows), np.float32), np.zeros(padding, np.float32)])
-    return {"x": pad(x[rows]), "y": pad(y[rows]), "mask": mask}
+    mask = np.concatenate([np.ones(len(real), np.float32), np.zeros(padding, np.float32)])
+    return {"x": pad(x[real]), "y": pad(y[real]), "mask": mask}
 
 
 def _batches_in_order(
-    x: np.ndarray, y: np.ndarray, order: np.ndarray, global_batch_size: int, drop_remainder: bool
+    x: np.ndarray, y: np.ndarray, order: np.ndarray, global_batch_size: int, drop_remainder: bool, part: slice
 ) -> Iterator[Batch]:
     for start in range(0, len(order), global_batch_size):
         rows = order[start : start + global_batch_size]
         if drop_remainder and len(rows) < global_batch_size:
             return
-        yield _padded_batch(x, y, rows, global_batch_size)
+        yield _padded_batch(x, y, rows, global_batch_size, part)
+
+
+def _check_part(rows: slice | None, global_batch_size: int) -> slice:
+    """``rows`` as a slice within one global batch (None: all of it), or a WorkbenchError naming it."""
+    if rows is None:
+        return slice(0, global_batch_size)
+    ok = isinstance(rows, slice) and rows.step in (None, 1) and rows.start is not None and rows.stop is not None
+    if not ok or not 0 <= rows.start < rows.stop <= global_batch_size:
+        raise WorkbenchError(
+            f"rows={rows!r} is not a part of a global batch of {global_batch_size}: pass a slice such as "
+            f"slice(0, {max(global_batch_size // 2, 1)}) (a process's rows, see ParallelMode.batch_share)"
+        )
+    return rows
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -139,7 +155,8 @@ class Dataset:
         return self.num_train // size if drop_remainder else -(-self.num_train // size)
 
     def batches(
-        self, global_batch_size: int, *, seed: int, epochs: int | None = None, drop_remainder: bool = False
+        self, global_batch_size: int, *, seed: int, epochs: int | None = None, drop_remainder: bool = False,
+        rows: slice | None = None,
     ) -> Iterator[Batch]:
         """Shuffled training batches ``{"x", "y", "mask"}`` of NumPy arrays, epoch after epoch.
 
@@ -153,6 +170,8 @@ class Dataset:
             seed: the shuffling seed, >= 0.
             epochs: passes over the data; None repeats forever.
             drop_remainder: drop each epoch's final partial batch instead of padding it.
+            rows: only these rows of each global batch (one process's part when training across
+                processes: it reads nothing else); None: the whole batch.
 
         Raises:
             WorkbenchError: a bad batch size, seed or epoch count, or ``drop_remainder`` with a batch
@@ -164,6 +183,7 @@ class Dataset:
             ((32, 64), dtype('int32'), 32.0)
         """
         size = _check_batch_size(global_batch_size)
+        part = _check_part(rows, size)
         seed = _check_int("seed", seed, 0, "seed=0")
         if epochs is not None:
             epochs = _check_int("epochs", epochs, 1, "epochs=1, or epochs=None to repeat forever")
@@ -177,19 +197,21 @@ class Dataset:
         def generate() -> Iterator[Batch]:
             for epoch in itertools.count() if epochs is None else range(epochs):
                 order = np.random.default_rng([seed, epoch]).permutation(self.num_train)
-                yield from _batches_in_order(self.x_train, self.y_train, order, size, drop_remainder)
+                yield from _batches_in_order(self.x_train, self.y_train, order, size, drop_remainder, part)
 
         return generate()
 
-    def eval_batches(self, global_batch_size: int) -> Iterator[Batch]:
-        """The eval split once, in order, the last batch padded and masked (never dropped).
+    def eval_batches(self, global_batch_size: int, *, rows: slice | None = None) -> Iterator[Batch]:
+        """The eval split once, in order, the last batch padded and masked (never dropped); ``rows`` as
+        in :meth:`batches`.
 
         Example:
             >>> [float(batch["mask"].sum()) for batch in load_dataset("digits").eval_batches(256)]
             [256.0, 104.0]
         """
         size = _check_batch_size(global_batch_size)
-        return _batches_in_order(self.x_eval, self.y_eval, np.arange(self.num_eval), size, False)
+        part = _check_part(rows, size)
+        return _batches_in_order(self.x_eval, self.y_eval, np.arange(self.num_eval), size, False, part)
 
     def unigram_entropy(self) -> float:
         """Entropy in nats per token of the training targets' token frequencies.

@@ -251,6 +251,40 @@ class RunWriter:
         self._metrics = open(self.path / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self._status: str | None = None
 
+    @classmethod
+    def adopt(cls, path: str | os.PathLike, config: Mapping | None = None) -> "RunWriter":
+        """A writer for the run already begun in ``path`` (by another process: a launcher reserves the folder,
+        one of its workers writes the run). ``config``, if given, replaces ``config.json`` (``name`` and
+        ``created`` kept); metrics are appended after any already written.
+
+        Raises:
+            RunError: ``path`` holds no run (no ``config.json``) or the run has ended (``summary.json``).
+
+        Example:
+            >>> writer = RunWriter.adopt("runs/mlp-dp-20261123-101500", {"model": "mlp", "processes": 2})  # doctest: +SKIP
+        """
+        path = Path(path)
+        begun = _read_json_file(path / CONFIG_FILE, "config") if (path / CONFIG_FILE).is_file() else None
+        if begun is None:
+            raise RunError(f"{str(path)!r} holds no run (no {CONFIG_FILE}): start one with RunWriter(run_root, name)")
+        if (path / SUMMARY_FILE).exists():
+            raise RunError(f"run {path.name!r} has already ended ({SUMMARY_FILE} exists): start a new run")
+        writer = cls.__new__(cls)
+        writer.name, writer.path = path.name, path
+        writer.config = {**dict(config if config is not None else begun), "name": begun["name"], "created": begun["created"]}
+        if config is not None:
+            _write_atomically(path / CONFIG_FILE, _encode(writer.config, "config"))
+        writer._metrics = open(path / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        writer._status = None
+        return writer
+
+    def hand_over(self) -> Path:
+        """Close this writer without ending the run, for another process to :meth:`adopt` it; its folder."""
+        self._check_open("hand it over")
+        self._metrics.close()
+        self._status = "handed over"
+        return self.path
+
     @property
     def finished(self) -> bool:
         """Whether :meth:`finish` has run (by hand or on leaving a ``with`` block)."""

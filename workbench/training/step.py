@@ -22,6 +22,7 @@ from typing import Any
 import jax
 from flax import nnx
 
+from ..distributed.process_data import ProcessShare
 from ..errors import MeshError, WorkbenchError
 from .config import TrainConfig, make_optimizer
 from .data import Dataset, load_dataset
@@ -60,8 +61,10 @@ class CustomModel:
 class BuiltStep:
     """What :func:`build_step` made: the checked ``config``, the built ``mode`` (its compiled step is
     made once and kept with it), the host ``state`` to start from, the ``model`` and its ``loss``,
-    ``train_batches(seed)`` and ``eval_batches()`` (None without held-out data), the ``dataset`` (None for
-    custom batches) and the resolved ``model_options``."""
+    ``train_batches(seed)`` and ``eval_batches()`` (None without held-out data), each yielding this
+    process's rows of every global batch (all of them in one process), the ``dataset`` (None for custom
+    batches), the resolved ``model_options`` and ``whole_batches(seed)``, the global batches themselves (what
+    the one-device reference of the check trains on)."""
 
     config: TrainConfig
     mode: ParallelMode
@@ -72,10 +75,16 @@ class BuiltStep:
     eval_batches: Callable[[], Iterable[Any]] | None
     dataset: Dataset | None
     model_options: dict[str, Any]
+    whole_batches: Callable[[int], Iterator[Any]]
 
     def first_batches(self, count: int) -> list[Any]:
-        """The first ``count`` global batches this step trains on (seed ``config.seed``)."""
+        """The first ``count`` batches this step trains on (seed ``config.seed``): global batches, or this
+        process's rows of them when training across processes."""
         return list(itertools.islice(self.train_batches(self.config.seed), count))
+
+    def first_whole_batches(self, count: int) -> list[Any]:
+        """The first ``count`` global batches, whole in every process (the reference check's input)."""
+        return list(itertools.islice(self.whole_batches(self.config.seed), count))
 
 
 def check_mesh_for_training(config: TrainConfig, devices: Any = None) -> None:
@@ -89,16 +98,28 @@ def check_mesh_for_training(config: TrainConfig, devices: Any = None) -> None:
 
 
 def _data(config: TrainConfig, custom: CustomModel | None):
-    """(model config or None, train batches factory, eval batches factory, dataset or None)."""
+    """(model config or None, dataset or None): the data set is loaded once, before the model is sized."""
     if custom is not None:
-        batches, evaluate = custom.batches, custom.eval_batches
-        train = batches if callable(batches) else (lambda seed, it=iter(batches): it)
-        held_out = evaluate if callable(evaluate) or evaluate is None else (lambda b=evaluate: b)
-        return None, train, held_out, None
+        return None, None
     dataset = load_dataset(config.data, seed=config.seed, **config.data_options)
-    model_cfg = model_config_for_data(config.model, dataset, **config.model_options)
-    train = lambda seed: dataset.batches(config.batch, seed=seed, drop_remainder=config.drop_remainder)  # noqa: E731
-    return model_cfg, train, (lambda: dataset.eval_batches(config.batch)), dataset
+    return model_config_for_data(config.model, dataset, **config.model_options), dataset
+
+
+def _batch_sources(config: TrainConfig, dataset: Dataset | None, custom: CustomModel | None, share: ProcessShare):
+    """(train batches factory, eval batches factory or None) yielding this process's ``share`` of each
+    global batch: a data set reads only those rows; your own batches are cut to them."""
+    if custom is None:
+        rows = None if share.whole else share.rows
+        train = lambda seed: dataset.batches(config.batch, seed=seed, drop_remainder=config.drop_remainder,  # noqa: E731
+                                             rows=rows)
+        return train, (lambda: dataset.eval_batches(config.batch, rows=rows))
+    batches, evaluate = custom.batches, custom.eval_batches
+    train = batches if callable(batches) else (lambda seed, it=iter(batches): it)
+    held_out = evaluate if callable(evaluate) or evaluate is None else (lambda b=evaluate: b)
+    if share.whole:
+        return train, held_out
+    cut = lambda seed: (share.take(batch) for batch in train(seed))  # noqa: E731
+    return cut, None if held_out is None else (lambda: (share.take(batch) for batch in held_out()))
 
 
 def build_step(
@@ -120,7 +141,7 @@ def build_step(
     """
     config = config.checked()
     check_mesh_for_training(config)
-    model_cfg, train, evaluate, dataset = _data(config, custom)
+    model_cfg, dataset = _data(config, custom)
     if custom is not None and custom.module is not None:
         graphdef, params = custom.initial
         model, loss, tp_rules = nnx.merge(graphdef, params), custom.loss or type(custom.module).loss, custom.tp_rules
@@ -133,7 +154,14 @@ def build_step(
     optimizer = make_optimizer(config.optimizer, config.lr)
     graphdef, state = init_state(model, optimizer)
     mode = _mode(config, graphdef, state, loss, tp_rules, optimizer, modes)
-    return BuiltStep(config, mode, state, model, loss, train, evaluate, dataset, options)
+    train, evaluate = _batch_sources(config, dataset, custom, mode.batch_share())
+    whole = train if jax.process_count() == 1 else _batch_sources(config, dataset, custom, _whole_share(config.batch))[0]
+    return BuiltStep(config, mode, state, model, loss, train, evaluate, dataset, options, whole)
+
+
+def _whole_share(rows: int) -> ProcessShare:
+    """Every row of each global batch, for this process (what the reference check trains on)."""
+    return ProcessShare(jax.process_index(), jax.process_count(), slice(0, rows), rows)
 
 
 def _registered_loss_and_rules(model_cfg) -> tuple[LossFn, tuple]:

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..distributed.process_data import batch_share, host_values
 from .modes.base import ParallelMode
 from .modes.core import TrainState, mean_loss_and_grads
 
@@ -109,6 +110,27 @@ def replica_divergence(params: Any) -> float:
     return worst
 
 
+def _cross_process_divergence(params: Any) -> float:
+    """The largest difference between what different processes hold of the same parameter elements.
+
+    Each process writes what its devices hold into a full-size array (NaN where it holds nothing); the
+    arrays are gathered from every process and compared where two processes both hold an element.
+    """
+    from jax.experimental import multihost_utils
+
+    worst = 0.0
+    for leaf in jax.tree.leaves(params):
+        view = np.full(leaf.shape, np.nan, np.float64)
+        for shard in leaf.addressable_shards:
+            view[shard.index] = np.asarray(shard.data, np.float64)
+        views = np.asarray(multihost_utils.process_allgather(view))  # (processes, *shape)
+        shared = np.sum(~np.isnan(views), axis=0) > 1  # elements two or more processes hold
+        if shared.any():
+            spread = np.nanmax(views[:, shared], axis=0) - np.nanmin(views[:, shared], axis=0)
+            worst = max(worst, float(np.max(spread)))
+    return worst
+
+
 def _stacked_rows_divergence(params: Any) -> float:
     worst = 0.0
     for leaf in jax.tree.leaves(params):
@@ -126,23 +148,45 @@ def state_divergence(mode: ParallelMode, state: TrainState) -> float:
         0.0
     """
     if getattr(mode, "stacked_state", False):
-        return _stacked_rows_divergence(state.params)
+        return _stacked_rows_divergence(host_values(state.params))
+    if jax.process_count() > 1:  # replicas on other processes' devices are replicas too
+        return max(replica_divergence(state.params), _cross_process_divergence(state.params))
     return replica_divergence(state.params)
 
 
+def _all_replicas(mode: ParallelMode, replicas: int, flat: np.ndarray, weights: np.ndarray):
+    """Every replica's flattened gradient and weight, from each process's own replicas (a collective)."""
+    from jax.experimental import multihost_utils
+
+    # Where this process's own devices sit (not the rows it loaded: under the same-shard fault those are process 0's).
+    own = batch_share(mode.mesh, mode.batch_axis, mode.plan.global_batch)
+    first = own.rows.start * replicas // mode.plan.global_batch
+    flats, weightss, firsts = multihost_utils.process_allgather((flat, weights, np.int32(first)))
+    every_flat, every_weight = np.zeros((replicas, flat.shape[1]), flat.dtype), np.zeros(replicas, weights.dtype)
+    for start, part, weight in zip(np.ravel(firsts), flats, weightss):  # processes holding the same rows agree
+        every_flat[start:start + len(part)], every_weight[start:start + len(weight)] = part, weight
+    return jnp.asarray(every_flat), every_weight
+
+
 def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) -> SyncReport:
-    """Measure gradient synchronisation for ``mode`` at ``state`` on one global ``batch`` (NumPy).
+    """Measure gradient synchronisation for ``mode`` at ``state`` on one ``batch`` (NumPy).
 
     ``state`` is the mode's placed state (as ``mode.step`` returns it); ``batch`` the host batch
-    before ``place_batch``. What is measured: docs/design/gradient-sync-diagnostics.md.
+    before ``place_batch``: the global batch, or across processes this process's rows of it (each
+    process computes its own replicas' gradients, and every replica's are gathered). What is measured:
+    docs/design/gradient-sync-diagnostics.md.
     """
     replicas = max(1, mode.data_parallel_size)
-    plain = mode.export_state(state)
-    params = jax.device_put(plain.params, jax.devices()[0])
-    other = jax.device_put(plain.other, jax.devices()[0])
-    shards = jax.tree.map(lambda x: np.asarray(x).reshape(replicas, -1, *np.shape(x)[1:]), batch)
+    plain = host_values(mode.export_state(state))
+    device = jax.local_devices()[0]
+    params, other = jax.device_put(plain.params, device), jax.device_put(plain.other, device)
+    rows = len(jax.tree.leaves(batch)[0])
+    mine = replicas * rows // mode.plan.global_batch  # the replicas whose rows this process holds
+    shards = jax.tree.map(lambda x: np.asarray(x).reshape(mine, -1, *np.shape(x)[1:]), batch)
     grads, weights = _replica_gradients_fn(mode.plan.graphdef, mode.plan.loss, mode.plan.precision)(params, other, shards)
-    flat = jax.vmap(_flat)(grads)  # (replicas, parameters)
+    flat = jax.vmap(_flat)(grads)  # (this process's replicas, parameters)
+    if mine < replicas:
+        flat, weights = _all_replicas(mode, replicas, np.asarray(flat), np.asarray(weights))
     weights = jnp.asarray(weights, jnp.float32)
     synced = jnp.sum(flat * weights[:, None], axis=0) / jnp.maximum(jnp.sum(weights), 1e-30)
     local_norms = jnp.linalg.norm(flat, axis=1)

@@ -42,6 +42,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from ..distributed.process_data import host_values
 from ..errors import WorkbenchError
 from .in_flight import InFlight
 from .modes.core import LossFn, TrainState, add_sums, first_non_finite
@@ -240,10 +241,15 @@ class Trainer:
             "devices": f"{len(jax.devices())} x {jax.devices()[0].platform}",
             "jax_version": jax.__version__,
         }
-        writer = RunWriter(self.run_root, name, record)
+        writer = self._open_writer(name, record)
         self.run_name, self.run_path = writer.name, writer.path
         self.history, self._summary, self._control = [], None, _Control()
         return writer, built.mode, built.state, built.train_batches, built.eval_batches, dataset
+
+    def _open_writer(self, name: str | None, record: dict[str, Any]) -> RunWriter:
+        """Where the run is written: a new folder under ``run_root`` (a process of a multi-process run
+        writes into the folder its launcher reserved instead)."""
+        return RunWriter(self.run_root, name, record)
 
     # --- the training thread ---------------------------------------------------------------------
 
@@ -318,6 +324,8 @@ class _Loop:
     def stop_requested(self) -> bool:
         """Act on Stop and Pause at this step boundary; True when the run must end."""
         control = self.trainer._control
+        if jax.process_count() > 1:
+            return self.agreed_stop()
         if control.stop.is_set():
             self.flush()
             return True
@@ -325,6 +333,19 @@ class _Loop:
             self.flush()
             return self.wait_while_paused() == "stop"
         return False
+
+    def agreed_stop(self) -> bool:
+        """Across processes, every process must stop after the same step, or the others wait in a collective
+        forever. Process 0's stop request is broadcast at each logging step (where the metrics are read
+        anyway), so a stop acts within one logging interval."""
+        if self.step % self.config.log_every:
+            return False
+        from jax.experimental import multihost_utils
+
+        if not multihost_utils.broadcast_one_to_all(np.int32(self.trainer._control.stop.is_set())):
+            return False
+        self.flush()
+        return True
 
     def next_batch(self, batches: Iterator[Any]) -> Any:
         try:
@@ -414,7 +435,7 @@ class _Loop:
             if np.isfinite(metrics["loss"]) and grads_finite.all():
                 continue
             params = self.mode.export_state(self.state).params
-            params_finite = [bool(np.all(np.isfinite(leaf))) for leaf in jax.tree.leaves(jax.device_get(params))]
+            params_finite = [bool(np.all(np.isfinite(leaf))) for leaf in jax.tree.leaves(host_values(params))]
             culprit = first_non_finite(params, grads_finite, params_finite)
             if culprit and culprit.startswith("parameter") and steps[-1] != step:
                 culprit += f" (read after step {steps[-1]})"

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ...distributed.process_data import ProcessShare, batch_share, global_arrays
 from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, parse_mesh
 from ...layout.rules import RuleTable
@@ -127,7 +128,8 @@ def single_device_mesh(devices: Any = None) -> Mesh:
     ``simulated`` compute."""
     if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
         return training_mesh(MeshShape((DATA_AXIS,), (1,)), devices)
-    return build_mesh({DATA_AXIS: 1}, axis_types="auto", devices=list(devices or jax.devices())[:1])
+    # This process's first device: across processes, jax.devices()[0] belongs to process 0 only.
+    return build_mesh({DATA_AXIS: 1}, axis_types="auto", devices=list(devices or jax.local_devices())[:1])
 
 
 def host_copy(state: Any) -> Any:
@@ -200,7 +202,7 @@ class ParallelMode(abc.ABC):
     stacked_state: ClassVar[bool] = False
     gradient_sync: ClassVar[str] = "compiler"
     collectives: ClassVar[tuple[CollectiveNeed, ...]] = ()
-    supported_faults: ClassVar[tuple[str, ...]] = ("optimizer-reset",)
+    supported_faults: ClassVar[tuple[str, ...]] = ("optimizer-reset", "same-shard")
     fault_reasons: ClassVar[dict[str, str]] = {}
 
     def __init__(self, plan: StepPlan):
@@ -262,7 +264,29 @@ class ParallelMode(abc.ABC):
 
     @abc.abstractmethod
     def place_batch(self, batch: Any) -> Any:
-        """A global NumPy batch placed (or cut) as this mode reads it."""
+        """This process's rows of a global NumPy batch (:meth:`batch_share`; in one process the whole
+        batch) placed (or cut) as this mode reads it: one global batch across all processes."""
+
+    def batch_share(self, process_index: int | None = None) -> ProcessShare:
+        """The rows of each global batch process ``process_index`` (default: this one) loads: those its
+        devices hold. With the ``same-shard`` teaching fault every process loads process 0's rows.
+
+        Example:
+            >>> mode.batch_share().rows  # one process: every row  # doctest: +SKIP
+            slice(0, 256, None)
+        """
+        mesh = getattr(self, "mesh", None)
+        if mesh is None:  # computes on one device, in one process: the whole batch
+            return ProcessShare(0, 1, slice(0, self.plan.global_batch), self.plan.global_batch)
+        if "same-shard" in self.faults:  # the fault: every process loads the rows of process 0
+            own = batch_share(mesh, self.batch_axis, self.plan.global_batch, process_index)
+            return dataclasses.replace(own, rows=batch_share(mesh, self.batch_axis, self.plan.global_batch, 0).rows)
+        return batch_share(mesh, self.batch_axis, self.plan.global_batch, process_index)
+
+    def _global_leading(self, local_rows: int) -> int:
+        """The global batch size whose process part has ``local_rows`` rows (eval batches are as large)."""
+        share = self.batch_share()
+        return local_rows * share.global_rows // share.size
 
     @abc.abstractmethod
     def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
@@ -355,7 +379,8 @@ class ShardedJitMode(ParallelMode):
         return jax.device_put(host_copy(state), self.state_shardings(state))  # buffers the step may donate
 
     def place_batch(self, batch: Any) -> Any:
-        return jax.device_put(batch, jax.tree.map(self.batch_sharding, batch))
+        leading = self._global_leading(len(jax.tree.leaves(batch)[0]))
+        return global_arrays(batch, jax.tree.map(self.batch_sharding, batch), leading)
 
     def compute_params(self, params: Any) -> Any:
         """The parameters as the forward pass uses them (identity; FSDP gathers them here)."""

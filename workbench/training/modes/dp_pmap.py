@@ -23,6 +23,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from ...distributed.process_data import global_arrays
 from ...errors import MeshError
 from ...layout.mesh import build_mesh
 from ...layout.tree_layout import TreeLayout, layout_tree
@@ -43,7 +44,7 @@ class PmapDataParallel(ParallelMode):
     stacked_state = True  # row i of every state leaf is replica i's copy
     gradient_sync = "pmap"
     collectives = (GRADIENT_ALL_REDUCE,)
-    supported_faults = ("skip-sync", "psum", "optimizer-reset")
+    supported_faults = ("skip-sync", "psum", "optimizer-reset", "same-shard")
     fault_reasons = {
         "per-shard-update": "each device updates once with its own shard; the per-shard loop is shown in simulated",
         "vma-double-count": "pmap does not pre-sum gradients (no check_vma): the trap needs shard_map",
@@ -99,8 +100,12 @@ class PmapDataParallel(ParallelMode):
         return self._on_devices(jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (copies, *np.shape(x))), state))
 
     def place_batch(self, batch: Any) -> Any:
-        copies = len(self.devices)
-        return self._on_devices(jax.tree.map(lambda x: np.asarray(x).reshape(copies, -1, *np.shape(x)[1:]), batch))
+        """This process's rows reshaped to (its devices, rows per device, ...): row i onto device i."""
+        copies, local = len(self.devices), len(jax.tree.leaves(batch)[0])
+        mine = copies * local // self._global_leading(local)  # this process's devices
+        stacked = jax.tree.map(lambda x: np.asarray(x).reshape(mine, -1, *np.shape(x)[1:]), batch)
+        sharding = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
+        return global_arrays(stacked, jax.tree.map(lambda _: sharding, stacked), copies)
 
     def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
         return self._steps[diagnostics](state, batch)

@@ -40,7 +40,7 @@ class ShardMapDataParallel(ShardedJitMode):
     state_placement = "replicate"
     gradient_sync = "shard_map"
     collectives = (GRADIENT_ALL_REDUCE,)
-    supported_faults = ("psum", "vma-double-count", "optimizer-reset")
+    supported_faults = ("psum", "vma-double-count", "optimizer-reset", "same-shard")
     fault_reasons = {
         "skip-sync": "its one program always averages; leaving the pmean out is shown with dp-pmap's replicas",
         "per-shard-update": "it computes all shards at once, so there is no per-shard loop to update in",

@@ -18,6 +18,8 @@ fault                  what the step does wrong              modes
                        grad is already summed, N times
 ``optimizer-reset``    the optimizer state is rebuilt every  every mode
                        step (momentum and Adam moments lost)
+``same-shard``         every process loads process 0's rows  every mode that splits the batch over
+                       of the global batch                   processes (``--processes 2`` or more)
 =====================  ====================================  ======================================
 
 The reference check (:mod:`workbench.analysis.reference_check`) never reads these switches: it measures a
@@ -102,6 +104,16 @@ FAULTS: dict[str, Fault] = {
             "size lr, and momentum never builds up. The first step matches; every later one differs.",
             "Create the optimizer state once (opt_state = tx.init(params)) and carry the returned state "
             "from each step into the next (including through shard_map / pmap outputs).",
+        ),
+        Fault(
+            "same-shard",
+            "every process loads the same shard of the global batch",
+            "Training across processes, each process must load its own rows of the global batch: the rows its "
+            "devices hold. Here every process loaded process 0's rows, so the global batch is process 0's shard "
+            "repeated, the other rows are never seen, and the gradient is that one shard's. Nothing crashes, "
+            "and the loss still falls: the model just trains on a fraction of the data.",
+            "Load the rows of jax.process_index(): the rows this process's devices hold (mode.batch_share() "
+            "says which), then join the parts with jax.make_array_from_process_local_data.",
         ),
     )
 }

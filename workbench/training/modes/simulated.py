@@ -39,6 +39,7 @@ class SimulatedDataParallel(ParallelMode):
     fault_reasons = {
         "skip-sync": "its loop has one copy of the parameters, so there are no replicas to drift apart",
         "vma-double-count": "it differentiates outside shard_map, where check_vma does not apply",
+        "same-shard": "it runs in one process, which loads the whole batch",
     }
 
     def __init__(self, plan: StepPlan):

@@ -26,8 +26,9 @@ class SingleDevice(ShardedJitMode):
     state_placement = "replicate"
     gradient_sync = "none"
     collectives = ()
+    supported_faults = ("optimizer-reset",)
     fault_reasons = {"skip-sync": _ONE_DEVICE, "psum": _ONE_DEVICE, "vma-double-count": _ONE_DEVICE,
-                     "per-shard-update": "it does not split the batch into shards"}
+                     "per-shard-update": "it does not split the batch into shards", "same-shard": _ONE_DEVICE}
 
     def build_mesh(self, plan: StepPlan) -> Mesh:
         # A one-device mesh keeps the code path of the other jit modes; nothing is split.

@@ -31,4 +31,6 @@ class TensorParallel(ShardedJitMode):
     state_placement = "tensor-parallel"
     gradient_sync = "compiler"
     collectives = (ACTIVATION_ALL_REDUCE,)
-    fault_reasons = {**NO_HAND_WRITTEN_SYNC, "skip-sync": "it has no replicas: each device holds its own part"}
+    supported_faults = ("optimizer-reset",)
+    fault_reasons = {**NO_HAND_WRITTEN_SYNC, "skip-sync": "it has no replicas: each device holds its own part",
+                     "same-shard": "every device reads the whole batch, so there is no shard to load twice"}
