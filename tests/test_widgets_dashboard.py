@@ -287,3 +287,124 @@ def test_previous_runs_are_overlaid_on_the_loss_figure(make_dashboard, tmp_path)
     assert names[0] in shown and names[1] not in shown
     assert len(dashboard.loss_figure.data) == traces  # hidden, not removed
     assert ys(dashboard.loss_figure, "train loss")  # the live run's curve is untouched
+
+
+# --- watching a run written elsewhere ----------------------------------------------------------------
+
+
+FOLLOW_FAST = {"poll_interval": 0.01}
+
+
+@pytest.fixture
+def attach(tmp_path):
+    """TrainingDashboard.attach under tmp_path, each closed (its follower stopped) when the test ends."""
+    made = []
+
+    def make(run, **options) -> TrainingDashboard:
+        dashboard = TrainingDashboard.attach(run, run_root=str(tmp_path), **{**FOLLOW_FAST, **options})
+        made.append(dashboard)
+        return dashboard
+
+    yield make
+    for dashboard in made:
+        dashboard.close()
+        assert dashboard.follower is None
+
+
+def test_attach_to_a_finished_run_draws_its_loss_curve_and_says_how_it_ended(tmp_path, attach):
+    trainer = wb.Trainer(dp_selection(steps=30, eval_every=10, sync_every=10).train_config(), run_root=str(tmp_path))
+    trainer.run()
+    run = wb.load_run(trainer.run_name, tmp_path)
+    dashboard = attach(trainer.run_name)
+    summary = dashboard.wait(30)
+    assert summary["status"] == "finished" and dashboard.follower.status == "finished" and not errors(dashboard)
+    assert dashboard.trainer is None  # it trained nothing itself
+
+    steps, losses = run.series("loss")
+    assert [int(x) for x in dashboard.loss_figure.data[0].x] == steps
+    assert ys(dashboard.loss_figure, "train loss") == pytest.approx(losses)
+    assert ys(dashboard.loss_figure, "eval loss") == pytest.approx(run.series("eval_loss")[1])
+    assert ys(dashboard.grad_norm_figure, "synchronised") == pytest.approx(run.series("sync_synced_grad_norm")[1])
+    assert dashboard.progress.value == dashboard.progress.max == 30
+    level, text = dashboard.status.last
+    assert level == "ok" and text.startswith(f"finished {trainer.run_name}: 30 steps") and str(run.path) in text
+    assert not dashboard.start_button.disabled and dashboard.stop_button.disabled
+
+
+def test_the_watch_button_follows_the_one_selected_run(make_dashboard, tmp_path):
+    dashboard = make_dashboard(dp_selection(steps=10))
+    names = [dashboard.start()]
+    assert dashboard.wait(120)["steps"] == 10
+    with wb.RunWriter(tmp_path, "from-the-cli", {"mode": "dp", "mesh": "data=8", "steps": 3}) as writer:
+        for step, loss in ((1, 2.0), (2, 1.5), (3, 1.25)):
+            writer.append({"step": step, "loss": loss})
+    names.append(writer.name)
+    dashboard.refresh_runs()
+
+    dashboard.watch_button.click()
+    assert dashboard.status.last == ("info", "select one run in the compare list to watch it")
+    dashboard.runs_select.value = tuple(names)
+    dashboard.watch_button.click()
+    assert dashboard.status.last == ("info", "select one run in the compare list to watch it (2 are selected)")
+    assert dashboard.follower is None
+
+    dashboard.runs_select.value = ("from-the-cli",)
+    dashboard.watch_button.click()
+    assert dashboard.follower is not None and dashboard.follower.run_name == "from-the-cli"
+    assert dashboard.wait(10)["status"] == "finished" and not errors(dashboard)
+    assert ys(dashboard.loss_figure, "train loss") == [2.0, 1.5, 1.25]  # the watched run, not the dashboard's own
+    assert dashboard.status.last[0] == "ok" and "finished from-the-cli: 3 steps" in dashboard.status.last[1]
+
+
+def test_a_foreign_run_is_not_stopped_its_silence_and_failure_are_shown(tmp_path, attach):
+    writer = wb.RunWriter(tmp_path, "on-another-host", {"mode": "fsdp", "mesh": "data=8", "steps": 100})
+    writer.append({"step": 1, "loss": 2.0})
+    dashboard = attach("on-another-host", silent_after=0.2)
+    assert poll(lambda: ys(dashboard.loss_figure, "train loss") == [2.0], 10)
+    assert not dashboard.stop_button.disabled and dashboard.pause_button.disabled
+
+    dashboard.stop_button.click()
+    level, text = dashboard.status.last
+    assert level == "info" and text.startswith("run 'on-another-host' was not started here: stop it where it runs")
+    assert dashboard.follower.following and not errors(dashboard)
+    dashboard.pause()  # by hand: refused with where to pause it, never raised
+    assert "cannot be paused from here" in dashboard.status.last[1]
+
+    silent = ("warning", f"no new metrics for 0.2 s: the run may have died; its files are in {writer.path}")
+    assert poll(lambda: silent in dashboard.status.messages, 10)
+    writer.append({"step": 2, "loss": 1.0})
+    assert poll(lambda: "metrics again, at step 2" in dashboard.status.last[1], 10)
+    writer.finish("failed", steps=2, error="worker 1 exited with signal 9")
+    assert dashboard.wait(10)["status"] == "failed"
+    assert dashboard.status.last == ("error", "on-another-host failed at step 2: worker 1 exited with signal 9")
+
+
+def test_stop_on_a_launched_run_calls_its_stopper(tmp_path, attach):
+    writer = wb.RunWriter(tmp_path, "launched", {"mode": "dp", "mesh": "data=8", "steps": 100})
+    stops = []
+
+    def stop_every_process():
+        stops.append(True)
+        writer.finish("stopped", steps=0)  # what a launcher's workers do when told to stop
+
+    dashboard = attach("launched", stopper=stop_every_process)
+    assert poll(lambda: dashboard.follower.history, 10)
+    dashboard.stop()
+    assert stops == [True] and dashboard.wait(10)["status"] == "stopped"
+    assert dashboard.status.last[0] == "info" and dashboard.status.last[1].startswith("stopped launched")
+
+
+def test_start_while_watching_stops_watching_not_the_watched_run(make_dashboard, tmp_path):
+    writer = wb.RunWriter(tmp_path, "still-going", {"mode": "dp", "mesh": "data=8", "steps": 100})
+    writer.append({"step": 1, "loss": 9.0})
+    dashboard = make_dashboard(dp_selection(steps=10))
+    follower = dashboard.watch("still-going", **FOLLOW_FAST)
+    assert poll(lambda: ys(dashboard.loss_figure, "train loss") == [9.0], 10)
+
+    dashboard.start()
+    assert dashboard.follower is None and not follower.following
+    assert dashboard.wait(120)["steps"] == 10 and dashboard.trainer.status == "finished"
+    assert 9.0 not in ys(dashboard.loss_figure, "train loss")  # the plots show the dashboard's own run
+    writer.append({"step": 2, "loss": 8.0})  # the watched run was left going
+    writer.finish("finished", steps=2)
+    assert wb.load_run("still-going", tmp_path).status == "finished"

@@ -5,7 +5,9 @@ the buttons: Stop and Pause act at the next step boundary. The dashboard's subsc
 training thread, only appends to bounded series (:mod:`widgets.live_plot`); the figures are redrawn at
 most every ``redraw_interval`` seconds (and once more when the run pauses or ends), each in one message.
 Every run is written to ``run_root`` by the trainer as it goes, so closing or resetting the dashboard, or
-a crashed kernel, loses nothing; the "compare" list overlays any of those runs' loss curves.
+a crashed kernel, loses nothing; the "compare" list overlays any of those runs' loss curves. Watch (or
+:meth:`TrainingDashboard.attach`) follows a run written elsewhere (the CLI, other processes, a shared
+folder) through :class:`workbench.RunFollower`, with the same plots.
 
 Above the progress bar, the same verdict as in the Model & mode and Inspect tabs says whether the
 mode trains on the mesh (with its one-click fixes); Start and Check refuse a pair the trainer refuses,
@@ -20,6 +22,7 @@ Example:
     >>> dashboard  # in a notebook: the buttons, the progress bar and the plots  # doctest: +SKIP
     >>> dashboard.start(); dashboard.wait(120)["steps"]  # doctest: +SKIP
     300
+    >>> TrainingDashboard.attach("mlp-dp-20250101-120000", run_root="runs")  # follows it  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import html
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -52,6 +56,7 @@ OVERLAY_COLORS = (wb.OKABE_ITO[7], wb.OKABE_ITO[0], wb.OKABE_ITO[1], wb.OKABE_IT
 
 _DRAW_NOW = ("start", "compiled", "paused", "resumed", "end")  # events worth a redraw whatever the throttle
 _ACTIVE = ("running", "paused")
+_FOLLOWED_LIVE = ("running", "silent")  # a followed run's statuses before it ends
 
 # Every open dashboard, so that a Start stops the others' runs (a re-run cell makes a new dashboard
 # while the old one's thread may still be training). Weak: a dashboard closed and dropped goes away.
@@ -80,8 +85,9 @@ class TrainingDashboard(widgets.VBox):
         max_points: the most points each plotted curve keeps (older ones are thinned out).
 
     Every control is also a method, for scripts and tests: :meth:`start`, :meth:`pause`,
-    :meth:`resume`, :meth:`stop`, :meth:`reset`, :meth:`check`, :meth:`overlay_runs`. They never
-    raise: an error (e.g. an invalid option) is shown in :attr:`status`, and the settings are kept.
+    :meth:`resume`, :meth:`stop`, :meth:`reset`, :meth:`check`, :meth:`overlay_runs`, :meth:`watch`,
+    :meth:`watch_selected`. They never raise: an error (e.g. an invalid option) is shown in :attr:`status`,
+    and the settings are kept.
 
     Example:
         >>> dashboard = TrainingDashboard(Selection(mesh="data=8", options={"steps": 100}), run_root="runs")
@@ -109,8 +115,11 @@ class TrainingDashboard(widgets.VBox):
 
     def _init_run_state(self, redraw_interval: float) -> None:
         """What the dashboard knows about the current run, before any run."""
-        self._trainer: wb.Trainer | None = None
+        self._trainer: wb.Trainer | None = None  # the dashboard's own runs
+        self._follower: wb.RunFollower | None = None  # a run it watches instead (attach, watch)
+        self._silent = False  # the watched run went silent: say so when its metrics come back
         self._throttle = Throttle(redraw_interval)
+        self._late_draw: threading.Timer | None = None
         self._pause_requested = False
         self._step = 0
         self._total = 0
@@ -152,6 +161,9 @@ class TrainingDashboard(widgets.VBox):
                                                   layout=widgets.Layout(width="100%"))
         self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh",
                                              tooltip=f"list the runs in {self.run_root!r}")
+        self.watch_button = widgets.Button(description="Watch", icon="eye",
+                                           tooltip="follow the selected run's files as they grow (any process)")
+        self.watch_button.add_class("wb-watch")
         self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
         self.verdict = MeshVerdict(self.selection, status=self._status)
 
@@ -168,7 +180,8 @@ class TrainingDashboard(widgets.VBox):
             widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
             self._status,
             figures,
-            widgets.HBox([self.runs_select, self.refresh_button], layout=widgets.Layout(width="100%")),
+            widgets.HBox([self.runs_select, widgets.VBox([self.refresh_button, self.watch_button])],
+                         layout=widgets.Layout(width="100%")),
             self.check_panel,
         ]
 
@@ -180,6 +193,7 @@ class TrainingDashboard(widgets.VBox):
         self.reset_button.on_click(lambda _: self.reset())
         self.check_button.on_click(lambda _: self.check())
         self.refresh_button.on_click(lambda _: self.refresh_runs())
+        self.watch_button.on_click(lambda _: self.watch_selected())
         self.runs_select.observe(self._on_runs_selected, names="value")
 
     # --- what scripts and tests read ---------------------------------------------------------------
@@ -193,6 +207,11 @@ class TrainingDashboard(widgets.VBox):
     def trainer(self) -> wb.Trainer | None:
         """The dashboard's trainer (kept between runs, so a compiled step is reused), or None before Start."""
         return self._trainer
+
+    @property
+    def follower(self) -> wb.RunFollower | None:
+        """The run this dashboard watches (:meth:`watch`, :meth:`attach`), or None when it shows its own."""
+        return self._follower
 
     @property
     def loss_figure(self):
@@ -213,8 +232,61 @@ class TrainingDashboard(widgets.VBox):
         return self._divergence.figure
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
-        """Block until the run ends (or ``timeout`` seconds pass); the run's summary, or None."""
-        return self._trainer.wait(timeout) if self._trainer is not None else None
+        """Block until the run shown (its own, or the watched one) ends, or ``timeout`` seconds pass;
+        the run's summary, or None. A watched run whose folder never appeared raises its RunError."""
+        source = self._source()
+        return source.wait(timeout) if source is not None else None
+
+    # --- watching a run written elsewhere ------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, run: Any, run_root: str = "runs", *, selection: Selection | None = None,
+               redraw_interval: float = REDRAW_INTERVAL_S, max_points: int = MAX_POINTS,
+               **follow_options: Any) -> "TrainingDashboard":
+        """A dashboard that follows ``run`` (a name under ``run_root``, or a run folder) as its files grow.
+
+        ``follow_options`` go to :class:`workbench.RunFollower`: ``stopper`` (what Stop calls),
+        ``poll_interval``, ``silent_after``, ``appear_timeout``.
+
+        Example:
+            >>> dashboard = TrainingDashboard.attach("mlp-fsdp-20250101-120000", silent_after=60)  # doctest: +SKIP
+            >>> dashboard.wait(600)["status"]  # doctest: +SKIP
+            'finished'
+        """
+        dashboard = cls(selection, run_root=run_root, redraw_interval=redraw_interval, max_points=max_points)
+        dashboard.watch(run, **follow_options)
+        return dashboard
+
+    @_shown
+    def watch(self, run: Any, **follow_options: Any) -> wb.RunFollower | None:
+        """Follow ``run`` in this dashboard (as :meth:`attach`); Start goes back to the dashboard's own runs.
+
+        Refused while this dashboard's own run is active. Returns the follower.
+        """
+        if self._active():
+            raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it before "
+                                      "watching another run")
+        follower = wb.RunFollower(run, self.run_root, **follow_options)  # bad input stops here
+        self._stop_watching()
+        self._follower = follower
+        self._total = 0
+        self._clear_live()
+        self._pause_requested = False
+        self._set_buttons("watching")
+        self._status.show(f"watching {follower.run_name} in {follower.run_path}", "info")
+        # Events of a follower this dashboard has let go of are stale: dropped.
+        follower.subscribe(lambda event: self.on_event(event) if self._follower is follower else None)
+        return follower.start()
+
+    @_shown
+    def watch_selected(self) -> wb.RunFollower | None:
+        """Watch the one run selected in the compare list: what the Watch button does."""
+        chosen = self.runs_select.value
+        if len(chosen) != 1:
+            many = f" ({len(chosen)} are selected)" if chosen else ""
+            self._status.show(f"select one run in the compare list to watch it{many}", "info")
+            return None
+        return self.watch(chosen[0])
 
     # --- controls ----------------------------------------------------------------------------------
 
@@ -227,6 +299,7 @@ class TrainingDashboard(widgets.VBox):
         if self._active():
             raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it first")
         config = self._trainable_config(**overrides)  # bad input stops here, before anything changes
+        self._stop_watching()  # the watched run goes on: only this dashboard stops following it
         self._stop_other_dashboards()
         trainer = self._trainer_for(config)
         self._total = config.steps
@@ -244,6 +317,8 @@ class TrainingDashboard(widgets.VBox):
     @_shown
     def pause(self) -> None:
         """Pause the run at the next step boundary."""
+        if self._watching():
+            self._follower.pause()  # refused, with where to pause it
         if not self._active():
             raise wb.WorkbenchError("no run to pause: press Start first")
         self._trainer.pause()
@@ -254,6 +329,8 @@ class TrainingDashboard(widgets.VBox):
     @_shown
     def resume(self) -> None:
         """Resume a paused run."""
+        if self._watching():
+            self._follower.resume()
         if not self._active():
             raise wb.WorkbenchError("no run to resume: press Start first")
         self._trainer.resume()
@@ -270,7 +347,17 @@ class TrainingDashboard(widgets.VBox):
 
     @_shown
     def stop(self) -> None:
-        """Stop the run at the next step boundary (its data so far stays on disk)."""
+        """Stop the run at the next step boundary (its data so far stays on disk). A watched run stops
+        through its launcher (every process); one started elsewhere is not stopped, and the status says where
+        to stop it."""
+        if self._watching():
+            try:
+                self._follower.stop()
+            except wb.WorkbenchError as error:
+                self._status.show(str(error), "info")
+                return
+            self._status.show(f"stopping {self._follower.run_name}; its end follows", "info")
+            return
         if not self._active():
             self._status.show("no run to stop", "info")
             return
@@ -279,7 +366,9 @@ class TrainingDashboard(widgets.VBox):
 
     @_shown
     def reset(self) -> None:
-        """Stop any run, then clear the live plots and the progress (runs on disk are kept)."""
+        """Stop any run (or stop watching one), then clear the live plots and the progress (runs on disk are
+        kept)."""
+        self._stop_watching()
         if self._active():
             self._trainer.stop()
             self._trainer.wait(STOP_TIMEOUT_S)
@@ -343,10 +432,13 @@ class TrainingDashboard(widgets.VBox):
             self.runs_select.value = names  # the observer draws them
 
     def close(self) -> None:
-        """Stop this dashboard's run (waiting briefly) and close its widgets."""
+        """Stop this dashboard's run (waiting briefly) or stop watching one, and close its widgets."""
+        self._stop_watching()
         if self._active():
             self._trainer.stop()
             self._trainer.wait(STOP_TIMEOUT_S)
+        if self._late_draw is not None:
+            self._late_draw.cancel()
         _DASHBOARDS.discard(self)
         for child in self.children:
             _close_tree(child)
@@ -356,10 +448,11 @@ class TrainingDashboard(widgets.VBox):
 
     @_shown
     def on_event(self, event: wb.TrainEvent) -> None:
-        """The trainer's subscriber (called in the training thread): record the event, redraw if due."""
+        """The subscriber to the trainer or the watched run (called in its thread): record the event, redraw
+        if due."""
         kind, step, data = event.kind, event.step, event.data
         if kind == "start":
-            self._total, self._step = data["steps"], 0
+            self._total, self._step = data.get("steps") or 0, 0
         elif kind == "metrics":
             self._step = step
             self._loss.append("train", step, data["loss"])
@@ -379,12 +472,36 @@ class TrainingDashboard(widgets.VBox):
             self._step = step
         if self._throttle.ready(force=kind in _DRAW_NOW):
             self._draw()
-        if kind == "compiled":
+        else:
+            self._draw_soon()
+        if kind == "compiled" and data.get("compile_s") is not None:
             self._status.show(f"compiled in {data['compile_s']:.1f} s; training", "info")
+        elif kind == "compiled":  # a watched run still going: its compile time is written at its end
+            self._status.show(f"{event.run}: training, first metrics at step {step:,}", "info")
+        elif kind == "silent":
+            self._silent = True
+            self._status.show(f"no new metrics for {data['silent_after']:g} s: the run may have died; its files "
+                              f"are in {data['run_dir']}", "warning")
+        elif kind == "metrics" and self._silent:
+            self._silent = False
+            self._status.show(f"{event.run}: metrics again, at step {step:,}", "info")
         elif kind == "paused":
             self._status.show(f"paused at step {step:,}", "info")
         elif kind == "end":
             self._finish(step, data)
+
+    def _draw_soon(self) -> None:
+        """Draw what a throttled event left undrawn once the interval has passed: the last points before a
+        lull in the events (a run that logs rarely, a watched run between two looks at its files) are shown."""
+        if self._late_draw is None or not self._late_draw.is_alive():
+            self._late_draw = threading.Timer(self._throttle.interval, self._draw_late)
+            self._late_draw.daemon = True
+            self._late_draw.start()
+
+    @_shown
+    def _draw_late(self) -> None:
+        self._throttle.ready(force=True)  # restart the interval: this counts as a redraw
+        self._draw()
 
     def _draw(self) -> None:
         for plot in self._plots:
@@ -396,7 +513,7 @@ class TrainingDashboard(widgets.VBox):
         self.progress.max = total
         self.progress.value = min(self._step, total)
         text = f"step {self._step:,} / {self._total:,}"
-        if self._steps_per_s and self._active():
+        if self._steps_per_s and (self._active() or self._watching()):
             remaining = max(self._total - self._step, 0) / self._steps_per_s
             minutes, seconds = divmod(round(remaining), 60)
             text += f" · {self._steps_per_s:,.1f} steps/s · ETA {minutes}:{seconds:02d}"
@@ -405,10 +522,11 @@ class TrainingDashboard(widgets.VBox):
         self.progress_label.value = html.escape(text)
 
     def _finish(self, step: int, summary: dict[str, Any]) -> None:
-        status = self._trainer.status if self._trainer is not None else "finished"
+        source = self._source()
+        status = source.status if source is not None else "finished"
         self._pause_requested = False
         self._set_buttons("idle")
-        name, where = summary.get("run") or self._trainer.run_name, self._trainer.run_path
+        name, where = summary.get("run") or source.run_name, source.run_path
         if status == "failed":
             self._status.show(f"{name} failed at step {step:,}: {summary.get('error')}", "error")
         elif status == "stopped":
@@ -428,7 +546,23 @@ class TrainingDashboard(widgets.VBox):
     # --- helpers ----------------------------------------------------------------------------------
 
     def _active(self) -> bool:
+        """Whether the dashboard's own run is going."""
         return self._trainer is not None and self._trainer.status in _ACTIVE
+
+    def _watching(self) -> bool:
+        """Whether a watched run is being followed and has not ended."""
+        return self._follower is not None and self._follower.following and self._follower.status in _FOLLOWED_LIVE
+
+    def _source(self) -> wb.Trainer | wb.RunFollower | None:
+        """What the plots show: the watched run, else the dashboard's own."""
+        return self._follower if self._follower is not None else self._trainer
+
+    def _stop_watching(self) -> None:
+        """Stop following the watched run (the run itself goes on); the dashboard shows its own runs again."""
+        if self._follower is not None:
+            follower, self._follower = self._follower, None  # first: its last events are dropped from here on
+            follower.close()
+        self._silent = False
 
     def _trainable_config(self, **overrides: Any) -> wb.TrainConfig:
         """The selection's checked config; a MeshError with the trainer's own message when its mode cannot
@@ -443,10 +577,14 @@ class TrainingDashboard(widgets.VBox):
         """The dashboard's one trainer, set to ``config``: kept between runs so its compiled steps are reused."""
         if self._trainer is None:
             self._trainer = wb.Trainer(config, run_root=self.run_root)
-            self._trainer.subscribe(self.on_event)
+            self._trainer.subscribe(self._on_trainer_event)
         else:
             self._trainer.configure(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
         return self._trainer
+
+    def _on_trainer_event(self, event: wb.TrainEvent) -> None:
+        if self._follower is None:  # while a run is watched, the trainer's last events are stale
+            self.on_event(event)
 
     def _stop_other_dashboards(self) -> None:
         for other in list(_DASHBOARDS):
@@ -459,8 +597,11 @@ class TrainingDashboard(widgets.VBox):
             other._status.show("stopped: a run was started in another dashboard (one run at a time)", "warning")
 
     def _set_buttons(self, state: str) -> None:
-        self.start_button.disabled = state != "idle"
-        self.pause_button.disabled = state == "idle"
+        """``idle``, ``running``/``paused`` (the dashboard's own run) or ``watching`` (a followed run)."""
+        own_run = state in _ACTIVE
+        self.start_button.disabled = own_run
+        self.watch_button.disabled = own_run
+        self.pause_button.disabled = not own_run  # a watched run is paused where it runs
         self.stop_button.disabled = state == "idle"
         self.pause_button.description, self.pause_button.icon = (
             ("Resume", "play") if state == "paused" else ("Pause", "pause"))

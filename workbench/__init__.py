@@ -115,6 +115,8 @@ from .layout.paths import leaves_with_paths as leaves_with_paths
 from .layout.paths import path_to_str as path_to_str
 from .layout.rules import RuleTable as RuleTable
 from .training.runs import Run as Run
+from .training.run_follower import RunFollower as RunFollower
+from .training.run_follower import follow_run as follow_run
 from .training.runs import RunWriter as RunWriter
 from .training.runs import compare_runs as compare_runs
 from .training.runs import compare_table as compare_table
@@ -139,7 +141,7 @@ from .training.sync_diagnostics import SyncReport as SyncReport
 from .training.sync_diagnostics import noise_scale as noise_scale
 from .training.sync_diagnostics import sync_report as sync_report
 from .training.trainer import NonFiniteError as NonFiniteError
-from .training.trainer import TrainEvent as TrainEvent
+from .training.events import TrainEvent as TrainEvent
 from .training.trainer import Trainer as Trainer
 from .training.trainer import TrainerBusyError as TrainerBusyError
 from .layout.tree_layout import LeafLayout as LeafLayout

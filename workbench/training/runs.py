@@ -429,6 +429,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def parse_record(line: bytes) -> dict:
+    """One line of ``metrics.jsonl`` as a record; ValueError when it is not a JSON object.
+
+    Example:
+        >>> parse_record(b'{"step": 3, "loss": "nan"}')
+        {'step': 3, 'loss': nan}
+    """
+    record = json.loads(line.decode("utf-8"))  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    if not isinstance(record, dict):
+        raise ValueError(f"a JSON {type(record).__name__}, not an object")
+    return _decode(record)
+
+
 def _read_metrics(path: Path) -> list[dict]:
     """The records of ``metrics.jsonl``; a garbled last line (a crash mid-write) is dropped, any other is an error."""
     if not path.exists():
@@ -438,17 +451,14 @@ def _read_metrics(path: Path) -> list[dict]:
     records = []
     for index, (number, line) in enumerate(lines):
         try:
-            record = json.loads(line.decode("utf-8"))
-            if not isinstance(record, dict):
-                raise ValueError(f"a JSON {type(record).__name__}, not an object")
-        except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            records.append(parse_record(line))
+        except ValueError as error:
             if index == len(lines) - 1:
                 break  # the line being written when the run crashed
             raise RunError(
                 f"{str(path)!r} line {number} is not a JSON object ({error}): "
                 "fix or delete that line (only a garbled last line is skipped, as a crash mid-write)"
             ) from None
-        records.append(_decode(record))
     return records
 
 
@@ -485,6 +495,29 @@ def _run_folders(run_root: str | os.PathLike) -> list[Path]:
     return sorted(folders, key=lambda p: (_created(p), p.name))
 
 
+def _candidate_folders(run: Any, run_root: str | os.PathLike, caller: str) -> list[Path]:
+    """Where a run named ``run`` may be, in the order looked at: a bare name under ``run_root``, then in
+    the working directory; a path is itself."""
+    if not isinstance(run, (str, os.PathLike)):
+        raise RunError(f"{caller} takes a run name or folder path, got {type(run).__name__} {run!r:.60}")
+    given = Path(run).expanduser()
+    bare_name = len(given.parts) == 1 and not given.is_absolute()
+    return [Path(run_root).expanduser() / given, given] if bare_name else [given]
+
+
+def run_folder(run: str | os.PathLike, run_root: str | os.PathLike = "runs", caller: str = "run_folder") -> Path:
+    """The folder of ``run`` as :func:`load_run` finds it, or where it will be (``run_root/run`` for a bare
+    name) when it does not exist yet: e.g. for following a run that is about to start.
+
+    Example:
+        >>> run_folder("mlp-dp", run_root="runs").as_posix(), run_folder("elsewhere/mlp-dp").as_posix()
+        ('runs/mlp-dp', 'elsewhere/mlp-dp')
+    """
+    candidates = _candidate_folders(run, run_root, caller)
+    found = [folder for folder in candidates if (folder / CONFIG_FILE).is_file()]
+    return (found or [folder for folder in candidates if folder.is_dir()] or candidates)[0]
+
+
 def load_run(run: str | os.PathLike, run_root: str | os.PathLike = "runs") -> Run:
     """Read one run: ``run`` is a run name under ``run_root``, or the path of a run folder.
 
@@ -499,11 +532,7 @@ def load_run(run: str | os.PathLike, run_root: str | os.PathLike = "runs") -> Ru
         >>> run = load_run("mlp-dp-20250101-120000")  # doctest: +SKIP
         >>> steps, losses = run.series("loss")  # doctest: +SKIP
     """
-    if not isinstance(run, (str, os.PathLike)):
-        raise RunError(f"load_run takes a run name or folder path, got {type(run).__name__} {run!r:.60}")
-    given = Path(run).expanduser()
-    bare_name = len(given.parts) == 1 and not given.is_absolute()
-    candidates = [Path(run_root).expanduser() / given, given] if bare_name else [given]
+    candidates = _candidate_folders(run, run_root, "load_run")
     for folder in candidates:
         if (folder / CONFIG_FILE).is_file():
             return _read_run(folder)

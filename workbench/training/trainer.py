@@ -44,6 +44,8 @@ from flax import nnx
 
 from ..distributed.process_data import host_values
 from ..errors import WorkbenchError
+from .events import EVENT_KINDS as EVENT_KINDS  # re-exported: this module defined them first
+from .events import TrainEvent as TrainEvent
 from .in_flight import InFlight
 from .modes.core import LossFn, TrainState, add_sums, first_non_finite
 from .models import param_count
@@ -52,7 +54,6 @@ from .step import BuiltStep, CustomModel, build_step
 from .sync_diagnostics import sync_report
 from .config import TrainConfig
 
-EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "paused", "resumed", "end")
 STATUSES = ("idle", "running", "paused", *END_STATUSES)
 
 
@@ -62,19 +63,6 @@ class TrainerBusyError(WorkbenchError):
 
 class NonFiniteError(WorkbenchError):
     """The loss, a gradient or a parameter became NaN or infinite."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainEvent:
-    """One thing that happened in a run: ``kind`` (see :data:`EVENT_KINDS`), the step, and its data."""
-
-    kind: str
-    step: int
-    data: dict
-    run: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "step": self.step, "run": self.run, **self.data}
 
 
 @dataclasses.dataclass
