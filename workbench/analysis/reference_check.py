@@ -499,6 +499,9 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **opt
     ``precision``, ``model_options``, ...; defaults for a quick check: mesh ``data=4``, batch 64, Adam).
     Everything is checked before anything compiles; a bad value raises a WorkbenchError naming it.
 
+    A config with ``processes`` >= 2 is checked by that many processes on this machine
+    (:func:`~workbench.distributed.launcher.check_across_processes`): the mode on each process's own rows.
+
     Example:
         >>> run_check("dp", mesh="data=8").verdict  # doctest: +SKIP
         'ok'
@@ -521,6 +524,10 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **opt
     elif options:
         raise WorkbenchError(f"run_check(config, ...) takes no other settings ({', '.join(options)}): "
                              "put them in the TrainConfig")
+    if getattr(config, "processes", 1) > 1 and jax.process_count() == 1:  # its own processes, on this machine
+        from ..distributed.launcher import check_across_processes
+
+        return check_across_processes(config.checked(), steps=steps)
     if hasattr(config, "build") and callable(config.build):  # a Trainer: exactly the step it trains
         config = config.build()
     built = config if hasattr(config, "mode") and hasattr(config, "first_batches") else build_step(config)

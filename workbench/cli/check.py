@@ -53,6 +53,8 @@ def add_check_parser(commands) -> None:
     check.add_argument("--optimizer", default="adam", choices=OPTIMIZERS, help="default adam (has state to lose)")
     check.add_argument("--model-options", default="", help="overrides, e.g. 'd_model=32,n_layers=1'")
     check.add_argument("--seed", type=int, default=0, help="default 0")
+    check.add_argument("--processes", type=int, default=1,
+                       help="check across this many processes on jax.distributed (default 1: this one)")
     check.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
@@ -63,7 +65,7 @@ def check_command(args) -> int:
 
     report = run_check(
         args.mode, model=args.model, mesh=args.mesh, faults=",".join(args.inject), steps=args.steps, batch=args.batch,
-        lr=args.lr, optimizer=args.optimizer, data=args.data, seed=args.seed,
+        lr=args.lr, optimizer=args.optimizer, data=args.data, seed=args.seed, processes=args.processes,
         model_options=parse_model_options(args.model_options, args.model),
     )
     print(json.dumps(report.to_json()) if args.json else report.to_text())

@@ -123,6 +123,14 @@ def _add_train_parser(commands) -> None:
     train.add_argument("--name", default=None, help="run name (default: model-mode-time)")
     train.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     train.add_argument("--json", action="store_true", help="print exactly one JSON object at the end")
+    train.add_argument("--processes", type=int, default=1,
+                       help="train across this many processes on jax.distributed, each with mesh size / N simulated "
+                            "devices and its own rows of every batch (default 1: this process)")
+    train.add_argument("--port", type=int, default=None, help="the coordinator's port on 127.0.0.1 (default: a free one)")
+    train.add_argument("--join", default=None, metavar="HOST:PORT",
+                       help="on real hosts: be one of --processes processes, whose process 0 listens at HOST:PORT "
+                            "('auto': JAX detects the cluster, e.g. SLURM); needs --name, the same on every host")
+    train.add_argument("--process-id", type=int, default=None, help="with --join: this process's index (0 writes the run)")
 
 
 def _cmd_devices(args) -> int:

@@ -37,7 +37,7 @@ def _config_from_args(args):
         model=args.model, data=args.data, mode=args.mode, mesh=args.mesh, steps=args.steps, batch=args.batch,
         lr=args.lr, optimizer=args.optimizer, accum=args.accum, precision=args.precision, seed=args.seed,
         log_every=args.log_every, eval_every=args.eval_every, sync_every=args.sync_every,
-        drop_remainder=args.drop_remainder,
+        drop_remainder=args.drop_remainder, processes=args.processes,
         faults=",".join(args.inject),
         model_options=parse_model_options(args.model_options, args.model),
         data_options=parse_data_options(args.data, args.data_options),
@@ -86,12 +86,33 @@ def _print_summary(summary: dict[str, Any]) -> None:
     print(f"  run dir         {summary['run_dir']}")
 
 
+def _join(args, config) -> int:
+    """Be one process of a run across real hosts (``--join``): the worker, in this process."""
+    from pathlib import Path
+
+    from ..distributed.worker import main as worker
+    from ..errors import WorkbenchError
+
+    if not args.name:
+        raise WorkbenchError("--join needs --name: every host writes the same run, so give it one name, e.g. --name "
+                             f"{config.model}-{config.mode}-{config.processes}p")
+    if args.join != "auto" and args.process_id is None:
+        raise WorkbenchError("--join HOST:PORT needs --process-id (0 to N-1); with --join auto JAX detects it")
+    argv = ["--coordinator", args.join, "--processes", str(config.processes), "--run-dir",
+            str(Path(args.run_dir) / args.name), "--config", json.dumps(config.to_json())]
+    if args.process_id is not None:
+        argv += ["--process-id", str(args.process_id)]
+    return worker(argv)
+
+
 def train_command(args) -> int:
     """Run ``workbench train`` from parsed arguments; returns the exit status."""
     from ..training.trainer import Trainer
 
     config = _config_from_args(args)
-    trainer = Trainer(config, run_root=args.run_dir)
+    if args.join is not None:
+        return _join(args, config)
+    trainer = Trainer(config, run_root=args.run_dir, coordinator_port=args.port)
     bar = None
     if sys.stderr.isatty():
         bar = _ProgressBar(config.steps, f"{config.model} {config.mode}")

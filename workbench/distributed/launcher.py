@@ -62,7 +62,8 @@ class ProcessGroup:
     """
 
     def __init__(self, config: TrainConfig, run_root: str | os.PathLike = "runs", name: str | None = None, *,
-                 port: int | None = None, final_params: str | os.PathLike | None = None, task: str = "train"):
+                 port: int | None = None, final_params: str | os.PathLike | None = None, task: str = "train",
+                 check_steps: int | None = None):
         config = config.checked()
         if config.processes < 2:
             raise ProcessGroupError(f"a process group needs processes >= 2, got {config.processes}: train in this "
@@ -71,7 +72,7 @@ class ProcessGroup:
             self.port = checked_port(0 if port is None else port)
         except WorkbenchError as error:
             raise ProcessGroupError(f"coordinator {error}") from None
-        self.config, self.task = config, task
+        self.config, self.task, self._check_steps = config, task, check_steps
         writer = RunWriter(run_root, name, {**config.to_json(), "processes": config.processes})
         self.name, self.path = writer.name, writer.hand_over()  # process 0 adopts the folder
         (self.path / "processes").mkdir()
@@ -87,6 +88,8 @@ class ProcessGroup:
         argv = [sys.executable, "-m", "workbench.distributed.worker", "--coordinator", f"{HOST}:{self.port}",
                 "--process-id", str(index), "--processes", str(config.processes), "--run-dir", str(self.path),
                 "--config", json.dumps(config.to_json()), "--watch-parent", "--task", self.task]
+        if self._check_steps is not None:
+            argv += ["--check-steps", str(self._check_steps)]
         if final_params is not None:  # gathering is a collective: every process takes part, process 0 writes
             argv += ["--final-params", str(final_params)]
         devices = config.mesh_shape.size // config.processes
@@ -229,7 +232,8 @@ class ProcessCheckReport:
         return self.data["text"]
 
 
-def check_across_processes(config: TrainConfig, *, timeout: float = CHECK_TIMEOUT_S) -> ProcessCheckReport:
+def check_across_processes(config: TrainConfig, *, steps: int | None = None,
+                           timeout: float = CHECK_TIMEOUT_S) -> ProcessCheckReport:
     """The reference check of ``config`` (``processes`` >= 2) run by that many processes on this machine: the
     mode trains on every process's own rows, the one-device reference on the whole batches.
 
@@ -241,7 +245,7 @@ def check_across_processes(config: TrainConfig, *, timeout: float = CHECK_TIMEOU
         ('same-shard',)
     """
     with tempfile.TemporaryDirectory(prefix="workbench-check-") as root:
-        group = ProcessGroup(config, root, "check", task="check")
+        group = ProcessGroup(config, root, "check", task="check", check_steps=steps)
         try:
             ended = group.wait(timeout)
         finally:

@@ -72,7 +72,11 @@ def _process_trainer(config: Any, run_dir: Path):
 
     class ProcessTrainer(Trainer):
         def _open_writer(self, name: Any, record: dict[str, Any]) -> Any:
-            return RunWriter.adopt(run_dir, record) if jax.process_index() == 0 else _Silent()
+            if jax.process_index() != 0:
+                return _Silent()
+            if not (run_dir / "config.json").exists():  # on real hosts no launcher reserved the folder
+                return RunWriter(run_dir.parent, run_dir.name, record)
+            return RunWriter.adopt(run_dir, record)
 
     return ProcessTrainer(config, run_root=str(run_dir.parent))
 
@@ -93,14 +97,14 @@ def _write_params(trainer: Any, path: Path) -> None:
         os.replace(partial, path)
 
 
-def _check(config: Any, run_dir: Path) -> int:
+def _check(config: Any, run_dir: Path, steps: int | None) -> int:
     """The reference check of ``config`` across the processes; process 0 writes the report (JSON, with its text)."""
     import jax
 
     from ..analysis.reference_check import check_built_step
     from ..training.step import build_step
 
-    report = check_built_step(build_step(config))
+    report = check_built_step(build_step(config), steps=steps)
     if jax.process_index() == 0:
         partial = run_dir / (CHECK_FILE + ".partial")
         partial.write_text(json.dumps({**report.to_json(), "text": report.to_text()}))
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the TrainConfig as JSON")
     parser.add_argument("--final-params", type=Path, default=None, help="write the final parameters here (.npz)")
     parser.add_argument("--watch-parent", action="store_true", help="exit when stdin closes (the launcher went)")
+    parser.add_argument("--check-steps", type=int, default=None, help="steps the check compares (default its minimum)")
     parser.add_argument("--task", choices=TASKS, default="train",
                         help=f"train, or check: the reference check, written to <run-dir>/{CHECK_FILE} by process 0")
     args = parser.parse_args(argv)
@@ -131,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     config = TrainConfig.from_json(json.loads(args.config))
     if args.task == "check":
-        return _check(config, args.run_dir)
+        return _check(config, args.run_dir, args.check_steps)
     trainer = _process_trainer(config, args.run_dir)
     # The launcher asks process 0 to stop; every process agrees at the next logging step (see the trainer).
     signal.signal(signal.SIGUSR1, lambda *_: trainer.stop())

@@ -46,6 +46,7 @@ from ..distributed.process_data import host_values
 from ..errors import WorkbenchError
 from .events import EVENT_KINDS as EVENT_KINDS  # re-exported: this module defined them first
 from .events import TrainEvent as TrainEvent
+from .events import deliver
 from .in_flight import InFlight
 from .modes.core import LossFn, TrainState, add_sums, first_non_finite
 from .models import param_count
@@ -55,6 +56,9 @@ from .sync_diagnostics import sync_report
 from .config import TrainConfig
 
 STATUSES = ("idle", "running", "paused", *END_STATUSES)
+FOLLOWER_CATCH_UP_S = 5.0  # after the processes end, how long the follower may take to read the last lines
+FOLLOWER_SILENT_S = 120.0  # a run across processes compiles in every process before its first line
+__all__ = ["EVENT_KINDS", "NonFiniteError", "STATUSES", "TrainEvent", "Trainer", "TrainerBusyError"]
 
 
 class TrainerBusyError(WorkbenchError):
@@ -88,6 +92,8 @@ class Trainer:
             batches`` (dicts of NumPy arrays of global batch size), or an iterable used once.
         eval_batches: held-out batches (a callable ``() -> iterable`` or a list) for your data.
         tp_rules: ``(regex, spec)`` pairs for ``tp``/``dp-tp`` on your own model.
+        coordinator_port: with ``processes`` >= 2, the port of ``jax.distributed``'s coordinator on 127.0.0.1
+            (default a free one).
 
     Example:
         >>> trainer = Trainer(model=my_module, loss=my_loss, batches=my_batches, mode="dp", batch=64)  # doctest: +SKIP
@@ -104,6 +110,7 @@ class Trainer:
         batches: Callable[[int], Iterator[Any]] | Iterable[Any] | None = None,
         eval_batches: Callable[[], Iterable[Any]] | Iterable[Any] | None = None,
         tp_rules: Iterable[tuple[str, str]] | None = None,
+        coordinator_port: int | None = None,
         **overrides: Any,
     ):
         config = dataclasses.replace(config or TrainConfig(), **overrides)
@@ -111,6 +118,7 @@ class Trainer:
             config = dataclasses.replace(config, model=f"custom:{type(model).__name__}")
         self.config = config.checked()
         self.run_root = run_root
+        self.coordinator_port = coordinator_port
         self._custom = None
         if model is not None or batches is not None:
             self._custom = CustomModel(model, loss, batches, eval_batches, tuple(tp_rules or ()))
@@ -124,7 +132,9 @@ class Trainer:
         self.history: list[TrainEvent] = []
         self.run_name: str | None = None
         self.run_path = None
-        self.state: TrainState | None = None  # the latest state (exported), after a run
+        self.state: TrainState | None = None  # the latest state (exported), after a run in this process
+        self._group = None  # the worker processes of a run across processes, and the follower of their files
+        self._follower = None
         self.subscriber_errors: list[str] = []
 
     # --- public control --------------------------------------------------------------------------
@@ -163,6 +173,8 @@ class Trainer:
         """
         with self._lock:
             self._refuse_if_active("start another run")
+            if self._across_processes():
+                return self._start_processes(steps, name)
             prepared = self._prepare(steps, name)
             self._status = "running"
         self._thread = threading.Thread(target=self._run_safely, args=prepared, daemon=True, name="workbench-trainer")
@@ -171,6 +183,9 @@ class Trainer:
 
     def run(self, steps: int | None = None, *, name: str | None = None) -> dict[str, Any]:
         """Run to the end in this thread; returns the summary (also in ``summary.json``)."""
+        if self._across_processes():
+            self.start(steps, name=name)
+            return self.wait()
         with self._lock:
             self._refuse_if_active("start another run")
             prepared = self._prepare(steps, name)
@@ -180,6 +195,13 @@ class Trainer:
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Block until the run ends (or ``timeout`` seconds pass); returns the summary, or None."""
+        if self._group is not None:  # every process has ended, and the follower has read the summary
+            begun = time.monotonic()
+            if self._group.wait(timeout) is None:
+                return None
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - begun))
+            self._follower.wait(left if left is not None else FOLLOWER_CATCH_UP_S)
+            return self._summary
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -187,7 +209,11 @@ class Trainer:
         return self._summary
 
     def pause(self) -> None:
-        """Pause at the next step boundary (metrics so far are logged first)."""
+        """Pause at the next step boundary (metrics so far are logged first). Refused across processes."""
+        if self._group is not None and self._status in ("running", "paused"):
+            raise WorkbenchError(
+                f"run {self.run_name!r} trains across {self.config.processes} processes, which cannot pause (the "
+                "others would wait in a collective until it timed out): stop it instead")
         self._control.pause.set()
 
     def resume(self) -> None:
@@ -196,9 +222,46 @@ class Trainer:
         self._control.wake.set()
 
     def stop(self) -> None:
-        """Stop at the next step boundary; the run ends with status ``stopped``."""
+        """Stop at the next step boundary; the run ends with status ``stopped``. Across processes every process
+        stops at the next logging step, and any still running a few seconds later is killed."""
+        if self._group is not None:
+            threading.Thread(target=self._group.stop, daemon=True, name="workbench-group-stop").start()
+            return
         self._control.stop.set()
         self._control.wake.set()
+
+    # --- across processes -----------------------------------------------------------------------------
+
+    def _across_processes(self) -> bool:
+        """Whether a run starts worker processes: it asks for several, and this is not one of them."""
+        return self.config.processes > 1 and jax.process_count() == 1
+
+    def _start_processes(self, steps: int | None, name: str | None) -> str:
+        """Start the run's processes (:class:`~workbench.distributed.launcher.ProcessGroup`) and relay the events
+        rebuilt from process 0's files, so subscribers see what they see of a run in this process."""
+        from ..distributed.launcher import ProcessGroup
+        from .run_follower import RunFollower
+
+        if self._custom is not None:
+            raise WorkbenchError("a run across processes builds its model from the config in every process: your own "
+                                 "model and batches train in this process (processes=1)")
+        if steps is not None:
+            self.config = dataclasses.replace(self.config, steps=steps).checked()
+        build_step(self.config, modes=self._modes)  # bad input raises here, before any process starts
+        group = ProcessGroup(self.config, self.run_root, name, port=self.coordinator_port)
+        follower = RunFollower(group.path, stopper=group.stop, silent_after=FOLLOWER_SILENT_S)
+        follower.subscribe(self._relay)
+        self._group, self._follower = group, follower
+        self.run_name, self.run_path = group.name, group.path
+        self.history, self._summary, self.state, self._status = [], None, None, "running"
+        follower.start()
+        return group.name
+
+    def _relay(self, event: TrainEvent) -> None:
+        if event.kind == "end":
+            self._summary = {"run": self.run_name, "run_dir": str(self.run_path), **event.data}
+            self._status = event.data.get("status", "failed")
+        self._emit(event.kind, event.step, **event.data)
 
     # --- preparation (in the caller's thread, so bad input raises there) --------------------------
 
@@ -244,12 +307,7 @@ class Trainer:
     def _emit(self, kind: str, step: int, **data: Any) -> None:
         event = TrainEvent(kind, step, data, self.run_name)
         self.history.append(event)
-        for callback in list(self._subscribers):
-            try:
-                callback(event)
-            except Exception as error:  # noqa: BLE001 - a subscriber must not end the run
-                self.subscriber_errors.append(f"{getattr(callback, '__name__', callback)!s}: {error!r}")
-                self._subscribers.remove(callback)
+        deliver(event, self._subscribers, self.subscriber_errors)
 
     def _run_safely(self, writer: RunWriter, mode, state, train_batches, eval_batches, dataset) -> None:
         loop = _Loop(self, writer, mode, state, train_batches, eval_batches)
@@ -464,6 +522,7 @@ class _Loop:
         config = self.config
         result = {
             "model": config.model, "data": config.data, "mode": config.mode, "mesh": config.mesh_shape.axes,
+            "processes": config.processes,
             "steps": self.step, "final_loss": self.last.get("loss"),
             "eval": dict(self.evals) or None,
             "examples_per_s": self.train_examples / self.train_seconds if self.train_seconds else None,
