@@ -46,6 +46,26 @@ class ProcessGroupError(WorkbenchError):
     """A run across processes could not start (e.g. its coordinator port is taken)."""
 
 
+def check_before_start(config: TrainConfig) -> None:
+    """Everything about ``config`` that can be refused without devices or data (the mode on the mesh, the batch
+    split, the model's options and tensor-parallel rules), so no process starts only to fail.
+
+    Example:
+        >>> check_before_start(TrainConfig(mode="dp", mesh="data=8", batch=62, processes=2))
+        Traceback (most recent call last):
+        ...
+        workbench.errors.WorkbenchError: global batch 62 does not split into 8 parts over 'data' (8 equal parts): use a batch of 56 or 64 (a multiple of 8)
+    """
+    from ..training.models import model_class, model_config
+    from ..training.modes import StepPlan, mode_class
+
+    config = config.checked()
+    options = model_config(config.model, **config.model_options).options
+    rules = tuple(model_class(config.model).tensor_parallel_rules(options=options))
+    mode_class(config.mode).check(StepPlan(None, None, None, config.mesh, config.batch, config.accum,
+                                           config.precision, rules, config.faults))
+
+
 class ProcessGroup:
     """The ``config.processes`` workers of one run on this machine; see the module docstring.
 
@@ -64,6 +84,7 @@ class ProcessGroup:
     def __init__(self, config: TrainConfig, run_root: str | os.PathLike = "runs", name: str | None = None, *,
                  port: int | None = None, final_params: str | os.PathLike | None = None, task: str = "train",
                  check_steps: int | None = None):
+        check_before_start(config)
         config = config.checked()
         if config.processes < 2:
             raise ProcessGroupError(f"a process group needs processes >= 2, got {config.processes}: train in this "
@@ -260,4 +281,4 @@ def check_across_processes(config: TrainConfig, *, steps: int | None = None,
         return ProcessCheckReport(json.loads(report.read_text()))
 
 
-__all__ = ["ProcessCheckReport", "ProcessGroup", "ProcessGroupError", "STOP_GRACE_S", "check_across_processes"]
+__all__ = ["check_before_start", "ProcessCheckReport", "ProcessGroup", "ProcessGroupError", "STOP_GRACE_S", "check_across_processes"]

@@ -247,7 +247,7 @@ class Trainer:
                                  "model and batches train in this process (processes=1)")
         if steps is not None:
             self.config = dataclasses.replace(self.config, steps=steps).checked()
-        build_step(self.config, modes=self._modes)  # bad input raises here, before any process starts
+        # ProcessGroup checks everything it can before any process starts: bad input raises here.
         group = ProcessGroup(self.config, self.run_root, name, port=self.coordinator_port)
         follower = RunFollower(group.path, stopper=group.stop, silent_after=FOLLOWER_SILENT_S)
         follower.subscribe(self._relay)
