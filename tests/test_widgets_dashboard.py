@@ -408,3 +408,21 @@ def test_start_while_watching_stops_watching_not_the_watched_run(make_dashboard,
     writer.append({"step": 2, "loss": 8.0})  # the watched run was left going
     writer.finish("finished", steps=2)
     assert wb.load_run("still-going", tmp_path).status == "finished"
+
+
+def test_a_run_across_two_processes_is_shown_live_and_stop_ends_every_process(make_dashboard):
+    dashboard = make_dashboard(dp_selection(steps=100_000, processes=2))
+    dashboard.start()
+    trainer = dashboard.trainer
+    assert poll(lambda: len(ys(dashboard.loss_figure, "train loss")) >= 2, timeout=120), dashboard.status.messages
+    with pytest.raises(wb.WorkbenchError):  # shown in the status, not raised: pause is refused across processes
+        trainer.pause()
+    dashboard.pause()
+    assert "cannot pause" in errors(dashboard)[-1]
+    asked = time.monotonic()
+    dashboard.stop()
+    assert poll(lambda: trainer.status == "stopped", timeout=20), trainer.status
+    assert time.monotonic() - asked < 20
+    assert trainer.wait(10) is not None and trainer._group.exit_codes == [0, 0]
+    assert wb.load_run(trainer.run_path).config["processes"] == 2
+    assert dashboard.start_button.disabled is False  # idle again: the end event reached the dashboard

@@ -234,7 +234,7 @@ def test_faults_offered_are_those_the_mode_supports_and_off_by_default():
     selector = ModeSelector(selection)
     assert selection.options["faults"] == ()
     selector.mode.value = "dp-shard-map"
-    assert set(selector.faults.allowed_tags) == {"psum", "vma-double-count", "optimizer-reset"}
+    assert set(selector.faults.allowed_tags) == {"psum", "vma-double-count", "optimizer-reset", "same-shard"}
     selector.faults.value = ["vma-double-count"]
     assert selection.train_config().faults == ("vma-double-count",)
     selector.mode.value = "dp"  # dp has no hand-written pmean: the fault is dropped
@@ -245,3 +245,12 @@ def test_mode_descriptions_name_the_collectives():
     assert "all-reduce" in describe_mode("dp")
     assert "none: one device" in describe_mode("single")
     assert "all-reduce</b> over model" in describe_mode("tp")
+
+
+def test_processes_are_checked_as_they_change():
+    selector = ModeSelector(Selection(mesh="data=8"))
+    selector.processes.value = 3
+    assert selector.status.last[0] == "error" and "processes=3 does not divide the 8 devices" in selector.status.last[1]
+    assert selector.selection.options["processes"] == 1
+    selector.processes.value = 2
+    assert selector.selection.train_config().processes == 2

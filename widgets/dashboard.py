@@ -384,14 +384,15 @@ class TrainingDashboard(widgets.VBox):
         """Run the reference check of the selection's mode, mesh, model and faults, and show the verdict,
         each finding, and the compiled step's communication ledger in the check panel."""
         config = self._trainable_config()
-        self._status.show(f"checking {config.mode} on {config.mesh} against 'single'...", "info")
+        across = f" across {config.processes} processes" if config.processes > 1 else ""
+        self._status.show(f"checking {config.mode} on {config.mesh}{across} against 'single'...", "info")
         self.check_button.disabled = True
         try:  # the config Start trains, built the same way: bf16, accumulation and options included
             report = wb.run_check(config)
         finally:
             self.check_button.disabled = False
         # The report's own ledger: compiled once, for the step it checked.
-        ledger_text = wb.ledger_table(report.ledger) if report.ledger else (
+        ledger_text = wb.ledger_table(report.ledger) if report.ledger else getattr(report, "ledger_text", None) or (
             f"no ledger: mode {config.mode!r} runs several programs per step, so there is no single compiled step")
         self.check_panel.value = check_html(report, ledger_text)
         if report.verdict == "ok":

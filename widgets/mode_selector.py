@@ -5,7 +5,7 @@ Choosing a mode shows what it shards and which collectives a step needs (as the 
 dropped), so the inspector shows e.g. FSDP's layout at once. Any mode may be chosen on any mesh: the
 verdict under the dropdowns (:class:`~widgets.mesh_verdict.MeshVerdict`) says at once whether the pair
 trains, and offers one-click fixes when it does not (or wastes devices). Options (optimizer, learning
-rate, batch, steps, accumulation, precision, teaching faults) are checked by the engine as they change:
+rate, batch, steps, accumulation, precision, teaching faults, processes) are checked by the engine as they change:
 an invalid value is shown inline and the last valid options stay in the selection.
 
 Example:
@@ -29,7 +29,7 @@ from .mesh_verdict import MeshVerdict
 
 # The training options this tab edits, with TrainConfig's own defaults (written once, there).
 DEFAULT_OPTIONS = {name: getattr(wb.TrainConfig(), name)
-                   for name in ("optimizer", "lr", "batch", "steps", "accum", "precision", "faults")}
+                   for name in ("optimizer", "lr", "batch", "steps", "accum", "precision", "faults", "processes")}
 
 
 def describe_mode(name: str) -> str:
@@ -68,13 +68,17 @@ class ModeSelector(widgets.VBox):
         self.accum = widgets.IntText(value=options["accum"], description="Accumulate")
         self.precision = widgets.ToggleButtons(options=["fp32", "bf16"], value=options["precision"], description="Precision")
         self.faults = widgets.TagsInput(value=list(options["faults"]), allow_duplicates=False)
+        self.processes = widgets.BoundedIntText(
+            value=options["processes"], min=1, max=64, description="Processes",
+            tooltip="train across this many processes on jax.distributed, each with its share of the devices")
         self.fault_help = widgets.HTML()
         self._inputs = {"optimizer": self.optimizer, "lr": self.lr, "batch": self.batch, "steps": self.steps,
-                        "accum": self.accum, "precision": self.precision, "faults": self.faults}
+                        "accum": self.accum, "precision": self.precision, "faults": self.faults,
+                        "processes": self.processes}
         super().__init__([
             widgets.HBox([self.model, self.mode]), self.verdict, self.explanation,
             widgets.HBox([self.optimizer, self.lr]), widgets.HBox([self.batch, self.steps]),
-            widgets.HBox([self.accum, self.precision]),
+            widgets.HBox([self.accum, self.precision]), self.processes,
             widgets.HBox([widgets.Label("Teaching faults"), self.faults]), self.fault_help, self.status,
         ], **kwargs)
         self._quiet = Quiet()  # on while the controls follow the selection, so their observers stay still

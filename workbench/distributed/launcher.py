@@ -230,16 +230,28 @@ class ProcessGroup:
                 stop_process_group(process)
 
 
+_REPORT_FIGURES = ("verdict", "mode", "mesh", "steps", "grad_scale", "max_param_diff", "reference_step",
+                   "replica_divergence", "fault_residuals")
+
+
 @dataclasses.dataclass(frozen=True)
 class ProcessCheckReport:
     """The reference check of a configuration across processes, as process 0 measured it: ``data`` is its
     :meth:`~workbench.CheckReport.to_json` object (with ``"text"``, its :meth:`~workbench.CheckReport.to_text`)."""
 
     data: dict
+    ledger = None  # the compiled step's collectives are in data["collectives"] (see ledger_text)
+
+    def __getattr__(self, name: str) -> Any:  # the figures CheckReport has as attributes, read from its JSON
+        if name in _REPORT_FIGURES:
+            return self.data[name]
+        raise AttributeError(name)
 
     @property
-    def verdict(self) -> str:
-        return self.data["verdict"]
+    def ledger_text(self) -> str:
+        """The compiled step's collectives, one per line, as process 0 compiled them."""
+        return "\n".join(f"{c['kind']:<15} over {','.join(c['axes']) or '-':<10} {c['bytes']:>12,} B x {c['count']}  "
+                         f"{c['dtype']}" for c in self.data["collectives"])
 
     @property
     def problems(self) -> tuple[Finding, ...]:
