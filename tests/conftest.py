@@ -8,6 +8,9 @@ os.environ.setdefault("WORKBENCH_CPU_DEVICES", "8")
 
 import workbench  # noqa: E402,F401  (configures the devices before JAX starts)
 
+import contextlib  # noqa: E402
+import pathlib  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
@@ -20,3 +23,25 @@ def _eight_devices():
         f"tests need {NUM_DEVICES} CPU devices, JAX has {len(jax.devices())}: "
         "was JAX started before workbench was imported?"
     )
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as Linux's /proc/net/tcp writes them) a TCP socket listens on at ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in pathlib.Path(table).read_text().splitlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
+LOOPBACK = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
+
+
+@pytest.fixture
+def listening_addresses():
+    """``port -> set of local addresses listening there``: servers and coordinators must listen on loopback only."""
+    return _listening_addresses

@@ -86,19 +86,6 @@ def _isolated_env(home: pathlib.Path) -> dict[str, str]:
     return env
 
 
-def _listening_addresses(port: int) -> set[str]:
-    """The local addresses a TCP socket listens on at ``port`` (Linux /proc)."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(FileNotFoundError):
-            for line in pathlib.Path(table).read_text().splitlines()[1:]:
-                local, state = line.split()[1], line.split()[3]
-                address, hex_port = local.split(":")
-                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
-                    found.add(address)
-    return found
-
-
 @contextlib.contextmanager
 def served(argv: list[str], env: dict[str, str], port: int, ready: str, log: pathlib.Path, cwd=None):
     """Run a server command in its own process group until the block ends; always stop it and its kernels."""
@@ -256,9 +243,9 @@ def _shot(target, name: str) -> None:
 # --- the tests -----------------------------------------------------------------------------------
 
 
-def test_lab_listens_on_loopback_with_a_token(browser, lab_server):
+def test_lab_listens_on_loopback_with_a_token(browser, lab_server, listening_addresses):
     port = int(lab_server.rsplit(":", 1)[1])
-    assert _listening_addresses(port) and _listening_addresses(port) <= {"0100007F"}
+    assert listening_addresses(port) and listening_addresses(port) <= {"0100007F"}
     assert _refused_without_token(f"{lab_server}/api/contents")
 
 
@@ -347,13 +334,13 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
         page.close()
 
 
-def test_workbench_app_serves_the_widgets_without_code(browser, tmp_path):
+def test_workbench_app_serves_the_widgets_without_code(browser, tmp_path, listening_addresses):
     home = tmp_path / "app"
     env = _isolated_env(home)
     port = free_port()
     argv = [sys.executable, "-m", "workbench", "app", "--port", str(port), "--no-browser", "--run-dir", str(home / "runs")]
     with served(argv, env, port, "/login", home / "app.log", cwd=home):  # /login answers without running anything
-        assert _listening_addresses(port) <= {"0100007F"}
+        assert listening_addresses(port) <= {"0100007F"}
         assert _refused_without_token(f"http://127.0.0.1:{port}/")
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:

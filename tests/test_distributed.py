@@ -6,7 +6,7 @@ starts; the same-shard fault is caught by the reference check across processes."
 from __future__ import annotations
 
 import collections
-import dataclasses
+import json
 import os
 import signal
 import socket
@@ -18,8 +18,8 @@ import pytest
 
 import workbench as wb
 from workbench.cli.main import main
-from workbench.distributed.launcher import ProcessGroup, ProcessGroupError
-from workbench.distributed.process_data import ProcessShare, batch_share
+from workbench.training.process_group import ProcessGroup, ProcessGroupError
+from workbench.training.process_share import ProcessShare, batch_share
 
 PROCESS_MODES = ("dp", "dp-shard-map", "dp-pmap", "fsdp", "fsdp-whole-tree", "tp", "dp-tp")
 MESHES = {"tp": "model=8", "dp-tp": "data=4,model=2"}
@@ -79,12 +79,13 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     assert all(d == 0.0 for _, d in _records(group.path, "sync_replica_divergence"))
 
 
-def test_a_killed_worker_fails_the_run_in_bounded_time_and_leaves_nothing_behind(tmp_path):
+def test_a_killed_worker_fails_the_run_in_bounded_time_and_leaves_nothing_behind(tmp_path, listening_addresses):
     group = ProcessGroup(_config("dp", steps=100_000, log_every=5, sync_every=0), tmp_path, "killed")
     deadline = time.monotonic() + 120
     while not _records(group.path, "loss") and time.monotonic() < deadline and group.running:
         time.sleep(0.2)
     assert _records(group.path, "loss"), group.failure
+    assert listening_addresses(group.port) == {"0100007F"}  # the coordinator listens on loopback only
     pids = [process.pid for process in group._processes]
     os.kill(pids[1], signal.SIGKILL)
     killed = time.monotonic()
@@ -119,14 +120,17 @@ def test_stop_ends_every_process_within_seconds(tmp_path):
     assert seen["end"] == 1
 
 
-def test_the_same_shard_fault_is_caught_across_processes():
-    config = _config("dp", model_options={"hidden": 32}, sync_every=0)  # the correct step: the mode matrix above
-    report = wb.run_check(dataclasses.replace(config, faults=("same-shard",)))
-    assert report.verdict == "problem"
-    assert report.problems[-1].causes[0] == "same-shard", report.to_text()
-    assert "process" in report.problems[-1].fix
+def test_the_same_shard_fault_is_caught_across_processes(capsys):
+    # The correct step across processes is the mode matrix above; here the check names the fault, from the CLI.
+    argv = ["check", "--mode", "dp", "--mesh", "data=8", "--batch", "64", "--model-options", "hidden=32",
+            "--processes", "2", "--inject", "same-shard", "--json"]
+    assert main(argv) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "problem"
+    assert report["problems"][-1]["causes"][0] == "same-shard", report
+    assert "process" in report["problems"][-1]["fix"]
     # Process 1's replicas computed process 0's rows: their gradient norms repeat replicas 0-3's.
-    norms = report.to_json()["per_replica_grad_norms"]
+    norms = report["per_replica_grad_norms"]
     assert norms[4:] == pytest.approx(norms[:4])
 
 

@@ -13,12 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "workbench"
 # What each layer may import from the engine, besides itself and the top-level helper modules.
-BASE = {"errors", "devices", "formatting", "compile_cache"}
+BASE = {"errors", "devices", "formatting", "compile_cache", "child_processes", "servers"}
 ALLOWED = {
     "layout": BASE,
     "views": BASE | {"layout"},
     "training": BASE | {"layout"},
     "analysis": BASE | {"layout", "training"},
+    "distributed": BASE | {"layout", "training", "analysis"},
 }
 
 

@@ -116,6 +116,9 @@ from .layout.paths import path_to_str as path_to_str
 from .layout.rules import RuleTable as RuleTable
 from .training.runs import Run as Run
 from .training.run_follower import RunFollower as RunFollower
+from .training.process_group import ProcessGroup as ProcessGroup
+from .analysis.process_check import check_across_processes as check_across_processes
+from .training.process_share import ProcessShare as ProcessShare
 from .training.run_follower import follow_run as follow_run
 from .training.runs import RunWriter as RunWriter
 from .training.runs import compare_runs as compare_runs

@@ -46,7 +46,7 @@ import numpy as np
 import optax
 
 from .ledger import Collective, CommLedger, float_param_bytes, ledger_for_mode
-from ..distributed.process_data import host_values
+from ..training.process_share import host_values
 from ..errors import WorkbenchError
 from ..training.modes import StepPlan, build_mode
 from ..training.modes.base import ParallelMode, step_sums
@@ -500,7 +500,7 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **opt
     Everything is checked before anything compiles; a bad value raises a WorkbenchError naming it.
 
     A config with ``processes`` >= 2 is checked by that many processes on this machine
-    (:func:`~workbench.distributed.launcher.check_across_processes`): the mode on each process's own rows.
+    (:func:`~workbench.analysis.process_check.check_across_processes`): the mode on each process's own rows.
 
     Example:
         >>> run_check("dp", mesh="data=8").verdict  # doctest: +SKIP
@@ -525,7 +525,7 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **opt
         raise WorkbenchError(f"run_check(config, ...) takes no other settings ({', '.join(options)}): "
                              "put them in the TrainConfig")
     if getattr(config, "processes", 1) > 1 and jax.process_count() == 1:  # its own processes, on this machine
-        from ..distributed.launcher import check_across_processes
+        from .process_check import check_across_processes
 
         return check_across_processes(config.checked(), steps=steps)
     if hasattr(config, "build") and callable(config.build):  # a Trainer: exactly the step it trains

@@ -1,3 +1,3 @@
-"""Training across processes on ``jax.distributed``: each process's part of the batch
-(:mod:`.process_data`), the worker each process runs (:mod:`.worker`) and the launcher that starts and
-watches them on one machine (:mod:`.launcher`)."""
+"""Training across processes on ``jax.distributed``: the worker each process runs (:mod:`.worker`). Which rows
+each process loads is :mod:`workbench.training.process_share`; the processes are started and watched on one
+machine by :mod:`workbench.training.process_group`. Why it works this way: docs/design/processes.md."""

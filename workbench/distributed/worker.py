@@ -5,7 +5,7 @@ with :func:`~workbench.training.step.build_step` (every process the same program
 only its own rows of every batch and trains. Process 0 writes the run (metrics, summary) into the folder
 the launcher reserved; the others write nothing but their log. Exit status: 0 finished or stopped, 1 failed.
 
-On one machine :class:`~workbench.distributed.launcher.ProcessGroup` starts the workers. On real hosts run
+On one machine :class:`~workbench.training.process_group.ProcessGroup` starts the workers. On real hosts run
 one per host with ``--coordinator HOST:PORT`` (or ``--coordinator auto`` where JAX detects the cluster, e.g.
 SLURM), the same ``--config`` and ``--run-dir`` (a shared folder) everywhere; see the README.
 
@@ -25,11 +25,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..training.process_group import CHECK_FILE
+
 INIT_TIMEOUT_S = 60  # every process must join within this (JAX's default is 300 s)
 HEARTBEAT_TIMEOUT_S = 10  # a process silent this long is dead: the others fail instead of waiting
 SHUTDOWN_TIMEOUT_S = 10
 TASKS = ("train", "check")
-CHECK_FILE = "check.json"
 
 
 def join(coordinator: str, processes: int, process_id: int, *, bind_loopback: bool) -> None:
@@ -86,7 +87,7 @@ def _write_params(trainer: Any, path: Path) -> None:
     import jax
     import numpy as np
 
-    from ..distributed.process_data import host_values
+    from ..training.process_share import host_values
 
     values = host_values(trainer.state.params)  # a collective: every process takes part
     if jax.process_index() == 0:

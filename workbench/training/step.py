@@ -22,7 +22,7 @@ from typing import Any
 import jax
 from flax import nnx
 
-from ..distributed.process_data import ProcessShare
+from .process_share import ProcessShare
 from ..errors import MeshError, WorkbenchError
 from .config import TrainConfig, make_optimizer
 from .data import Dataset, load_dataset

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..distributed.process_data import batch_share, host_values
+from .process_share import batch_share, host_values
 from .modes.base import ParallelMode
 from .modes.core import TrainState, mean_loss_and_grads
 

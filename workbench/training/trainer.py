@@ -14,6 +14,9 @@
 * **Nothing is lost.** Every run is written as it goes to ``<run_root>/<name>/`` (``config.json``,
   ``metrics.jsonl`` appended at each logging interval, ``summary.json`` at the end); see
   :mod:`workbench.training.runs` to list, reload and compare runs.
+* **Across processes.** With ``config.processes`` >= 2, :meth:`Trainer.start` launches that many worker
+  processes on ``jax.distributed`` (:mod:`workbench.distributed`) and relays the events rebuilt from process
+  0's run files: the same events, the same files. Stop ends every process; pause is refused.
 * **Compiled once.** A built mode (and its compiled step) is kept per compile key (mode, mesh, model
   shapes, optimizer kind, batch size, accumulation, precision); a new learning rate or seed reuses it.
 
@@ -42,7 +45,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from ..distributed.process_data import host_values
+from .process_share import host_values
 from ..errors import WorkbenchError
 from .events import EVENT_KINDS as EVENT_KINDS  # re-exported: this module defined them first
 from .events import TrainEvent as TrainEvent
@@ -237,9 +240,9 @@ class Trainer:
         return self.config.processes > 1 and jax.process_count() == 1
 
     def _start_processes(self, steps: int | None, name: str | None) -> str:
-        """Start the run's processes (:class:`~workbench.distributed.launcher.ProcessGroup`) and relay the events
+        """Start the run's processes (:class:`~workbench.training.process_group.ProcessGroup`) and relay the events
         rebuilt from process 0's files, so subscribers see what they see of a run in this process."""
-        from ..distributed.launcher import ProcessGroup
+        from .process_group import ProcessGroup
         from .run_follower import RunFollower
 
         if self._custom is not None:

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ...distributed.process_data import ProcessShare, batch_share, global_arrays
+from ..process_share import ProcessShare, batch_share, global_arrays
 from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, parse_mesh
 from ...layout.rules import RuleTable

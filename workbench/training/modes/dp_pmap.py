@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ...distributed.process_data import global_arrays
+from ..process_share import global_arrays
 from ...errors import MeshError
 from ...layout.mesh import build_mesh
 from ...layout.tree_layout import TreeLayout, layout_tree

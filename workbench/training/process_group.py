@@ -1,7 +1,7 @@
 """Start the processes of a run on this machine, watch them, and end them together.
 
 :class:`ProcessGroup` reserves the run's folder, picks a free loopback port for ``jax.distributed``'s
-coordinator, and starts ``processes`` workers (:mod:`.worker`), each with its share of the mesh's simulated
+coordinator, and starts ``processes`` workers (:mod:`workbench.distributed.worker`), each with its share of the mesh's simulated
 devices and its log in ``runs/<name>/processes/<i>.log``. A thread watches them: when one dies the others
 are killed at once (never left waiting in a collective or JAX's 5-minute barrier) and the run is marked
 failed, naming the process and why. :meth:`ProcessGroup.stop` asks process 0 to stop (every process ends at
@@ -16,30 +16,26 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from ..analysis.reference_check import Finding
 from ..child_processes import child_environment, stop_process_group
 from ..errors import WorkbenchError
 from ..servers import HOST, checked_port
-from ..training.config import TrainConfig
-from ..training.runs import SUMMARY_FILE, RunWriter, load_run
-from .worker import CHECK_FILE
+from .config import TrainConfig
+from .runs import SUMMARY_FILE, RunWriter, load_run
 
 STOP_GRACE_S = 5.0  # after a stop request, how long the processes have to agree and exit before being killed
 POLL_S = 0.1
 LOG_TAIL_LINES = 4
-CHECK_TIMEOUT_S = 300.0
+CHECK_FILE = "check.json"  # where process 0 of a check writes its report
 
 
 class ProcessGroupError(WorkbenchError):
@@ -56,8 +52,8 @@ def check_before_start(config: TrainConfig) -> None:
         ...
         workbench.errors.WorkbenchError: global batch 62 does not split into 8 parts over 'data' (8 equal parts): use a batch of 56 or 64 (a multiple of 8)
     """
-    from ..training.models import model_class, model_config
-    from ..training.modes import StepPlan, mode_class
+    from .models import model_class, model_config
+    from .modes import StepPlan, mode_class
 
     config = config.checked()
     options = model_config(config.model, **config.model_options).options
@@ -74,7 +70,8 @@ class ProcessGroup:
         run_root, name: where the run is written (``run_root/name``, the name made unique as a Trainer does).
         port: the coordinator's port on 127.0.0.1; None picks a free one. A taken port raises at once.
         final_params: a path where process 0 writes the final parameters (``.npz``), e.g. to compare runs.
-        task: ``"train"``, or ``"check"``: the reference check instead (:func:`check_across_processes`).
+        task: ``"train"``, or ``"check"``: the reference check instead
+            (:func:`~workbench.analysis.process_check.check_across_processes`).
 
     Attributes:
         name, path: the run's name and folder (followed with :func:`~workbench.follow_run`).
@@ -230,67 +227,4 @@ class ProcessGroup:
                 stop_process_group(process)
 
 
-_REPORT_FIGURES = ("verdict", "mode", "mesh", "steps", "grad_scale", "max_param_diff", "reference_step",
-                   "replica_divergence", "fault_residuals")
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcessCheckReport:
-    """The reference check of a configuration across processes, as process 0 measured it: ``data`` is its
-    :meth:`~workbench.CheckReport.to_json` object (with ``"text"``, its :meth:`~workbench.CheckReport.to_text`)."""
-
-    data: dict
-    ledger = None  # the compiled step's collectives are in data["collectives"] (see ledger_text)
-
-    def __getattr__(self, name: str) -> Any:  # the figures CheckReport has as attributes, read from its JSON
-        if name in _REPORT_FIGURES:
-            return self.data[name]
-        raise AttributeError(name)
-
-    @property
-    def ledger_text(self) -> str:
-        """The compiled step's collectives, one per line, as process 0 compiled them."""
-        return "\n".join(f"{c['kind']:<15} over {','.join(c['axes']) or '-':<10} {c['bytes']:>12,} B x {c['count']}  "
-                         f"{c['dtype']}" for c in self.data["collectives"])
-
-    @property
-    def problems(self) -> tuple[Finding, ...]:
-        return tuple(Finding(p["name"], tuple(p["causes"]), p["message"], p["explanation"], p["fix"])
-                     for p in self.data["problems"])
-
-    def to_json(self) -> dict[str, Any]:
-        return {key: value for key, value in self.data.items() if key != "text"}
-
-    def to_text(self) -> str:
-        return self.data["text"]
-
-
-def check_across_processes(config: TrainConfig, *, steps: int | None = None,
-                           timeout: float = CHECK_TIMEOUT_S) -> ProcessCheckReport:
-    """The reference check of ``config`` (``processes`` >= 2) run by that many processes on this machine: the
-    mode trains on every process's own rows, the one-device reference on the whole batches.
-
-    Raises:
-        ProcessGroupError: the processes failed (which one, and its last output) or took over ``timeout`` s.
-
-    Example:
-        >>> check_across_processes(TrainConfig(mode="dp", processes=2, faults=("same-shard",))).problems[-1].causes  # doctest: +SKIP
-        ('same-shard',)
-    """
-    with tempfile.TemporaryDirectory(prefix="workbench-check-") as root:
-        group = ProcessGroup(config, root, "check", task="check", check_steps=steps)
-        try:
-            ended = group.wait(timeout)
-        finally:
-            group.close()
-        if ended is None:
-            raise ProcessGroupError(f"the check across {config.processes} processes took longer than {timeout:g} s and "
-                                    "was stopped: check a smaller model, or give a longer timeout")
-        report = group.path / CHECK_FILE
-        if not report.is_file():
-            raise ProcessGroupError(f"the check across {config.processes} processes failed: "
-                                    f"{group.failure or 'no report was written'}")
-        return ProcessCheckReport(json.loads(report.read_text()))
-
-
-__all__ = ["check_before_start", "ProcessCheckReport", "ProcessGroup", "ProcessGroupError", "STOP_GRACE_S", "check_across_processes"]
+__all__ = ["CHECK_FILE", "ProcessGroup", "ProcessGroupError", "STOP_GRACE_S", "check_before_start"]
