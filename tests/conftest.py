@@ -25,6 +25,9 @@ def _eight_devices():
     )
 
 
+IPV4_MAPPED = "0000000000000000FFFF0000"  # /proc/net/tcp6's prefix of ::ffff:a.b.c.d
+
+
 def _listening_addresses(port: int) -> set[str]:
     """The local addresses (hex, as Linux's /proc/net/tcp writes them) a TCP socket listens on at ``port``."""
     found = set()
@@ -34,11 +37,11 @@ def _listening_addresses(port: int) -> set[str]:
                 local, state = line.split()[1], line.split()[3]
                 address, hex_port = local.split(":")
                 if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
-                    found.add(address)
+                    # An IPv4 address mapped into IPv6 (::ffff:a.b.c.d) is that IPv4 address.
+                    found.add(address[-8:] if address.startswith(IPV4_MAPPED) else address)
     return found
 
 
-LOOPBACK = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
 
 
 @pytest.fixture

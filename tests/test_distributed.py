@@ -10,6 +10,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import jax
@@ -17,7 +19,9 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.child_processes import child_environment, stop_process_group
 from workbench.cli.main import main
+from workbench.servers import free_port
 from workbench.training.process_group import ProcessGroup, ProcessGroupError
 from workbench.training.process_share import ProcessShare, batch_share
 
@@ -203,3 +207,22 @@ def test_a_data_set_reads_only_a_process_rows():
     assert ProcessShare(1, 2, slice(32, 64), 64).take(whole)["y"].tolist() == whole["y"][32:].tolist()
     with pytest.raises(wb.WorkbenchError, match="is not a part of a global batch of 64"):
         next(data.batches(64, seed=0, rows=slice(48, 80)))
+
+
+def test_one_command_per_host_joins_the_same_run(tmp_path):
+    """What the README says for real hosts (`--join HOST:PORT --process-id I`), here as two local processes."""
+    port = free_port()
+    argv = [sys.executable, "-m", "workbench", "train", "--mode", "fsdp", "--steps", "4", "--batch", "64",
+            "--log-every", "2", "--eval-every", "0", "--sync-every", "0", "--processes", "2",
+            "--join", f"127.0.0.1:{port}", "--name", "joined", "--run-dir", str(tmp_path)]
+    hosts = [subprocess.Popen([*argv, "--process-id", str(i)], env=child_environment(4), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, start_new_session=True) for i in range(2)]
+    try:
+        outputs = [host.communicate(timeout=240)[0].decode(errors="replace") for host in hosts]
+    finally:
+        for host in hosts:
+            stop_process_group(host)
+    assert [host.returncode for host in hosts] == [0, 0], outputs
+    run = wb.load_run(tmp_path / "joined")
+    assert run.status == "finished" and run.config["processes"] == 2
+    assert [r["step"] for r in run.metrics if "loss" in r] == [1, 2, 4]

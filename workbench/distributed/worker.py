@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         from ..child_processes import exit_when_parent_goes
 
         threading.Thread(target=exit_when_parent_goes, daemon=True).start()
-    join(args.coordinator, args.processes, args.process_id, bind_loopback=args.watch_parent)
+    # On one machine the coordinator listens on loopback only; on real hosts it must be reachable from the others.
+    local = args.watch_parent or args.coordinator.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+    join(args.coordinator, args.processes, args.process_id, bind_loopback=local)
 
     from ..training.config import TrainConfig
 
