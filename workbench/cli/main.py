@@ -120,6 +120,13 @@ def _add_train_parser(commands) -> None:
 
     add_inject_option(train)
     train.add_argument("--drop-remainder", action="store_true", help="drop partial batches instead of masking")
+    train.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every,
+                       help="steps between checkpoints in runs/<name>/checkpoints/ (default 0: none)")
+    train.add_argument("--keep-checkpoints", type=int, default=defaults.keep_checkpoints,
+                       help=f"how many of the newest checkpoints to keep (default {defaults.keep_checkpoints})")
+    train.add_argument("--resume", default=None, metavar="RUN_DIR",
+                       help="continue the run in RUN_DIR from its latest checkpoint; --mode, --mesh, --steps and the "
+                            "logging options given here change it, the model, data and optimizer stay the run's")
     train.add_argument("--name", default=None, help="run name (default: model-mode-time)")
     train.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     train.add_argument("--json", action="store_true", help="print exactly one JSON object at the end")

@@ -2,7 +2,9 @@
 
 Exit status: 0 when the run finished, 1 when it failed (the reason on stderr), 2 for bad input (one
 line, before anything runs), 130 when stopped with Ctrl-C (the run is kept, status ``stopped``).
-With ``--json`` stdout holds exactly one JSON object, at the end.
+With ``--json`` stdout holds exactly one JSON object, at the end. ``--checkpoint-every K`` saves the state
+every K steps; ``--resume runs/<name>`` continues a run from its latest checkpoint (another ``--mode`` or
+``--mesh`` reads it into that layout).
 
 Example:
     $ workbench train --model mlp --data digits --mesh data=8 --mode dp --steps 300 --json
@@ -38,6 +40,7 @@ def _config_from_args(args):
         lr=args.lr, optimizer=args.optimizer, accum=args.accum, precision=args.precision, seed=args.seed,
         log_every=args.log_every, eval_every=args.eval_every, sync_every=args.sync_every,
         drop_remainder=args.drop_remainder, processes=args.processes,
+        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
         faults=",".join(args.inject),
         model_options=parse_model_options(args.model_options, args.model),
         data_options=parse_data_options(args.data, args.data_options),
@@ -105,14 +108,35 @@ def _join(args, config) -> int:
     return worker(argv)
 
 
+def _resuming_trainer(args, config):
+    """The trainer continuing ``--resume RUN_DIR``: the options given differently from their defaults change
+    the saved run's settings (a changed model, data or optimizer setting is refused with the reason)."""
+    from ..errors import WorkbenchError
+    from ..training.config import TrainConfig
+    from ..training.trainer import Trainer
+
+    if args.join is not None or args.processes != 1 or args.name is not None:
+        raise WorkbenchError("--resume continues a run in this process, in its own folder: drop --join, --processes "
+                           "and --name")
+    defaults = TrainConfig().to_json()
+    changes = {field: value for field, value in config.to_json().items() if value != defaults[field]}
+    if "faults" in changes:
+        changes["faults"] = tuple(changes["faults"])
+    return Trainer.resuming(args.resume, **changes)
+
+
 def train_command(args) -> int:
     """Run ``workbench train`` from parsed arguments; returns the exit status."""
     from ..training.trainer import Trainer
 
     config = _config_from_args(args)
-    if args.join is not None:
+    if args.resume is not None:
+        trainer = _resuming_trainer(args, config)
+        config = trainer.config
+    elif args.join is not None:
         return _join(args, config)
-    trainer = Trainer(config, run_root=args.run_dir, coordinator_port=args.port)
+    else:
+        trainer = Trainer(config, run_root=args.run_dir, coordinator_port=args.port)
     bar = None
     if sys.stderr.isatty():
         bar = _ProgressBar(config.steps, f"{config.model} {config.mode}")

@@ -143,6 +143,9 @@ class TrainConfig:
         processes: how many processes train together on ``jax.distributed`` (1: this one). On one machine
             the trainer starts them, each with ``mesh size / processes`` simulated devices and its own rows
             of every batch (see :mod:`workbench.distributed`).
+        checkpoint_every: steps between checkpoints in ``runs/<name>/checkpoints/`` (0: none); a finished
+            run also saves its last step. See :mod:`workbench.training.checkpoints`.
+        keep_checkpoints: how many of the newest checkpoints are kept.
     """
 
     model: str = "mlp"
@@ -162,6 +165,8 @@ class TrainConfig:
     drop_remainder: bool = False
     faults: tuple = ()
     processes: int = 1
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
     model_options: dict = dataclasses.field(default_factory=dict)
     data_options: dict = dataclasses.field(default_factory=dict)
 
@@ -183,10 +188,15 @@ class TrainConfig:
         check_positive("eval_every", self.eval_every, "100 (0: only at the end)", integer=True, allow_zero=True)
         check_positive("sync_every", self.sync_every, "50 (0: never)", integer=True, allow_zero=True)
         check_positive("seed", self.seed, "0", integer=True, allow_zero=True)
+        check_positive("checkpoint_every", self.checkpoint_every, "100 (0: no checkpoints)", integer=True, allow_zero=True)
+        check_positive("keep_checkpoints", self.keep_checkpoints, "3", integer=True)
         check_positive("lr", self.lr, "1e-3")
         declared = mode_class(self.mode)
         faults = check_faults(self.faults, self.mode, declared.supported_faults, declared.fault_reasons)
         check_processes(self.processes, declared, parse_mesh(self.mesh), self.batch, faults)
+        if self.checkpoint_every and self.processes > 1:
+            raise WorkbenchError(f"checkpoint_every={self.checkpoint_every} with processes={self.processes}: checkpoints "
+                                 "of a run across processes are not supported yet; use processes=1 or checkpoint_every=0")
         return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr), faults=faults)
 
     @property

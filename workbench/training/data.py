@@ -64,9 +64,10 @@ def _padded_batch(x: np.ndarray, y: np.ndarray, rows: np.ndarray, global_batch_s
 
 
 def _batches_in_order(
-    x: np.ndarray, y: np.ndarray, order: np.ndarray, global_batch_size: int, drop_remainder: bool, part: slice
+    x: np.ndarray, y: np.ndarray, order: np.ndarray, global_batch_size: int, drop_remainder: bool, part: slice,
+    first: int = 0,
 ) -> Iterator[Batch]:
-    for start in range(0, len(order), global_batch_size):
+    for start in range(first * global_batch_size, len(order), global_batch_size):
         rows = order[start : start + global_batch_size]
         if drop_remainder and len(rows) < global_batch_size:
             return
@@ -156,7 +157,7 @@ class Dataset:
 
     def batches(
         self, global_batch_size: int, *, seed: int, epochs: int | None = None, drop_remainder: bool = False,
-        rows: slice | None = None,
+        rows: slice | None = None, skip: int = 0,
     ) -> Iterator[Batch]:
         """Shuffled training batches ``{"x", "y", "mask"}`` of NumPy arrays, epoch after epoch.
 
@@ -172,6 +173,8 @@ class Dataset:
             drop_remainder: drop each epoch's final partial batch instead of padding it.
             rows: only these rows of each global batch (one process's part when training across
                 processes: it reads nothing else); None: the whole batch.
+            skip: start after this many batches (a resumed run's data position): the epoch and the batch
+                within it are computed, nothing before them is read.
 
         Raises:
             WorkbenchError: a bad batch size, seed or epoch count, or ``drop_remainder`` with a batch
@@ -185,6 +188,7 @@ class Dataset:
         size = _check_batch_size(global_batch_size)
         part = _check_part(rows, size)
         seed = _check_int("seed", seed, 0, "seed=0")
+        skip = _check_int("skip", skip, 0, "skip=0 (batches already trained on)")
         if epochs is not None:
             epochs = _check_int("epochs", epochs, 1, "epochs=1, or epochs=None to repeat forever")
         if drop_remainder and size > self.num_train:
@@ -194,10 +198,14 @@ class Dataset:
                 "or drop_remainder=False (the batch is padded and masked)"
             )
 
+        per_epoch = self.steps_per_epoch(size, drop_remainder=drop_remainder)
+        first_epoch, first_batch = divmod(skip, per_epoch)
+
         def generate() -> Iterator[Batch]:
-            for epoch in itertools.count() if epochs is None else range(epochs):
+            for epoch in itertools.count(first_epoch) if epochs is None else range(first_epoch, epochs):
                 order = np.random.default_rng([seed, epoch]).permutation(self.num_train)
-                yield from _batches_in_order(self.x_train, self.y_train, order, size, drop_remainder, part)
+                first = first_batch if epoch == first_epoch else 0
+                yield from _batches_in_order(self.x_train, self.y_train, order, size, drop_remainder, part, first)
 
         return generate()
 

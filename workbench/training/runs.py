@@ -129,7 +129,10 @@ def _dumps(data: Any) -> str:
 
 def _write_atomically(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` so a reader sees the old file or the whole new one, never half."""
-    text = json.dumps(data, allow_nan=False, indent=2) + "\n"
+    _write_text_atomically(path, json.dumps(data, allow_nan=False, indent=2) + "\n")
+
+
+def _write_text_atomically(path: Path, text: str) -> None:
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
@@ -269,6 +272,11 @@ class RunWriter:
             raise RunError(f"{str(path)!r} holds no run (no {CONFIG_FILE}): start one with RunWriter(run_root, name)")
         if (path / SUMMARY_FILE).exists():
             raise RunError(f"run {path.name!r} has already ended ({SUMMARY_FILE} exists): start a new run")
+        return cls._continuing(path, begun, config)
+
+    @classmethod
+    def _continuing(cls, path: Path, begun: Mapping[str, Any], config: Mapping | None) -> "RunWriter":
+        """A writer appending to the run begun in ``path`` (its config ``begun``), with ``config`` written over it."""
         writer = cls.__new__(cls)
         writer.name, writer.path = path.name, path
         writer.config = {**dict(config if config is not None else begun), "name": begun["name"], "created": begun["created"]}
@@ -277,6 +285,27 @@ class RunWriter:
         writer._metrics = open(path / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         writer._status = None
         return writer
+
+    @classmethod
+    def reopen(cls, path: str | os.PathLike, config: Mapping[str, Any], through_step: int) -> "RunWriter":
+        """A writer continuing the run in ``path`` after step ``through_step`` (resumed from a checkpoint):
+        metrics of later steps are dropped, ``summary.json`` is removed (the run is going again and writes
+        it at its end), ``config.json`` is replaced by ``config`` (``name`` and ``created`` kept).
+
+        Raises:
+            RunError: ``path`` holds no run (no ``config.json``).
+
+        Example:
+            >>> writer = RunWriter.reopen("runs/mlp-dp-20261123-101500", {"model": "mlp"}, through_step=200)  # doctest: +SKIP
+        """
+        path = Path(path)
+        if not (path / CONFIG_FILE).is_file():
+            raise RunError(f"{str(path)!r} holds no run (no {CONFIG_FILE}): pass a run's folder, e.g. runs/<name>")
+        begun = _read_json_file(path / CONFIG_FILE, "config")
+        kept = [record for record in _read_metrics(path / METRICS_FILE) if record.get("step", 0) <= through_step]
+        _write_text_atomically(path / METRICS_FILE, "".join(_dumps(_encode(r, "metrics record")) + "\n" for r in kept))
+        (path / SUMMARY_FILE).unlink(missing_ok=True)
+        return cls._continuing(path, begun, config)
 
     def hand_over(self) -> Path:
         """Close this writer without ending the run, for another process to :meth:`adopt` it; its folder."""

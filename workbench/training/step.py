@@ -61,7 +61,7 @@ class CustomModel:
 class BuiltStep:
     """What :func:`build_step` made: the checked ``config``, the built ``mode`` (its compiled step is
     made once and kept with it), the host ``state`` to start from, the ``model`` and its ``loss``,
-    ``train_batches(seed)`` and ``eval_batches()`` (None without held-out data), each yielding this
+    ``train_batches(seed, skip=0)`` and ``eval_batches()`` (None without held-out data), each yielding this
     process's rows of every global batch (all of them in one process), the ``dataset`` (None for custom
     batches), the resolved ``model_options`` and ``whole_batches(seed)``, the global batches themselves (what
     the one-device reference of the check trains on)."""
@@ -106,19 +106,22 @@ def _data(config: TrainConfig, custom: CustomModel | None):
 
 
 def _batch_sources(config: TrainConfig, dataset: Dataset | None, custom: CustomModel | None, share: ProcessShare):
-    """(train batches factory, eval batches factory or None) yielding this process's ``share`` of each
-    global batch: a data set reads only those rows; your own batches are cut to them."""
+    """(train batches factory ``(seed, skip=0) -> iterator``, eval batches factory or None) yielding this
+    process's ``share`` of each global batch: a data set reads only those rows; your own batches are cut to
+    them. ``skip`` starts after that many batches (a resumed run): a data set computes where; your own
+    batches are drawn and dropped."""
     if custom is None:
         rows = None if share.whole else share.rows
-        train = lambda seed: dataset.batches(config.batch, seed=seed, drop_remainder=config.drop_remainder,  # noqa: E731
-                                             rows=rows)
+        train = lambda seed, skip=0: dataset.batches(config.batch, seed=seed,  # noqa: E731
+                                                     drop_remainder=config.drop_remainder, rows=rows, skip=skip)
         return train, (lambda: dataset.eval_batches(config.batch, rows=rows))
     batches, evaluate = custom.batches, custom.eval_batches
-    train = batches if callable(batches) else (lambda seed, it=iter(batches): it)
+    given = batches if callable(batches) else (lambda seed, it=iter(batches): it)
+    train = lambda seed, skip=0: itertools.islice(given(seed), skip, None)  # noqa: E731
     held_out = evaluate if callable(evaluate) or evaluate is None else (lambda b=evaluate: b)
     if share.whole:
         return train, held_out
-    cut = lambda seed: (share.take(batch) for batch in train(seed))  # noqa: E731
+    cut = lambda seed, skip=0: (share.take(batch) for batch in train(seed, skip))  # noqa: E731
     return cut, None if held_out is None else (lambda: (share.take(batch) for batch in held_out()))
 
 

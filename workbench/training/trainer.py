@@ -17,6 +17,9 @@
 * **Across processes.** With ``config.processes`` >= 2, :meth:`Trainer.start` launches that many worker
   processes on ``jax.distributed`` (:mod:`workbench.distributed`) and relays the events rebuilt from process
   0's run files: the same events, the same files. Stop ends every process; pause is refused.
+* **Checkpoints.** With ``config.checkpoint_every`` the state is saved with Orbax every K steps (without
+  waiting for the disk) into ``runs/<name>/checkpoints/``; :meth:`Trainer.resuming` continues a run from its
+  latest checkpoint, on the same or another mesh and mode (:mod:`workbench.training.checkpoints`).
 * **Compiled once.** A built mode (and its compiled step) is kept per compile key (mode, mesh, model
   shapes, optimizer kind, batch size, accumulation, precision); a new learning rate or seed reuses it.
 
@@ -45,6 +48,8 @@ import jax
 import numpy as np
 from flax import nnx
 
+from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta, checkpoint_steps
+from .checkpoints import latest_checkpoint, restore_state
 from .process_share import host_values
 from ..errors import WorkbenchError
 from .events import EVENT_KINDS as EVENT_KINDS  # re-exported: this module defined them first
@@ -138,7 +143,37 @@ class Trainer:
         self.state: TrainState | None = None  # the latest state (exported), after a run in this process
         self._group = None  # the worker processes of a run across processes, and the follower of their files
         self._follower = None
+        self._resume_from: CheckpointInfo | None = None  # the checkpoint the next run continues from
         self.subscriber_errors: list[str] = []
+
+    @classmethod
+    def resuming(cls, run: str | Any, **settings: Any) -> "Trainer":
+        """A trainer whose next :meth:`run` or :meth:`start` continues the run in folder ``run`` from its
+        latest checkpoint, appending to that folder: metrics go on at the next step (later ones, written
+        after the checkpoint, are dropped) and the summary is rewritten at the end.
+
+        ``settings`` change the saved config (``mode``, ``mesh``, ``steps``, ``log_every``, ...: the state is
+        read straight into the new mode's layout) or are the trainer's own (``model``, ``loss``, ``batches``
+        for a run of your own model). On the same mesh and mode the run ends as an uninterrupted one would.
+
+        Raises:
+            CheckpointError: no such folder, no complete checkpoint, a changed model, data or optimizer setting,
+                or no steps left (pass a larger ``steps``).
+
+        Example:
+            >>> Trainer.resuming("runs/mlp-fsdp", mode="dp-tp", mesh="data=4,model=2").run()["steps"]  # doctest: +SKIP
+            300
+        """
+        info = latest_checkpoint(run)
+        own = {k: settings.pop(k) for k in ("model", "loss", "batches", "eval_batches", "tp_rules") if k in settings}
+        saved_model = str(info.config.get("model"))
+        if saved_model.startswith("custom:") and own.get("model") is None:
+            raise CheckpointError(f"run {info.run_path.name!r} trained your own model ({saved_model[7:]}): pass it again, "
+                                  "with its loss and batches: Trainer.resuming(run, model=..., loss=..., batches=...)")
+        trainer = cls(TrainConfig.from_json(info.config), run_root=str(info.run_path.parent), **own, **settings)
+        check_resumable(info, trainer.config)
+        trainer._resume_from = info
+        return trainer
 
     # --- public control --------------------------------------------------------------------------
 
@@ -285,7 +320,10 @@ class Trainer:
         if steps is not None:
             config = self.config = dataclasses.replace(config, steps=steps).checked()
         built = self.build()  # raises on a bad combination, before anything is written
-        dataset = built.dataset
+        dataset, resumed, state = built.dataset, self._resume_from, built.state
+        if resumed is not None:  # read before the run folder changes: a foreign checkpoint changes nothing
+            check_resumable(resumed, config)
+            state = self._restored_state(built.mode, state, resumed)
         record = {
             **config.to_json(),
             "model_options": built.model_options,
@@ -295,10 +333,24 @@ class Trainer:
             "devices": f"{len(jax.devices())} x {jax.devices()[0].platform}",
             "jax_version": jax.__version__,
         }
-        writer = self._open_writer(name, record)
+        if resumed is not None:
+            record["resumed_from_step"] = resumed.step
+            writer = RunWriter.reopen(resumed.run_path, record, through_step=resumed.step)
+            self._resume_from = None  # a later run of this trainer starts afresh
+        else:
+            writer = self._open_writer(name, record)
         self.run_name, self.run_path = writer.name, writer.path
         self.history, self._summary, self._control = [], None, _Control()
-        return writer, built.mode, built.state, built.train_batches, built.eval_batches, dataset
+        start = _Start(state, resumed.step if resumed is not None else 0)
+        return writer, built.mode, start, built.train_batches, built.eval_batches, dataset
+
+    @staticmethod
+    def _restored_state(mode, state: TrainState, info: CheckpointInfo) -> TrainState:
+        """The checkpoint's state read into ``mode``'s layout (``state`` gives the tree, shapes and dtypes)."""
+        shardings = mode.restore_shardings(state)
+        target = jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=sharding),
+                              state, shardings)
+        return mode.place_restored(restore_state(info, target))
 
     def _open_writer(self, name: str | None, record: dict[str, Any]) -> RunWriter:
         """Where the run is written: a new folder under ``run_root`` (a process of a multi-process run
@@ -312,15 +364,18 @@ class Trainer:
         self.history.append(event)
         deliver(event, self._subscribers, self.subscriber_errors)
 
-    def _run_safely(self, writer: RunWriter, mode, state, train_batches, eval_batches, dataset) -> None:
-        loop = _Loop(self, writer, mode, state, train_batches, eval_batches)
+    def _run_safely(self, writer: RunWriter, mode, start: "_Start", train_batches, eval_batches, dataset) -> None:
+        loop = _Loop(self, writer, mode, start, train_batches, eval_batches)
         status, error = "finished", None
         try:
             status = loop.run()
         except Exception as exc:  # noqa: BLE001 - the run fails, the kernel lives on
-            status = "failed"
-            error = str(exc) if isinstance(exc, WorkbenchError) else f"{type(exc).__name__}: {exc}"
+            status, error = "failed", _error_text(exc)
             loop.traceback = traceback.format_exc()
+        try:
+            loop.close_checkpoints()  # the last save is on disk before the run says it ended
+        except WorkbenchError as exc:
+            status, error = "failed", error or _error_text(exc)
         summary = loop.summary(status, error)
         self._summary = {"run": writer.name, "run_dir": str(writer.path), **summary}
         writer.finish(status, **summary)
@@ -329,16 +384,33 @@ class Trainer:
         self._emit("end", loop.step, **summary)
 
 
+def _error_text(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, WorkbenchError) else f"{type(exc).__name__}: {exc}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Start:
+    """Where a run starts: a host state at step 0, or a state restored (already placed) at a checkpoint's step."""
+
+    state: TrainState
+    step: int = 0
+
+    @property
+    def placed(self) -> bool:
+        return self.step > 0
+
+
 class _Loop:
     """One run's loop and its bookkeeping (kept apart so the Trainer reads as its public surface)."""
 
-    def __init__(self, trainer: Trainer, writer: RunWriter, mode, state, train_batches, eval_batches):
+    def __init__(self, trainer: Trainer, writer: RunWriter, mode, start: _Start, train_batches, eval_batches):
         self.trainer, self.writer, self.mode = trainer, writer, mode
         self.config = trainer.config
         self.train_batches, self.eval_batches = train_batches, eval_batches
-        self.initial = state
+        self.start = start
         self.state = None
-        self.step = 0
+        self.step = start.step
+        self.checkpoints: CheckpointWriter | None = None
         self.pending: list[tuple[int, dict]] = []
         self.in_flight = InFlight()  # steps dispatched but maybe not run: bounded, see workbench.training.in_flight
         self.last: dict[str, Any] = {}
@@ -351,10 +423,13 @@ class _Loop:
 
     def run(self) -> str:
         config = self.config
-        self.trainer._emit("start", 0, mode=config.mode, mesh=config.mesh, steps=config.steps,
-                           run_dir=str(self.writer.path))
-        self.state = self.mode.place_state(self.initial)
-        batches = iter(self.train_batches(config.seed))
+        resumed = {"resumed_from_step": self.start.step} if self.start.placed else {}
+        self.trainer._emit("start", self.start.step, mode=config.mode, mesh=config.mesh, steps=config.steps,
+                           run_dir=str(self.writer.path), **resumed)
+        self.state = self.start.state if self.start.placed else self.mode.place_state(self.start.state)
+        if config.checkpoint_every:
+            self.checkpoints = CheckpointWriter(self.writer.path, config.keep_checkpoints)
+        batches = iter(self.train_batches(config.seed, self.start.step))  # one batch per step: skip those done
         self.restart_interval()
         while self.step < config.steps:
             if self.stop_requested():
@@ -362,8 +437,29 @@ class _Loop:
             batch = self.next_batch(batches)
             self.train_step(batch)
             self.side_work(batch)
+            if self.saves_at(self.step):
+                self.save_checkpoint()
         self.evaluate()
+        if self.checkpoints is not None and not self.saves_at(self.step):
+            self.save_checkpoint()  # a finished run's last state, to continue it with more steps
         return "finished"
+
+    def saves_at(self, step: int) -> bool:
+        """Whether a checkpoint is saved after ``step`` (such steps are logging steps too, so the metrics on
+        disk reach the checkpoint and a resumed run's logging intervals are the uninterrupted run's)."""
+        return bool(self.config.checkpoint_every) and step % self.config.checkpoint_every == 0
+
+    def save_checkpoint(self) -> None:
+        """Start saving the state (Orbax copies it off the devices, then writes in the background)."""
+        state = self.mode.export_state(self.state)
+        self.checkpoints.save(self.step, state, checkpoint_meta(self.config, self.step, state))
+        self.restart_interval()
+
+    def close_checkpoints(self) -> None:
+        """Wait for the last save to reach the disk (a CheckpointError if it could not)."""
+        if self.checkpoints is not None:
+            checkpoints, self.checkpoints = self.checkpoints, None
+            checkpoints.close()
 
     def restart_interval(self) -> None:
         """Start timing training anew: work between steps (logging, diagnostics, evaluation, a pause)
@@ -409,18 +505,22 @@ class _Loop:
         """One step, dispatched without waiting; metrics are read only at logging steps."""
         config, first = self.config, time.perf_counter()
         step = self.step + 1
-        logging = step == 1 or step % config.log_every == 0 or step == config.steps
+        logging = step == 1 or step % config.log_every == 0 or step == config.steps or self.saves_at(step)
         placed = self.mode.place_batch(batch)
         self.state, metrics = self.mode.step(self.state, placed, diagnostics=logging)
         self.step = step
         self.pending.append((step, metrics))
         self.in_flight.add(metrics["loss"])
-        if step == 1:
-            self.mode.precompile(self.state, placed)  # the ordinary step, compiled while step 1 runs
+        if step == self.start.step + 1:
+            if logging:
+                self.mode.precompile(self.state, placed)  # the ordinary step, compiled while this one runs
             jax.block_until_ready(metrics["loss"])  # the one early sync: compile time, shown once
             self.compile_s = time.perf_counter() - first
-            self.trainer._emit("compiled", 1, compile_s=round(self.compile_s, 3))
-            self.flush(timed=False)
+            self.trainer._emit("compiled", step, compile_s=round(self.compile_s, 3))
+            if logging:
+                self.flush(timed=False)
+            else:  # a resumed run logs on the uninterrupted run's steps: this step joins the next record
+                self.restart_interval()
         elif logging:
             self.flush()
 
@@ -531,6 +631,10 @@ class _Loop:
             "examples_per_s": self.train_examples / self.train_seconds if self.train_seconds else None,
             "compile_s": self.compile_s,
         }
+        if self.config.checkpoint_every:
+            result["checkpoints"] = checkpoint_steps(self.writer.path)
+        if self.start.placed:
+            result["resumed_from_step"] = self.start.step
         if error is not None:
             result["error"] = error
         return result

@@ -305,6 +305,16 @@ class ParallelMode(abc.ABC):
         """The state in the plain form every mode shares (for comparison, saving)."""
         return state
 
+    def restore_shardings(self, state: TrainState) -> Any:
+        """The sharding of each leaf of a plain state, where a checkpoint is read into: by default this
+        process's first device, and :meth:`place_restored` places it from there."""
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        return jax.tree.map(lambda _: device, state)
+
+    def place_restored(self, state: TrainState) -> TrainState:
+        """A state read into :meth:`restore_shardings`, placed as this mode computes on it."""
+        return self.place_state(state)
+
     def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
         """The step compiled for these (placed) inputs, a ``jax.stages.Compiled``: its ``as_text()``
         is the optimised HLO (the collectives a step runs), ``memory_analysis()`` and ``cost_analysis()``
@@ -377,6 +387,12 @@ class ShardedJitMode(ParallelMode):
 
     def place_state(self, state: TrainState) -> TrainState:
         return jax.device_put(host_copy(state), self.state_shardings(state))  # buffers the step may donate
+
+    def restore_shardings(self, state: TrainState) -> Any:
+        return self.state_shardings(state)  # read straight into this mode's layout: no copy on one device
+
+    def place_restored(self, state: TrainState) -> TrainState:
+        return state  # already laid out, in fresh buffers the step may donate
 
     def place_batch(self, batch: Any) -> Any:
         leading = self._global_leading(len(jax.tree.leaves(batch)[0]))
