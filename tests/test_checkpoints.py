@@ -1,0 +1,178 @@
+"""Checkpoints with real Orbax on 8 simulated devices: a stopped run resumed equals an uninterrupted one, an
+fsdp checkpoint restores straight into dp-tp and dp-pmap layouts, and every fault gives one clear message."""
+
+import dataclasses
+import itertools
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from workbench.cli.main import main
+from workbench.errors import WorkbenchError
+from workbench.training.checkpoints import (
+    CheckpointError, checkpoint_steps, checkpoints_folder, latest_checkpoint, restore_state, state_signature,
+)
+from workbench.training.config import TrainConfig
+from workbench.training.data import load_dataset
+from workbench.training.runs import load_run
+from workbench.training.step import build_step
+from workbench.training.trainer import Trainer
+
+TOLERANCE = 1e-5  # the modes' exactness tolerance (relative) against one another
+CONFIG = TrainConfig(model="mlp", data="digits", mode="fsdp", mesh="data=8", batch=64, steps=40, log_every=5,
+                     eval_every=0, sync_every=0, checkpoint_every=10, keep_checkpoints=2)
+STOP_AT = 25  # the cut run stops here: its latest checkpoint is step 20, its metrics of 21-25 are dropped on resume
+
+
+def _losses(run_dir):
+    return [(m["step"], m["loss"]) for m in load_run(run_dir).metrics if "loss" in m]
+
+
+def _params(trainer):
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(trainer.state.params)]
+
+
+def _close(a, b):
+    return all(np.allclose(x, y, rtol=TOLERANCE, atol=TOLERANCE * np.max(np.abs(x))) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """An uninterrupted run, and the same run stopped after step 25 (checkpoints 10 and 20 kept)."""
+    root = tmp_path_factory.mktemp("runs")
+    full = Trainer(CONFIG, run_root=str(root))
+    full.run(name="full")
+    cut = Trainer(CONFIG, run_root=str(root))
+    cut.subscribe(lambda event: cut.stop() if event.kind == "metrics" and event.step == STOP_AT else None)
+    cut.run(name="cut")
+    return {"root": root, "full": full, "cut": root / "cut"}
+
+
+def _copy(runs, tmp_path, name="copy"):
+    """A copy of the cut run to resume (resuming changes its folder)."""
+    return shutil.copytree(runs["cut"], tmp_path / name)
+
+
+def test_checkpoints_are_saved_every_k_steps_keeping_the_newest(runs):
+    assert checkpoint_steps(runs["root"] / "full") == [30, 40]  # keep_checkpoints=2
+    assert checkpoint_steps(runs["cut"]) == [10, 20]
+    info = latest_checkpoint(runs["cut"])
+    assert info.step == 20 and info.meta["data_position"] == {"batches": 20, "seed": 0}
+    assert info.config["mode"] == "fsdp"
+    assert info.meta["state"] == state_signature(runs["full"].state)
+
+
+def test_a_resumed_run_equals_the_uninterrupted_run(runs, tmp_path):
+    run_dir = _copy(runs, tmp_path)
+    resumed = Trainer.resuming(run_dir)
+    summary = resumed.run()
+    assert summary["steps"] == 40 and summary["resumed_from_step"] == 20 and resumed.status == "finished"
+    full_losses, resumed_losses = _losses(runs["root"] / "full"), _losses(run_dir)
+    assert [s for s, _ in resumed_losses] == [s for s, _ in full_losses]  # 21-25 of the stopped run were dropped
+    np.testing.assert_allclose([l for _, l in resumed_losses], [l for _, l in full_losses], rtol=TOLERANCE)
+    assert _close(_params(runs["full"]), _params(resumed))
+    run = load_run(run_dir)
+    assert run.status == "finished" and run.config["resumed_from_step"] == 20
+    assert checkpoint_steps(run_dir) == [30, 40]
+
+
+@pytest.mark.parametrize("mode, mesh", [("dp-tp", "data=4,model=2"), ("dp-pmap", "data=8")])
+def test_an_fsdp_checkpoint_continues_in_another_layout(runs, tmp_path, mode, mesh):
+    run_dir = _copy(runs, tmp_path)
+    resumed = Trainer.resuming(run_dir, mode=mode, mesh=mesh)
+    resumed.run()
+    assert resumed.status == "finished" and load_run(run_dir).config["mode"] == mode
+    assert _close(_params(runs["full"]), _params(resumed))
+
+
+def test_the_state_is_read_straight_into_the_new_shardings(runs):
+    built = build_step(dataclasses.replace(CONFIG, mode="dp-tp", mesh="data=4,model=2"))
+    shardings = built.mode.restore_shardings(built.state)
+    target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), built.state, shardings)
+    restored = restore_state(latest_checkpoint(runs["cut"]), target)
+    for leaf, sharding in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings)):
+        assert leaf.sharding == sharding
+    assert any("model" in str(leaf.sharding.spec) for leaf in jax.tree.leaves(restored.params))
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(runs):
+    built = build_step(dataclasses.replace(CONFIG, model_options={"hidden": 32}))
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), built.state)
+    with pytest.raises(CheckpointError, match=r"another state .* is \[\d+, \d+\] float32 there, \[\d+, 32\] float32 here"):
+        restore_state(latest_checkpoint(runs["cut"]), target)
+
+
+def test_changing_what_a_resumed_run_keeps_is_refused(runs):
+    with pytest.raises(CheckpointError, match="saved with lr=0.001, not 0.1"):
+        Trainer.resuming(runs["cut"], lr=0.1)
+    with pytest.raises(CheckpointError, match="already at step 20 of steps=20: resume it with more steps"):
+        Trainer.resuming(runs["cut"], steps=20)
+
+
+def test_missing_empty_and_partial_checkpoint_folders_each_say_what_to_do(runs, tmp_path):
+    with pytest.raises(CheckpointError, match="no run folder"):
+        latest_checkpoint(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"no complete checkpoint .*\(--checkpoint-every K\)"):
+        latest_checkpoint(tmp_path / "empty")
+    run_dir = _copy(runs, tmp_path)
+    # A kill mid-save leaves Orbax's temporary folder: ignored, the previous checkpoint is the latest.
+    shutil.copytree(checkpoints_folder(run_dir) / "20", checkpoints_folder(run_dir) / "30.orbax-checkpoint-tmp-1234")
+    assert latest_checkpoint(run_dir).step == 20
+    # A step folder without Orbax's commit marker (copied in part) is named, with the way back to step 20.
+    partial = shutil.copytree(checkpoints_folder(run_dir) / "20", checkpoints_folder(run_dir) / "30")
+    (partial / "commit_success.txt").unlink()
+    with pytest.raises(CheckpointError, match=r"30' is incomplete .* delete that folder to resume from step 20"):
+        latest_checkpoint(run_dir)
+    shutil.rmtree(partial)
+    assert checkpoint_steps(run_dir) == [10, 20]
+
+
+def test_a_truncated_checkpoint_file_is_named_and_the_earlier_one_stays_usable(runs, tmp_path):
+    run_dir = _copy(runs, tmp_path)
+    data = checkpoints_folder(run_dir) / "20" / "state"
+    for chunk in data.rglob("d/*"):
+        if chunk.is_file():
+            chunk.write_bytes(chunk.read_bytes()[:10])
+    with pytest.raises(CheckpointError, match=r"20' cannot be read .* delete it to resume from step 10"):
+        Trainer.resuming(run_dir).run()
+    assert load_run(run_dir).status == "stopped"  # nothing of the run changed
+    shutil.rmtree(checkpoints_folder(run_dir) / "20")
+    assert Trainer.resuming(run_dir, steps=12).run()["steps"] == 12
+
+
+def test_skipping_batches_gives_the_batches_an_uninterrupted_run_reads():
+    dataset = load_dataset("digits")
+    per_epoch = dataset.steps_per_epoch(256)
+    for skip in (3, per_epoch, 2 * per_epoch + 1):
+        replayed = next(itertools.islice(dataset.batches(256, seed=1), skip, None))
+        skipped = next(dataset.batches(256, seed=1, skip=skip))
+        for key in replayed:
+            np.testing.assert_array_equal(skipped[key], replayed[key])
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("checkpoint_every", -1, "checkpoint_every=-1 must be a whole number >= 0"),
+    ("keep_checkpoints", 0, "keep_checkpoints=0 must be a whole number > 0"),
+    ("processes", 2, "checkpoints of a run across processes are not supported yet"),
+])
+def test_bad_checkpoint_settings_are_refused(field, value, message):
+    with pytest.raises(WorkbenchError, match=message):
+        TrainConfig(**{"checkpoint_every": 10, field: value}).checked()
+
+
+def test_cli_resumes_in_another_layout_and_refuses_bad_input_in_one_line(runs, tmp_path, capsys):
+    run_dir = _copy(runs, tmp_path)
+    status = main(["train", "--resume", str(run_dir), "--mode", "dp-tp", "--mesh", "data=4,model=2", "--json"])
+    assert status == 0 and load_run(run_dir).summary["steps"] == 40
+    capsys.readouterr()
+    for argv, message in (
+        (["--resume", str(tmp_path / "nowhere")], "no run folder"),
+        (["--resume", str(run_dir), "--lr", "0.5"], "saved with lr=0.001, not 0.5"),
+        (["--checkpoint-every", "-3"], "checkpoint_every=-3"),
+    ):
+        assert main(["train", "--run-dir", str(tmp_path), *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
