@@ -176,3 +176,29 @@ def test_cli_resumes_in_another_layout_and_refuses_bad_input_in_one_line(runs, t
         assert main(["train", "--run-dir", str(tmp_path), *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_killed_while_saving_every_two_steps_resumes_from_a_complete_checkpoint(tmp_path):
+    """SIGKILL lands during a save or between saves: either way the newest checkpoint is whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "WORKBENCH_CPU_DEVICES": "8"}
+    argv = [sys.executable, "-m", "workbench", "train", "--model", "mlp", "--mode", "dp", "--batch", "64",
+            "--steps", "100000", "--log-every", "1000", "--eval-every", "0", "--sync-every", "0",
+            "--checkpoint-every", "2", "--keep-checkpoints", "2", "--run-dir", str(tmp_path), "--name", "killed"]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir, deadline = tmp_path / "killed", time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline and len(checkpoint_steps(run_dir)) < 3 and process.poll() is None:
+            time.sleep(0.05)
+        assert len(checkpoint_steps(run_dir)) >= 2, "the run saved no checkpoints before the deadline"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    latest = latest_checkpoint(run_dir)
+    resumed = Trainer.resuming(run_dir, steps=latest.step + 2, checkpoint_every=0)
+    assert resumed.run()["steps"] == latest.step + 2 and resumed.status == "finished"
