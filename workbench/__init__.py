@@ -114,6 +114,9 @@ from .training.modes import describe_modes as describe_modes
 from .layout.paths import leaves_with_paths as leaves_with_paths
 from .layout.paths import path_to_str as path_to_str
 from .layout.rules import RuleTable as RuleTable
+from .training.checkpoints import CheckpointError as CheckpointError
+from .training.checkpoints import checkpoint_steps as checkpoint_steps
+from .training.checkpoints import latest_checkpoint as latest_checkpoint
 from .training.runs import Run as Run
 from .training.run_follower import RunFollower as RunFollower
 from .training.process_group import ProcessGroup as ProcessGroup
