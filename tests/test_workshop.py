@@ -20,6 +20,7 @@ from workbench.workshop import (
     check_fits_chip,
     check_grad_scale,
     check_gradient_sync,
+    check_process_rows,
     regression_loss,
 )
 
@@ -29,6 +30,7 @@ CHECKS = {
     "all-reduce-bytes": ("ANSWER_ALL_REDUCE", check_all_reduce_bytes),
     "grad-scale": ("ANSWER_GRAD_SCALE", check_grad_scale),
     "fix-the-step": ("local_gradients", check_gradient_sync),
+    "process-rows": ("ANSWER_PROCESS_ROWS", check_process_rows),
 }
 
 
@@ -101,6 +103,75 @@ def test_fix_the_step_runs_real_shard_map():
     assert result.status == "failed" and "raised" in result.message and "lax.pmean" in result.message
     assert "same structure" in check_gradient_sync(lambda p, s: lax.pmean(lax.pcast(p, "data", to="varying")["w"], "data")).message
     assert not check_gradient_sync(42).passed
+
+
+# --- which rows each process loads (part 8) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("processes", [2, 4, 8])
+@pytest.mark.parametrize("mesh, mode", [*workshop.PROCESS_ROWS_MESHES.items(), ("data=2,model=4", "dp-tp")])
+def test_process_rows_are_the_rows_jax_places_on_that_process_devices(mesh, mode, processes):
+    """The engine's batch_share over the mode's mesh, against JAX's own map of a batch split over 'data': the
+    rows of the devices at positions p * 8 / N ... of jax.devices() (the order jax.distributed lists them)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from workbench.training.modes.base import training_mesh
+
+    training = training_mesh(wb.parse_mesh(mesh))
+    where = NamedSharding(training, P("data")).devices_indices_map((64,))
+    per_process = training.devices.size // processes
+    shares = workshop.process_rows(mesh, processes, 64, mode)
+    assert [s.share.process_index for s in shares] == list(range(processes))
+    for process, share in enumerate(shares):
+        devices = jax.devices()[process * per_process:(process + 1) * per_process]
+        rows = sorted({row for device in devices for row in range(64)[where[device][0]]})
+        assert list(share.rows) == rows and share.share.process_count == processes
+        assert share.devices == tuple(d.id for d in devices)
+
+
+def test_process_rows_table_and_bad_input():
+    table = workshop.process_rows_table(workshop.process_rows("data=4,model=2", 2, 64, "dp-tp"))
+    assert table.splitlines()[2].split() == ["0", "0-3", "0-1", "0-31", "32"]
+    assert table.splitlines()[3].split() == ["1", "4-7", "2-3", "32-63", "32"]
+    with pytest.raises(wb.WorkbenchError, match="processes=3 does not divide the 8 devices"):
+        workshop.process_rows("data=8", 3, 64)
+    with pytest.raises(wb.WorkbenchError, match="does not split into the 8 parts of axis 'data'"):
+        workshop.process_rows("data=8", 2, 60)
+    with pytest.raises(wb.WorkbenchError, match="needs a mesh axis 'data'"):
+        workshop.process_rows("model=8", 2, 64, "dp")
+
+
+RIGHT_ROWS = {"data=8": range(32, 64), "data=4,model=2": range(32, 64), "model=2,data=4": range(0, 64)}
+
+
+def test_process_rows_right_answers_pass_in_any_form():
+    assert check_process_rows(RIGHT_ROWS).passed
+    assert check_process_rows({"data=8": slice(32, 64), "data=4,model=2": list(range(32, 64)),
+                               "model=2,data=4": set(range(64))}).passed
+    assert "whole batch" in check_process_rows(RIGHT_ROWS).message
+
+
+@pytest.mark.parametrize("mesh, said, hint", [
+    ("data=8", range(0, 32), "another process's rows"),  # process 0's
+    ("data=8", range(1, 64, 2), "not interleaved"),  # every second row
+    ("data=8", range(32, 40), "one batch part (8 rows"),
+    ("data=4,model=2", range(16, 32), "one batch part (16 rows"),
+    ("data=4,model=2", (32, 63), "give every row"),
+    ("model=2,data=4", range(32, 64), "this process loads the whole batch"),
+    ("model=2,data=4", "0-63", "give the rows as range"),
+])
+def test_process_rows_wrong_answers_fail_with_a_hint(mesh, said, hint):
+    result = check_process_rows({**RIGHT_ROWS, mesh: said})
+    assert result.status == "failed" and hint in result.message, result.message
+    others = [other for other in RIGHT_ROWS if other != mesh]
+    assert all(f"{other}:" not in result.message for other in others)  # only the wrong mesh is named
+
+
+def test_process_rows_incomplete_answers():
+    assert check_process_rows({**RIGHT_ROWS, "data=8": ...}).status == "unanswered"
+    assert "exactly the keys" in check_process_rows({"data=8": range(32, 64)}).message
+    assert "exactly the keys" in check_process_rows([range(32, 64)]).message
 
 
 def answer_blocks(notebook) -> dict[str, str]:

@@ -11,6 +11,7 @@ wrong and points at the idea to revisit, and which shows as one line in a notebo
 :func:`check_grad_scale`        predict the gradient scale of the ``psum`` fault on N devices
 :func:`check_gradient_sync`     fix a shard_map step whose gradients come out N times too large
 :func:`check_fits_chip`         predict whether a planned layout fits its chip, before the compiler answers
+:func:`check_process_rows`      predict which rows of the global batch process 1 of 2 loads
 ============================  ==============================================================
 
 Example:
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from typing import Any, Callable
 
 import jax
@@ -57,6 +59,17 @@ class ExerciseResult:
 def _unanswered(exercise: str, answer: Any) -> ExerciseResult | None:
     if answer is None or answer is Ellipsis:
         return ExerciseResult(exercise, "unanswered", "replace the ... with your answer and run the cell again")
+    return None
+
+
+def _unanswered_dict(exercise: str, answer: Any, keys: Any, what: str) -> ExerciseResult | None:
+    """The result for an answer that is not yet a dict with exactly ``keys``, each given (``what`` each holds)."""
+    if (result := _unanswered(exercise, answer)) is not None:
+        return result
+    if not isinstance(answer, dict) or set(answer) != set(keys):
+        return ExerciseResult(exercise, "failed", f"give a dict with exactly the keys {', '.join(keys)}")
+    if any(value is Ellipsis or value is None for value in answer.values()):
+        return ExerciseResult(exercise, "unanswered", f"replace every ... with {what} and run the cell again")
     return None
 
 
@@ -105,12 +118,8 @@ def check_bytes_per_device(answer: Any) -> ExerciseResult:
         True
     """
     name = "bytes-per-device"
-    if (result := _unanswered(name, answer)) is not None:
+    if (result := _unanswered_dict(name, answer, BYTES_KEYS, "a number of bytes")) is not None:
         return result
-    if not isinstance(answer, dict) or set(answer) != set(BYTES_KEYS):
-        return ExerciseResult(name, "failed", f"give a dict with exactly the keys {', '.join(BYTES_KEYS)}")
-    if any(value is Ellipsis or value is None for value in answer.values()):
-        return ExerciseResult(name, "unanswered", "replace every ... with a number of bytes and run the cell again")
     truth = bytes_per_device_truth(WORKSHOP_DEVICES)
     hints = {
         "kernel_dp": "data parallelism keeps a whole copy on every device: 64 x 128 float32 values",
@@ -328,8 +337,190 @@ def check_fits_chip(answer: Any, plan: Any, compiled: Any = None) -> ExerciseRes
     return ExerciseResult(name, "failed", hint)
 
 
+# --- 6. which rows each process loads (notebook 02, part 8) --------------------------------------------------
+
+# The exercise: the rows of each global batch of 64 that process 1 of 2 loads, for each mesh (and its mode).
+PROCESS_ROWS_MESHES = {"data=8": "dp", "data=4,model=2": "dp-tp", "model=2,data=4": "dp-tp"}
+PROCESS_ROWS_BATCH, PROCESS_ROWS_PROCESSES, PROCESS_ROWS_ASKED = 64, 2, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessRows:
+    """What one process of a run across processes holds: its devices, and the rows of each global batch it loads.
+
+    Attributes:
+        devices: the positions in ``jax.devices()`` of its devices (jax.distributed lists process 0's devices
+            first, then process 1's, and so on, an equal block each; the modes build their mesh in that order).
+        batch_positions: those devices' positions along the mode's batch axis (empty: the batch is not split).
+        share: the rows it loads, as :func:`~workbench.distributed.process_data.batch_share` computes them.
+    """
+
+    devices: tuple[int, ...]
+    batch_positions: tuple[int, ...]
+    share: Any  # a ProcessShare
+
+    @property
+    def rows(self) -> range:
+        return range(self.share.rows.start, self.share.rows.stop)
+
+
+@dataclasses.dataclass(frozen=True)
+class _DeviceOfProcess:
+    """A mesh device as a run across processes would see it: its id and the process that holds it."""
+
+    id: int
+    process_index: int
+
+
+def _mesh_across_processes(mesh: Any, processes: int) -> Any:
+    """``mesh`` (over this process's devices) with each device marked with the process that would hold it when
+    ``processes`` processes train on it: the k-th of ``jax.devices()`` belongs to process k // (size / processes)."""
+    order = {device.id: index for index, device in enumerate(jax.devices())}
+    per_process = mesh.devices.size // processes
+    marked = np.empty(mesh.devices.shape, dtype=object)
+    for index, device in np.ndenumerate(mesh.devices):
+        marked[index] = _DeviceOfProcess(device.id, order[device.id] // per_process)
+    return types.SimpleNamespace(axis_names=mesh.axis_names, shape=mesh.shape, devices=marked)
+
+
+def process_rows(mesh: str = "data=8", processes: int = 2, batch: int = 64, mode: str = "dp") -> tuple[ProcessRows, ...]:
+    """Each process's devices and rows of a global batch of ``batch`` when ``processes`` processes train ``mode``
+    on ``mesh``: the engine's :func:`~workbench.distributed.process_data.batch_share` over the mesh the mode
+    builds, its devices given to processes as ``jax.distributed`` does. Runs in one process, no workers.
+
+    Raises:
+        WorkbenchError: ``processes`` does not divide the mesh or the batch, or the mode does not train on it.
+
+    Example:
+        >>> [share.rows for share in process_rows("data=8", 2, 64)]
+        [range(0, 32), range(32, 64)]
+    """
+    from .distributed.process_data import batch_share
+    from .errors import MeshError, WorkbenchError
+    from .training.config import TrainConfig
+    from .training.modes import mesh_fit, mode_class
+    from .training.modes.base import training_mesh
+
+    config = TrainConfig(mode=mode, mesh=mesh, batch=batch, processes=processes).checked()
+    fit = mesh_fit(mode, config.mesh_shape)
+    if not fit.ok:
+        raise MeshError(fit.message)
+    axis = mode_class(mode).batch_axis
+    parts = config.mesh_shape.axis_size(axis) if axis else 1
+    if batch % parts:
+        raise WorkbenchError(f"global batch {batch} does not split into the {parts} parts of axis {axis!r} of mesh "
+                             f"{config.mesh}: use a multiple of {parts}")
+    layout = _mesh_across_processes(training_mesh(config.mesh_shape), processes)
+    out = []
+    for process in range(processes):
+        held = [(layout_index, device) for layout_index, device in np.ndenumerate(layout.devices)
+                if device.process_index == process]
+        where = tuple(layout.axis_names).index(axis) if axis else None
+        share = batch_share(layout, axis, batch, process)  # in this one process it counts 1 process: say how many
+        out.append(ProcessRows(
+            devices=tuple(sorted(device.id for _, device in held)),
+            batch_positions=() if where is None else tuple(sorted({index[where] for index, _ in held})),
+            share=dataclasses.replace(share, process_count=processes),
+        ))
+    return tuple(out)
+
+
+def _span(values: Any) -> str:
+    """``4-7`` for consecutive values, else ``0, 2, 5`` (``1, 3, 5, ..., 63 (32 in all)`` when long); ``-`` for none."""
+    values = sorted(values)
+    if not values:
+        return "-"
+    if len(values) > 1 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    if len(values) > 6:
+        return f"{', '.join(map(str, values[:3]))}, ..., {values[-1]} ({len(values)} in all)"
+    return ", ".join(map(str, values))
+
+
+def process_rows_table(shares: Any) -> str:
+    """:func:`process_rows` as a text table: each process's devices, batch positions and rows.
+
+    Example:
+        >>> print(process_rows_table(process_rows("data=8", 2, 64)))
+        process  devices  batch positions  rows   examples
+        -------  -------  ---------------  -----  --------
+        0        0-3      0-3              0-31         32
+        1        4-7      4-7              32-63        32
+    """
+    from .formatting import align_columns
+
+    rows = [[str(s.share.process_index), _span(s.devices), _span(s.batch_positions),
+             f"{s.rows.start}-{s.rows.stop - 1}", str(len(s.rows))] for s in shares]
+    return "\n".join(align_columns(["process", "devices", "batch positions", "rows", "examples"], rows, right=[4]))
+
+
+def _as_rows(value: Any) -> tuple[int, ...] | None:
+    """A set of rows (``range``, ``slice``, or integers) as sorted row numbers; None if it is none of those."""
+    if isinstance(value, slice):
+        if value.step not in (None, 1) or value.stop is None:
+            return None
+        value = range(value.start or 0, value.stop)
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        return None
+    rows = [_whole_number(row) for row in value]
+    return None if any(row is None for row in rows) else tuple(sorted(rows))
+
+
+def _rows_hint(mesh: str, said: tuple[int, ...], asked: ProcessRows, others: tuple[ProcessRows, ...]) -> str:
+    """Why ``said`` is not the rows of process ``asked``, pointing at the idea to revisit."""
+    truth = tuple(asked.rows)
+    devices = len(asked.devices)
+    parts = len(set().union(*(s.batch_positions for s in others))) or 1
+    per_part = PROCESS_ROWS_BATCH // parts
+    if len(said) == 2 < len(truth):
+        return "give every row, as range(first, last + 1), not only the first and the last"
+    if any(said == tuple(other.rows) for other in others if other is not asked) and said != truth:
+        return ("those are another process's rows: jax.devices() lists process 0's devices first, so process "
+                f"{PROCESS_ROWS_ASKED} holds devices {_span(asked.devices)}")
+    if len(said) == len(truth) and set(said) != set(truth) and said != tuple(range(said[0], said[-1] + 1)):
+        return "the batch is split over the devices in blocks of consecutive rows, not interleaved"
+    if len(said) == per_part and per_part < len(truth):
+        return (f"that is one batch part ({per_part} rows, one position along 'data'); process {PROCESS_ROWS_ASKED} "
+                f"holds {devices} devices, at positions {_span(asked.batch_positions)} along 'data'")
+    whole = " (all of 'data': this process loads the whole batch)" if len(truth) == PROCESS_ROWS_BATCH else ""
+    return (f"process {PROCESS_ROWS_ASKED} holds devices {_span(asked.devices)}; on {mesh} they sit at positions "
+            f"{_span(asked.batch_positions)} along 'data'{whole}, and each position holds {per_part} of the "
+            f"{PROCESS_ROWS_BATCH} rows")
+
+
+def check_process_rows(answer: Any) -> ExerciseResult:
+    """Check ``{mesh: rows}``: the rows of each global batch of 64 that process 1 of 2 loads, for each mesh of
+    :data:`PROCESS_ROWS_MESHES` (rows as a ``range``, a ``slice`` or a list of row numbers). The truth is
+    :func:`process_rows`: the engine's ``batch_share`` over the mesh each mode builds.
+
+    Example:
+        >>> check_process_rows({"data=8": range(32, 64), "data=4,model=2": range(32, 64),
+        ...                     "model=2,data=4": range(64)}).passed
+        True
+    """
+    name = "process-rows"
+    if (result := _unanswered_dict(name, answer, PROCESS_ROWS_MESHES, "the rows")) is not None:
+        return result
+    truths = {mesh: process_rows(mesh, PROCESS_ROWS_PROCESSES, PROCESS_ROWS_BATCH, mode)
+              for mesh, mode in PROCESS_ROWS_MESHES.items()}
+    wrong = []
+    for mesh, shares in truths.items():
+        said, asked = _as_rows(answer[mesh]), shares[PROCESS_ROWS_ASKED]
+        if said is None or not said:
+            wrong.append(f"{mesh}: give the rows as range(first, last + 1), not {answer[mesh]!r}")
+        elif said != tuple(asked.rows):
+            wrong.append(f"{mesh}: you said {_span(said)}; {_rows_hint(mesh, said, asked, shares)}")
+    if wrong:
+        return ExerciseResult(name, "failed", "; ".join(wrong))
+    said = ", ".join(f"rows {shares[PROCESS_ROWS_ASKED].rows.start}-{shares[PROCESS_ROWS_ASKED].rows.stop - 1} on "
+                     f"{mesh}" for mesh, shares in truths.items())
+    return ExerciseResult(name, "passed", f"{said}: a process loads the rows its devices hold along 'data'. With "
+                          "'model' first, each process's devices span all of 'data', so every process loads the "
+                          "whole batch and the processes split the model instead")
+
+
 __all__ = [
-    "BYTES_KEYS", "ExerciseResult", "all_reduce_truth", "bytes_per_device_truth", "check_all_reduce_bytes",
-    "check_bytes_per_device", "check_fits_chip", "check_grad_scale", "check_gradient_sync", "regression_loss",
-    "regression_problem",
+    "BYTES_KEYS", "ExerciseResult", "PROCESS_ROWS_MESHES", "ProcessRows", "all_reduce_truth", "bytes_per_device_truth",
+    "check_all_reduce_bytes", "check_bytes_per_device", "check_fits_chip", "check_grad_scale", "check_gradient_sync",
+    "check_process_rows", "process_rows", "process_rows_table", "regression_loss", "regression_problem",
 ]
