@@ -209,20 +209,38 @@ def test_a_data_set_reads_only_a_process_rows():
         next(data.batches(64, seed=0, rows=slice(48, 80)))
 
 
-def test_one_command_per_host_joins_the_same_run(tmp_path):
-    """What the README says for real hosts (`--join HOST:PORT --process-id I`), here as two local processes."""
+def _hosts(tmp_path, env: dict[str, str], *options: str) -> tuple[list[int], list[str]]:
+    """Two `workbench train --join` commands, as two hosts would run them: exit statuses and outputs."""
     port = free_port()
     argv = [sys.executable, "-m", "workbench", "train", "--mode", "fsdp", "--steps", "4", "--batch", "64",
             "--log-every", "2", "--eval-every", "0", "--sync-every", "0", "--processes", "2",
-            "--join", f"127.0.0.1:{port}", "--name", "joined", "--run-dir", str(tmp_path)]
-    hosts = [subprocess.Popen([*argv, "--process-id", str(i)], env=child_environment(4), stdout=subprocess.PIPE,
+            "--join", f"127.0.0.1:{port}", "--name", "joined", "--run-dir", str(tmp_path), *options]
+    hosts = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, start_new_session=True) for i in range(2)]
     try:
         outputs = [host.communicate(timeout=240)[0].decode(errors="replace") for host in hosts]
     finally:
         for host in hosts:
             stop_process_group(host)
-    assert [host.returncode for host in hosts] == [0, 0], outputs
+    return [host.returncode for host in hosts], outputs
+
+
+def test_one_command_per_host_joins_the_same_run(tmp_path):
+    """What the README says for real hosts (`--join HOST:PORT --process-id I`), here as two local processes
+    that set no device count: each takes its share of the mesh (4 of data=8)."""
+    env = child_environment(4)
+    env.pop("WORKBENCH_CPU_DEVICES")
+    codes, outputs = _hosts(tmp_path, env)
+    assert codes == [0, 0], outputs
     run = wb.load_run(tmp_path / "joined")
     assert run.status == "finished" and run.config["processes"] == 2
     assert [r["step"] for r in run.metrics if "loss" in r] == [1, 2, 4]
+
+
+def test_hosts_whose_devices_do_not_make_the_mesh_each_say_so_in_one_line(tmp_path):
+    codes, outputs = _hosts(tmp_path, child_environment(3))  # 2 x 3 devices for a mesh of 8
+    assert codes == [2, 2], outputs
+    for output in outputs:
+        errors = [line for line in output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "mesh data=8 has 8 devices but the 2 processes have 6" in errors[0], output
+        assert "Traceback" not in output

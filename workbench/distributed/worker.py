@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..errors import WorkbenchError
 from ..training.process_group import CHECK_FILE
 
 INIT_TIMEOUT_S = 60  # every process must join within this (JAX's default is 300 s)
@@ -114,6 +115,34 @@ def _check(config: Any, run_dir: Path, steps: int | None) -> int:
     return 0
 
 
+def _claim_cpu_share(config: Any) -> None:
+    """On CPU, this process's share of the mesh's devices (mesh size / processes), unless the user set the count
+    (``WORKBENCH_CPU_DEVICES``): a host started by hand (``--join``) gets the right count without setting it."""
+    import jax
+
+    from ..devices import ENV_VAR
+
+    if os.environ.get(ENV_VAR) or config.processes < 1 or config.mesh_shape.size % config.processes:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", config.mesh_shape.size // config.processes)
+    except RuntimeError:  # the backend already started: check_devices says what to do
+        pass
+
+
+def check_devices(config: Any) -> None:
+    """WorkbenchError unless the processes together have exactly the mesh's devices (each process then holds
+    its share: a process outside the mesh would load no rows and wait in the others' collectives)."""
+    import jax
+
+    size, count, processes = config.mesh_shape.size, jax.device_count(), jax.process_count()
+    if count != size:
+        raise WorkbenchError(
+            f"mesh {config.mesh} has {size} devices but the {processes} processes have {count} in all "
+            f"({jax.local_device_count()} in process {jax.process_index()}): give each process {size // processes} "
+            f"(on CPU hosts WORKBENCH_CPU_DEVICES={size // processes}), or use a mesh of {count} devices")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.distributed.worker", description=__doc__.split("\n")[0])
     parser.add_argument("--coordinator", required=True, help="HOST:PORT of process 0, or 'auto'")
@@ -131,13 +160,21 @@ def main(argv: list[str] | None = None) -> int:
         from ..child_processes import exit_when_parent_goes
 
         threading.Thread(target=exit_when_parent_goes, daemon=True).start()
-    # On one machine the coordinator listens on loopback only; on real hosts it must be reachable from the others.
-    local = args.watch_parent or args.coordinator.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
-    join(args.coordinator, args.processes, args.process_id, bind_loopback=local)
-
     from ..training.config import TrainConfig
 
     config = TrainConfig.from_json(json.loads(args.config))
+    _claim_cpu_share(config)
+    # On one machine the coordinator listens on loopback only; on real hosts it must be reachable from the others.
+    local = args.watch_parent or args.coordinator.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+    join(args.coordinator, args.processes, args.process_id, bind_loopback=local)
+    try:
+        check_devices(config)
+    except WorkbenchError as error:  # every process finds the same: each says it in one line, and they end together
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        import jax
+
+        jax.distributed.shutdown()
+        return 2
     if args.task == "check":
         return _check(config, args.run_dir, args.check_steps)
     trainer = _process_trainer(config, args.run_dir)
