@@ -3,7 +3,7 @@ number of simulated devices, the same ``workbench`` package as the parent, an en
 and a kill of its whole process group that is safe from any thread.
 
 Used by the compile-verification child (:mod:`workbench.analysis.verification`) and the workers of a
-multi-process run (:mod:`workbench.distributed.launcher`).
+multi-process run (:mod:`workbench.training.process_group`).
 
 Example:
     >>> child_environment(4)["WORKBENCH_CPU_DEVICES"]

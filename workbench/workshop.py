@@ -352,7 +352,7 @@ class ProcessRows:
         devices: the positions in ``jax.devices()`` of its devices (jax.distributed lists process 0's devices
             first, then process 1's, and so on, an equal block each; the modes build their mesh in that order).
         batch_positions: those devices' positions along the mode's batch axis (empty: the batch is not split).
-        share: the rows it loads, as :func:`~workbench.distributed.process_data.batch_share` computes them.
+        share: the rows it loads, as :func:`~workbench.training.process_share.batch_share` computes them.
     """
 
     devices: tuple[int, ...]
@@ -385,7 +385,7 @@ def _mesh_across_processes(mesh: Any, processes: int) -> Any:
 
 def process_rows(mesh: str = "data=8", processes: int = 2, batch: int = 64, mode: str = "dp") -> tuple[ProcessRows, ...]:
     """Each process's devices and rows of a global batch of ``batch`` when ``processes`` processes train ``mode``
-    on ``mesh``: the engine's :func:`~workbench.distributed.process_data.batch_share` over the mesh the mode
+    on ``mesh``: the engine's :func:`~workbench.training.process_share.batch_share` over the mesh the mode
     builds, its devices given to processes as ``jax.distributed`` does. Runs in one process, no workers.
 
     Raises:
@@ -395,7 +395,7 @@ def process_rows(mesh: str = "data=8", processes: int = 2, batch: int = 64, mode
         >>> [share.rows for share in process_rows("data=8", 2, 64)]
         [range(0, 32), range(32, 64)]
     """
-    from .distributed.process_data import batch_share
+    from .training.process_share import batch_share
     from .errors import MeshError, WorkbenchError
     from .training.config import TrainConfig
     from .training.modes import mesh_fit, mode_class
