@@ -1,11 +1,11 @@
 """Training across processes on jax.distributed: real worker processes (2 x 4 simulated CPU devices, gloo
 collectives) train every multi-process mode to the one-process result; a killed worker fails the run in
-bounded time and leaves nothing behind; stop ends every process; bad input is refused before anything
-starts; the same-shard fault is caught by the reference check across processes."""
+bounded time and leaves nothing behind; bad input is refused before anything starts; the same-shard fault
+is caught by the reference check across processes; one command per host joins a run. Stopping a run across
+processes from the dashboard: tests/test_widgets_dashboard.py."""
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import signal
@@ -30,6 +30,9 @@ MESHES = {"tp": "model=8", "dp-tp": "data=4,model=2"}
 # fsdp reduce-scatters each gradient across the processes: 1024 x 1024 float32 weights are 4 MiB each, the
 # size at which gloo's psum_scatter was reported to go wrong on rank 0.
 OPTIONS = {"fsdp": {"hidden": 1024}, "fsdp-whole-tree": {"hidden": 1024}}
+# The sync diagnostics gather every replica's gradient across processes: checked on a replicated, a stacked (pmap)
+# and a sharded state, and on a two-axis mesh (each costs two more programs per process).
+SYNCED = ("dp-pmap", "fsdp", "dp-tp")
 EXACT = 1e-5  # the modes' exactness bound (tests/test_modes.py): relative to the loss, to each leaf's scale
 ENDED_WITHIN_S = 20.0  # a killed worker's peers, and a stopped run, end within this (never JAX's 300 s)
 
@@ -54,7 +57,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("mode", PROCESS_MODES)
 def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
-    config = _config(mode)
+    config = _config(mode, sync_every=3 if mode in SYNCED else 0)
     group = ProcessGroup(config, tmp_path, "two", final_params=tmp_path / "params.npz")
     summary = group.wait(240)
     assert summary is not None and summary["status"] == "finished", (summary, group.failure)
@@ -75,6 +78,8 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
         scale = max(float(np.max(np.abs(value))), 1e-3)
         assert float(np.max(np.abs(saved[key] - value))) / scale <= EXACT, key
 
+    if mode not in SYNCED:
+        return
     # Gradient-sync diagnostics across processes: every replica's norm, the replicas in step with each other.
     across, alone = _records(group.path, "sync_per_replica_grad_norms"), _records(one.run_path, "sync_per_replica_grad_norms")
     assert [s for s, _ in across] == [s for s, _ in alone] == [3, 6]
@@ -102,26 +107,6 @@ def test_a_killed_worker_fails_the_run_in_bounded_time_and_leaves_nothing_behind
     run = wb.load_run(group.path)  # everything written so far stays readable
     assert run.status == "failed" and [r["step"] for r in run.metrics if "loss" in r][0] == 1
     assert (group.path / "processes" / "0.log").read_text()
-
-
-def test_stop_ends_every_process_within_seconds(tmp_path):
-    trainer = wb.Trainer(_config("fsdp", steps=100_000, log_every=5, sync_every=0), run_root=str(tmp_path))
-    seen = collections.Counter()
-    trainer.subscribe(lambda event: seen.update([event.kind]))
-    trainer.start(name="stopped")
-    deadline = time.monotonic() + 120
-    while seen["metrics"] < 2 and time.monotonic() < deadline and trainer.status == "running":
-        time.sleep(0.2)
-    assert seen["metrics"] >= 2 and seen["compiled"] == 1, (trainer.status, seen)
-    with pytest.raises(wb.WorkbenchError, match="cannot pause"):
-        trainer.pause()
-    asked = time.monotonic()
-    trainer.stop()
-    summary = trainer.wait(ENDED_WITHIN_S)
-    assert summary is not None and time.monotonic() - asked < ENDED_WITHIN_S
-    assert trainer.status == "stopped" and summary["steps"] % 5 == 0  # every process stopped at a logging step
-    assert trainer._group.exit_codes == [0, 0]
-    assert seen["end"] == 1
 
 
 def test_the_same_shard_fault_is_caught_across_processes(capsys):

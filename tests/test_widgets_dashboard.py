@@ -423,6 +423,8 @@ def test_a_run_across_two_processes_is_shown_live_and_stop_ends_every_process(ma
     dashboard.stop()
     assert poll(lambda: trainer.status == "stopped", timeout=20), trainer.status
     assert time.monotonic() - asked < 20
-    assert trainer.wait(10) is not None and trainer._group.exit_codes == [0, 0]
+    summary = trainer.wait(10)
+    assert summary is not None and trainer._group.exit_codes == [0, 0]
+    assert summary["steps"] % QUIET["log_every"] == 0  # every process stopped after the same logging step
     assert wb.load_run(trainer.run_path).config["processes"] == 2
     assert dashboard.start_button.disabled is False  # idle again: the end event reached the dashboard
