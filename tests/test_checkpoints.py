@@ -178,27 +178,85 @@ def test_cli_resumes_in_another_layout_and_refuses_bad_input_in_one_line(runs, t
         assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_run_killed_while_saving_every_two_steps_resumes_from_a_complete_checkpoint(tmp_path):
-    """SIGKILL lands during a save or between saves: either way the newest checkpoint is whole."""
+def _checkpointing_cli(tmp_path, name, **popen):
+    """``workbench train`` in a child process, saving every two steps for as long as it is let run."""
     import os
-    import signal
     import subprocess
     import sys
-    import time
 
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "WORKBENCH_CPU_DEVICES": "8"}
     argv = [sys.executable, "-m", "workbench", "train", "--model", "mlp", "--mode", "dp", "--batch", "64",
             "--steps", "100000", "--log-every", "1000", "--eval-every", "0", "--sync-every", "0",
-            "--checkpoint-every", "2", "--keep-checkpoints", "2", "--run-dir", str(tmp_path), "--name", "killed"]
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    run_dir, deadline = tmp_path / "killed", time.monotonic() + 90
+            "--checkpoint-every", "2", "--keep-checkpoints", "2", "--run-dir", str(tmp_path), "--name", name]
+    return subprocess.Popen(argv, env=env, **{"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen})
+
+
+def _wait_for_checkpoints(process, run_dir, count, seconds=90):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and len(checkpoint_steps(run_dir)) < count and process.poll() is None:
+        time.sleep(0.05)
+    assert len(checkpoint_steps(run_dir)) >= count, "the run saved too few checkpoints before the deadline"
+
+
+def test_a_run_killed_while_saving_every_two_steps_resumes_from_a_complete_checkpoint(tmp_path):
+    """SIGKILL lands during a save or between saves: either way the newest checkpoint is whole."""
+    import signal
+
+    process, run_dir = _checkpointing_cli(tmp_path, "killed"), tmp_path / "killed"
     try:
-        while time.monotonic() < deadline and len(checkpoint_steps(run_dir)) < 3 and process.poll() is None:
-            time.sleep(0.05)
-        assert len(checkpoint_steps(run_dir)) >= 2, "the run saved no checkpoints before the deadline"
+        _wait_for_checkpoints(process, run_dir, 3)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     latest = latest_checkpoint(run_dir)
     resumed = Trainer.resuming(run_dir, steps=latest.step + 2, checkpoint_every=0)
     assert resumed.run()["steps"] == latest.step + 2 and resumed.status == "finished"
+
+
+FULL_DISK_FILE_BYTES = 16 * 1024  # room for the run's JSON files, not for a checkpoint's array files
+
+
+def test_a_disk_that_fills_during_a_save_fails_the_run_in_one_line_keeping_the_earlier_checkpoints(tmp_path):
+    """The file-size limit of the running process is lowered after two checkpoints (SIGXFSZ ignored, so a
+    write past it fails with EFBIG as on a full disk): the next save fails, the run fails with one message
+    naming that checkpoint and the intact ones, and those restore."""
+    import re
+    import resource
+    import signal
+    import subprocess
+
+    before = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited (no preexec_fn: it forks JAX's threads)
+    try:
+        process = _checkpointing_cli(tmp_path, "full-disk", stderr=subprocess.PIPE, text=True, restore_signals=False)
+    finally:
+        signal.signal(signal.SIGXFSZ, before)
+    run_dir = tmp_path / "full-disk"
+    try:
+        _wait_for_checkpoints(process, run_dir, 2)
+        resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (FULL_DISK_FILE_BYTES, resource.RLIM_INFINITY))
+        _, err = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+    assert process.returncode == 1
+    # Tensorstore's threads print tracebacks of their own writes cut short, which may run into the CLI's line.
+    found = re.findall(r"error: run full-disk failed: (the checkpoint of step (\d+) \('[^']*/checkpoints/\d+'\) could not "
+                       r"be written \(the disk refused a write: \[Errno 27\] File too large\); the checkpoints of steps "
+                       r"\[([\d, ]*)\] are intact and the run's metrics are kept: free disk space and resume from the "
+                       r"latest \(workbench train --resume <run>\))", err)
+    assert len(found) == 1, err[-3000:]
+    message, failed, intact = found[0][0], int(found[0][1]), [int(step) for step in found[0][2].split(", ")]
+    assert intact == checkpoint_steps(run_dir) and len(intact) == 2 and failed > intact[-1]
+    run = load_run(run_dir)
+    assert run.status == "failed" and run.summary["error"] == message
+    assert [m["step"] for m in run.metrics if "loss" in m][-1] >= intact[-1]  # every line still parses
+    built = build_step(dataclasses.replace(CONFIG, mode="dp", mesh="data=8"))
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), built.state)
+    for step in intact:  # each intact checkpoint reads back whole
+        state = restore_state(dataclasses.replace(latest_checkpoint(run_dir), step=step), target)
+        assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(state.params))
+    resumed = Trainer.resuming(run_dir, steps=intact[-1] + 2, checkpoint_every=0)
+    assert resumed.run()["steps"] == intact[-1] + 2 and resumed.status == "finished"
