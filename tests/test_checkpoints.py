@@ -14,7 +14,9 @@ from workbench.errors import WorkbenchError
 from workbench.training.checkpoints import (
     CheckpointError, checkpoint_steps, checkpoints_folder, latest_checkpoint, restore_state, state_signature,
 )
+from workbench.layout.paths import leaves_with_paths
 from workbench.training.config import TrainConfig
+from workbench.training.layout_change import checkpoint_layout_change, layout_change_text
 from workbench.training.data import load_dataset
 from workbench.training.runs import load_run
 from workbench.training.step import build_step
@@ -95,6 +97,27 @@ def test_the_state_is_read_straight_into_the_new_shardings(runs):
     for leaf, sharding in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings)):
         assert leaf.sharding == sharding
     assert any("model" in str(leaf.sharding.spec) for leaf in jax.tree.leaves(restored.params))
+
+
+def test_the_layout_before_and_after_a_restore_is_the_one_each_mode_reads_into(runs):
+    config = dataclasses.replace(CONFIG, mode="dp-tp", mesh="data=4,model=2")
+    info = latest_checkpoint(runs["cut"])
+    change = checkpoint_layout_change(info, config)
+    assert (change.before, change.after) == ("fsdp on data=8", "dp-tp on data=4,model=2")
+    for before_after, mode_config in ((0, CONFIG), (1, config)):  # the arrays a restore into each mode gives
+        built = build_step(mode_config)
+        shardings = built.mode.restore_shardings(built.state)
+        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), built.state, shardings)
+        restored = [path_leaf for path_leaf in leaves_with_paths(restore_state(info, target))]
+        assert [path for path, _ in restored] == [leaf.path for leaf in change.leaves]
+        for (path, array), leaf in zip(restored, change.leaves):
+            shard = leaf.shard_after if before_after else leaf.shard_before
+            assert tuple(array.addressable_shards[0].data.shape) == shard, path
+    assert any(leaf.moved for leaf in change.leaves) and not all(leaf.moved for leaf in change.leaves)
+    text = layout_change_text(change, only_moved=True)
+    assert text.splitlines()[0].startswith("fsdp on data=8 -> dp-tp on data=4,model=2 (")
+    kernel = change.leaf("params/hidden1/kernel")
+    assert f"{list(kernel.shard_before)} -> P(None, model) {list(kernel.shard_after)}" in text
 
 
 def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(runs):
@@ -260,3 +283,29 @@ def test_a_disk_that_fills_during_a_save_fails_the_run_in_one_line_keeping_the_e
         assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(state.params))
     resumed = Trainer.resuming(run_dir, steps=intact[-1] + 2, checkpoint_every=0)
     assert resumed.run()["steps"] == intact[-1] + 2 and resumed.status == "finished"
+
+
+def test_a_save_asked_for_is_written_at_the_next_step_boundary_running_or_paused(tmp_path):
+    import threading
+
+    trainer = Trainer(dataclasses.replace(CONFIG, checkpoint_every=0, steps=20), run_root=str(tmp_path))
+    with pytest.raises(WorkbenchError, match=r"no run to save \(idle\)"):
+        trainer.save_checkpoint()
+    trainer.subscribe(lambda event: trainer.save_checkpoint() if event.kind == "metrics" and event.step == 10 else None)
+    summary = trainer.run(name="asked")
+    saves = [(event.step, event.data["requested"]) for event in trainer.history if event.kind == "checkpoint"]
+    assert saves == [(10, True), (20, False)] and summary["checkpoints"] == [10, 20]  # the last state, to go on
+    assert [m["step"] for m in load_run(tmp_path / "asked").metrics][:3] == [1, 5, 10]  # metrics reach the save
+
+    paused, saved = threading.Event(), threading.Event()
+    trainer.subscribe(lambda event: {"paused": paused, "checkpoint": saved}.get(event.kind, threading.Event()).set())
+    trainer.subscribe(lambda event: trainer.pause() if event.kind == "metrics" and event.step == 5 else None)
+    trainer.start(name="paused")
+    try:
+        assert paused.wait(60)
+        trainer.save_checkpoint()  # while paused: saved at once
+        assert saved.wait(60) and trainer.status == "paused"
+    finally:
+        trainer.stop()
+        trainer.wait(60)
+    assert checkpoint_steps(tmp_path / "paused") == [5]
