@@ -14,7 +14,9 @@ from workbench.errors import WorkbenchError
 from workbench.training.checkpoints import (
     CheckpointError, checkpoint_steps, checkpoints_folder, latest_checkpoint, restore_state, state_signature,
 )
+from workbench.layout.paths import leaves_with_paths
 from workbench.training.config import TrainConfig
+from workbench.training.layout_change import checkpoint_layout_change, layout_change_text
 from workbench.training.data import load_dataset
 from workbench.training.runs import load_run
 from workbench.training.step import build_step
@@ -95,6 +97,27 @@ def test_the_state_is_read_straight_into_the_new_shardings(runs):
     for leaf, sharding in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings)):
         assert leaf.sharding == sharding
     assert any("model" in str(leaf.sharding.spec) for leaf in jax.tree.leaves(restored.params))
+
+
+def test_the_layout_before_and_after_a_restore_is_the_one_each_mode_reads_into(runs):
+    config = dataclasses.replace(CONFIG, mode="dp-tp", mesh="data=4,model=2")
+    info = latest_checkpoint(runs["cut"])
+    change = checkpoint_layout_change(info, config)
+    assert (change.before, change.after) == ("fsdp on data=8", "dp-tp on data=4,model=2")
+    for before_after, mode_config in ((0, CONFIG), (1, config)):  # the arrays a restore into each mode gives
+        built = build_step(mode_config)
+        shardings = built.mode.restore_shardings(built.state)
+        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), built.state, shardings)
+        restored = [path_leaf for path_leaf in leaves_with_paths(restore_state(info, target))]
+        assert [path for path, _ in restored] == [leaf.path for leaf in change.leaves]
+        for (path, array), leaf in zip(restored, change.leaves):
+            shard = leaf.shard_after if before_after else leaf.shard_before
+            assert tuple(array.addressable_shards[0].data.shape) == shard, path
+    assert any(leaf.moved for leaf in change.leaves) and not all(leaf.moved for leaf in change.leaves)
+    text = layout_change_text(change, only_moved=True)
+    assert text.splitlines()[0].startswith("fsdp on data=8 -> dp-tp on data=4,model=2 (")
+    kernel = change.leaf("params/hidden1/kernel")
+    assert f"{list(kernel.shard_before)} -> P(None, model) {list(kernel.shard_after)}" in text
 
 
 def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(runs):
@@ -178,27 +201,111 @@ def test_cli_resumes_in_another_layout_and_refuses_bad_input_in_one_line(runs, t
         assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_run_killed_while_saving_every_two_steps_resumes_from_a_complete_checkpoint(tmp_path):
-    """SIGKILL lands during a save or between saves: either way the newest checkpoint is whole."""
+def _checkpointing_cli(tmp_path, name, **popen):
+    """``workbench train`` in a child process, saving every two steps for as long as it is let run."""
     import os
-    import signal
     import subprocess
     import sys
-    import time
 
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "WORKBENCH_CPU_DEVICES": "8"}
     argv = [sys.executable, "-m", "workbench", "train", "--model", "mlp", "--mode", "dp", "--batch", "64",
             "--steps", "100000", "--log-every", "1000", "--eval-every", "0", "--sync-every", "0",
-            "--checkpoint-every", "2", "--keep-checkpoints", "2", "--run-dir", str(tmp_path), "--name", "killed"]
-    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    run_dir, deadline = tmp_path / "killed", time.monotonic() + 90
+            "--checkpoint-every", "2", "--keep-checkpoints", "2", "--run-dir", str(tmp_path), "--name", name]
+    return subprocess.Popen(argv, env=env, **{"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen})
+
+
+def _wait_for_checkpoints(process, run_dir, count, seconds=90):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and len(checkpoint_steps(run_dir)) < count and process.poll() is None:
+        time.sleep(0.05)
+    assert len(checkpoint_steps(run_dir)) >= count, "the run saved too few checkpoints before the deadline"
+
+
+def test_a_run_killed_while_saving_every_two_steps_resumes_from_a_complete_checkpoint(tmp_path):
+    """SIGKILL lands during a save or between saves: either way the newest checkpoint is whole."""
+    import signal
+
+    process, run_dir = _checkpointing_cli(tmp_path, "killed"), tmp_path / "killed"
     try:
-        while time.monotonic() < deadline and len(checkpoint_steps(run_dir)) < 3 and process.poll() is None:
-            time.sleep(0.05)
-        assert len(checkpoint_steps(run_dir)) >= 2, "the run saved no checkpoints before the deadline"
+        _wait_for_checkpoints(process, run_dir, 3)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
     latest = latest_checkpoint(run_dir)
     resumed = Trainer.resuming(run_dir, steps=latest.step + 2, checkpoint_every=0)
     assert resumed.run()["steps"] == latest.step + 2 and resumed.status == "finished"
+
+
+FULL_DISK_FILE_BYTES = 16 * 1024  # room for the run's JSON files, not for a checkpoint's array files
+
+
+def test_a_disk_that_fills_during_a_save_fails_the_run_in_one_line_keeping_the_earlier_checkpoints(tmp_path):
+    """The file-size limit of the running process is lowered after two checkpoints (SIGXFSZ ignored, so a
+    write past it fails with EFBIG as on a full disk): the next save fails, the run fails with one message
+    naming that checkpoint and the intact ones, and those restore."""
+    import re
+    import resource
+    import signal
+    import subprocess
+
+    before = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited (no preexec_fn: it forks JAX's threads)
+    try:
+        process = _checkpointing_cli(tmp_path, "full-disk", stderr=subprocess.PIPE, text=True, restore_signals=False)
+    finally:
+        signal.signal(signal.SIGXFSZ, before)
+    run_dir = tmp_path / "full-disk"
+    try:
+        _wait_for_checkpoints(process, run_dir, 2)
+        resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (FULL_DISK_FILE_BYTES, resource.RLIM_INFINITY))
+        _, err = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+    assert process.returncode == 1
+    # Tensorstore's threads print tracebacks of their own writes cut short, which may run into the CLI's line.
+    found = re.findall(r"error: run full-disk failed: (the checkpoint of step (\d+) \('[^']*/checkpoints/\d+'\) could not "
+                       r"be written \(the disk refused a write: \[Errno 27\] File too large\); the checkpoints of steps "
+                       r"\[([\d, ]*)\] are intact and the run's metrics are kept: free disk space and resume from the "
+                       r"latest \(workbench train --resume <run>\))", err)
+    assert len(found) == 1, err[-3000:]
+    message, failed, intact = found[0][0], int(found[0][1]), [int(step) for step in found[0][2].split(", ")]
+    assert intact == checkpoint_steps(run_dir) and len(intact) == 2 and failed > intact[-1]
+    run = load_run(run_dir)
+    assert run.status == "failed" and run.summary["error"] == message
+    assert [m["step"] for m in run.metrics if "loss" in m][-1] >= intact[-1]  # every line still parses
+    built = build_step(dataclasses.replace(CONFIG, mode="dp", mesh="data=8"))
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), built.state)
+    for step in intact:  # each intact checkpoint reads back whole
+        state = restore_state(dataclasses.replace(latest_checkpoint(run_dir), step=step), target)
+        assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(state.params))
+    resumed = Trainer.resuming(run_dir, steps=intact[-1] + 2, checkpoint_every=0)
+    assert resumed.run()["steps"] == intact[-1] + 2 and resumed.status == "finished"
+
+
+def test_a_save_asked_for_is_written_at_the_next_step_boundary_running_or_paused(tmp_path):
+    import threading
+
+    trainer = Trainer(dataclasses.replace(CONFIG, checkpoint_every=0, steps=20), run_root=str(tmp_path))
+    with pytest.raises(WorkbenchError, match=r"no run to save \(idle\)"):
+        trainer.save_checkpoint()
+    trainer.subscribe(lambda event: trainer.save_checkpoint() if event.kind == "metrics" and event.step == 10 else None)
+    summary = trainer.run(name="asked")
+    saves = [(event.step, event.data["requested"]) for event in trainer.history if event.kind == "checkpoint"]
+    assert saves == [(10, True), (20, False)] and summary["checkpoints"] == [10, 20]  # the last state, to go on
+    assert [m["step"] for m in load_run(tmp_path / "asked").metrics][:3] == [1, 5, 10]  # metrics reach the save
+
+    paused, saved = threading.Event(), threading.Event()
+    trainer.subscribe(lambda event: {"paused": paused, "checkpoint": saved}.get(event.kind, threading.Event()).set())
+    trainer.subscribe(lambda event: trainer.pause() if event.kind == "metrics" and event.step == 5 else None)
+    trainer.start(name="paused")
+    try:
+        assert paused.wait(60)
+        trainer.save_checkpoint()  # while paused: saved at once
+        assert saved.wait(60) and trainer.status == "paused"
+    finally:
+        trainer.stop()
+        trainer.wait(60)
+    assert checkpoint_steps(tmp_path / "paused") == [5]

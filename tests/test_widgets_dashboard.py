@@ -428,3 +428,63 @@ def test_a_run_across_two_processes_is_shown_live_and_stop_ends_every_process(ma
     assert summary["steps"] % QUIET["log_every"] == 0  # every process stopped after the same logging step
     assert wb.load_run(trainer.run_path).config["processes"] == 2
     assert dashboard.start_button.disabled is False  # idle again: the end event reached the dashboard
+
+
+# --- checkpoints: the option, Save, and Resume run (also onto another layout) ----------------------------
+
+
+def test_the_checkpoint_option_is_checked_by_the_engine_and_kept_in_the_selection():
+    from widgets.mode_selector import ModeSelector
+
+    selector = ModeSelector(dp_selection())
+    selector.checkpoint_every.value = 5
+    assert selector.selection.options["checkpoint_every"] == 5
+    assert selector.selection.train_config().checkpoint_every == 5
+    selector.processes.value = 2  # the engine refuses checkpoints across processes: shown, the last valid kept
+    level, text = selector.status.last
+    assert level == "error" and "checkpoints of a run across processes are not supported yet" in text
+    assert selector.selection.options["processes"] == 1 and selector.selection.options["checkpoint_every"] == 5
+
+
+def test_save_writes_the_running_state_and_resume_continues_it_onto_another_layout(make_dashboard, tmp_path):
+    selection = dp_selection(steps=100_000)
+    dashboard = make_dashboard(selection)
+    dashboard.save()
+    assert dashboard.status.last == ("info", "no run to save: press Start (or Resume run) first")
+    name = dashboard.start()
+    assert poll(lambda: dashboard._step >= 5)
+    dashboard.save_button.click()
+    assert poll(lambda: dashboard.status.last[0] == "ok" and "saved" in dashboard.status.last[1])
+    dashboard.stop()
+    dashboard.wait(60)
+    saved = wb.checkpoint_steps(tmp_path / name)
+    assert len(saved) == 1 and f"step {saved[0]:,} saved" in " ".join(text for _, text in dashboard.status.messages)
+
+    selection.mode = "fsdp"  # the dashboard's layout now differs from the checkpoint's
+    before = dict(selection.options)
+    dashboard.refresh_runs()
+    dashboard.runs_select.value = (name,)
+    dashboard.resume_run_button.click()
+    assert not errors(dashboard), dashboard.status.messages
+    assert dashboard.trainer.config.mode == "fsdp" and dashboard.trainer.config.steps == 100_000
+    assert "dp on data=8 -&gt; fsdp on data=8" in dashboard.layout_panel.value
+    assert poll(lambda: dashboard._step > saved[0] + 5)
+    dashboard.stop()
+    summary = dashboard.wait(60)
+    assert summary["resumed_from_step"] == saved[0] and wb.load_run(name, tmp_path).config["mode"] == "fsdp"
+    steps = ys(dashboard.loss_figure, "train loss")
+    assert len(steps) > 2  # the curve up to the checkpoint, then the resumed run's
+    assert selection.options == before and selection.mode == "fsdp"
+
+
+def test_resume_refuses_a_run_without_checkpoint_and_needs_one_selected(make_dashboard, tmp_path):
+    dashboard = make_dashboard(dp_selection(steps=10))
+    dashboard.start()
+    dashboard.wait(60)
+    dashboard.resume_selected()
+    assert dashboard.status.last == ("info", "select one run in the compare list to resume it")
+    dashboard.runs_select.value = (dashboard.trainer.run_name,)
+    dashboard.resume_run_button.click()
+    level, text = dashboard.status.last
+    assert level == "error" and "has no complete checkpoint" in text and "--checkpoint-every K" in text
+    assert dashboard.trainer.status == "finished" and not dashboard.start_button.disabled

@@ -267,3 +267,40 @@ def test_notebook_03s_answer_passes_on_its_own_layout():
                             hardware=parameters["HARDWARE"], device_memory=parameters["DEVICE_MEMORY"],
                             global_batch=parameters["VERIFY_BATCH"])
     assert check_fits_chip(answer["ANSWER_FITS"], plan, wb.start_plan_verification(plan, "cpu")).passed
+
+
+# --- notebook 04: the shard shape of a restored leaf -------------------------------------------------------
+
+LIVE_TRAINING = WORKSHOP.parent / "04_live_training.ipynb"
+
+
+def test_the_restored_shard_shape_is_the_one_a_real_restore_gives(tmp_path):
+    """The checker's truth equals the shard Orbax reads onto each device when an fsdp checkpoint is resumed
+    under dp-tp; wrong answers fail with the hint that fits them."""
+    trainer = wb.Trainer(wb.TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64, steps=2, log_every=1,
+                                        eval_every=0, sync_every=0, checkpoint_every=2), run_root=str(tmp_path))
+    trainer.run(name="saved")
+    built = wb.build_step(wb.TrainConfig(model="mlp", mode="dp-tp", mesh="data=4,model=2", batch=64))
+    restored = wb.Trainer._restored_state(built.mode, built.state, wb.latest_checkpoint(tmp_path / "saved"))
+    kernel = jax.tree.leaves(restored.params["hidden1"]["kernel"])[0]
+    shard = tuple(kernel.addressable_shards[0].data.shape)
+    assert workshop.check_restored_shard_shape(shard).passed
+    assert workshop.check_restored_shard_shape(list(shard)).passed
+    truth = workshop.restored_shard_truth()
+    for wrong, says in ((truth["saved_shard"], "the shard fsdp saved"), (truth["shape"], "the whole kernel"),
+                        ((shard[0] // 2, shard[1]), "which dimension"), ((1, 2, 3), "a tuple of 2 whole numbers"),
+                        ("64x64", "a tuple of 2")):
+        result = workshop.check_restored_shard_shape(wrong)
+        assert result.status == "failed" and says in result.message, (wrong, result.message)
+    assert workshop.check_restored_shard_shape(...).status == "unanswered"
+
+
+def test_notebook_04s_answer_passes_and_its_exercise_starts_unanswered():
+    notebook = nbformat.read(LIVE_TRAINING, as_version=4)
+    namespace = {}
+    exec(answer_blocks(notebook)["restored-shard-shape"], namespace)
+    assert workshop.check_restored_shard_shape(namespace["ANSWER_RESTORED_SHARD"]).passed
+    exercise = next(c.source for c in notebook.cells if c.cell_type == "code" and "# EXERCISE restored-shard-shape" in c.source)
+    namespace = {}
+    exec(exercise, namespace)  # its last line is the check, run on the placeholder
+    assert workshop.check_restored_shard_shape(namespace["ANSWER_RESTORED_SHARD"]).status == "unanswered"

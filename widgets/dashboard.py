@@ -13,6 +13,11 @@ Above the progress bar, the same verdict as in the Model & mode and Inspect tabs
 mode trains on the mesh (with its one-click fixes); Start and Check refuse a pair the trainer refuses,
 with the trainer's message, before anything is stopped or cleared.
 
+Save writes the running run's state now (:meth:`workbench.Trainer.save_checkpoint`, also every K steps with
+the "Checkpoint every" option); Resume continues the run selected in the compare list from its latest
+checkpoint, under the dashboard's mode and mesh when they differ (the state is read straight into the new
+layout, and the layout before and after is shown below the plots).
+
 One training run at a time across dashboards: starting a run stops any other dashboard's run first, so
 re-running a notebook cell never leaves a second training thread behind.
 
@@ -85,8 +90,8 @@ class TrainingDashboard(widgets.VBox):
         max_points: the most points each plotted curve keeps (older ones are thinned out).
 
     Every control is also a method, for scripts and tests: :meth:`start`, :meth:`pause`,
-    :meth:`resume`, :meth:`stop`, :meth:`reset`, :meth:`check`, :meth:`overlay_runs`, :meth:`watch`,
-    :meth:`watch_selected`. They never raise: an error (e.g. an invalid option) is shown in :attr:`status`,
+    :meth:`resume`, :meth:`stop`, :meth:`reset`, :meth:`check`, :meth:`save`, :meth:`resume_run`,
+    :meth:`resume_selected`, :meth:`overlay_runs`, :meth:`watch`, :meth:`watch_selected`. They never raise: an error (e.g. an invalid option) is shown in :attr:`status`,
     and the settings are kept.
 
     Example:
@@ -164,7 +169,13 @@ class TrainingDashboard(widgets.VBox):
         self.watch_button = widgets.Button(description="Watch", icon="eye",
                                            tooltip="follow the selected run's files as they grow (any process)")
         self.watch_button.add_class("wb-watch")
+        self.save_button = widgets.Button(description="Save", icon="save",
+                                          tooltip="save the run's state at the next step (runs/<name>/checkpoints/)")
+        self.resume_run_button = widgets.Button(
+            description="Resume run", icon="history",
+            tooltip="continue the selected run from its latest checkpoint, with this mode and mesh")
         self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+        self.layout_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
         self.verdict = MeshVerdict(self.selection, status=self._status)
 
     def _arrange(self) -> list[widgets.Widget]:
@@ -175,13 +186,15 @@ class TrainingDashboard(widgets.VBox):
         )
         return [
             widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.reset_button,
-                          self.check_button]),
+                          self.check_button, self.save_button]),
             self.verdict,
             widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
             self._status,
             figures,
-            widgets.HBox([self.runs_select, widgets.VBox([self.refresh_button, self.watch_button])],
+            widgets.HBox([self.runs_select, widgets.VBox([self.refresh_button, self.watch_button,
+                                                          self.resume_run_button])],
                          layout=widgets.Layout(width="100%")),
+            self.layout_panel,
             self.check_panel,
         ]
 
@@ -192,6 +205,8 @@ class TrainingDashboard(widgets.VBox):
         self.stop_button.on_click(lambda _: self.stop())
         self.reset_button.on_click(lambda _: self.reset())
         self.check_button.on_click(lambda _: self.check())
+        self.save_button.on_click(lambda _: self.save())
+        self.resume_run_button.on_click(lambda _: self.resume_selected())
         self.refresh_button.on_click(lambda _: self.refresh_runs())
         self.watch_button.on_click(lambda _: self.watch_selected())
         self.runs_select.observe(self._on_runs_selected, names="value")
@@ -310,6 +325,66 @@ class TrainingDashboard(widgets.VBox):
         self._status.show(f"starting {config.mode} on {config.mesh}, {config.steps:,} steps", "info")
         try:
             return trainer.start()  # checks the mode/mesh/batch combination before the thread starts
+        except Exception:
+            self._set_buttons("idle")
+            raise
+
+    @_shown
+    def save(self) -> None:
+        """Save the running run's state at its next step boundary (what the Save button does)."""
+        if self._watching():
+            raise wb.WorkbenchError(f"{self._follower.run_name} runs elsewhere: save it where it runs (its "
+                                    "--checkpoint-every option)")
+        if not self._active():
+            self._status.show("no run to save: press Start (or Resume run) first", "info")
+            return
+        self._trainer.save_checkpoint()  # refused, with why, for a run across processes
+        self._status.show("saving at the next step", "info")
+
+    @_shown
+    def resume_selected(self) -> str | None:
+        """Resume the one run selected in the compare list: what the Resume run button does."""
+        chosen = self.runs_select.value
+        if len(chosen) != 1:
+            many = f" ({len(chosen)} are selected)" if chosen else ""
+            self._status.show(f"select one run in the compare list to resume it{many}", "info")
+            return None
+        return self.resume_run(chosen[0])
+
+    @_shown
+    def resume_run(self, name: str) -> str | None:
+        """Continue run ``name`` (under ``run_root``) from its latest checkpoint, live in this dashboard, with
+        this dashboard's mode and mesh (its model, data and optimizer are the run's own). A run that reached
+        its steps goes on for the Steps option's count more. Returns the run's name.
+
+        Refused, with why, for a run with no complete checkpoint, a run of your own model, or while a run is
+        active; the selection is left as it was.
+        """
+        if self._active():
+            raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it first")
+        info = wb.latest_checkpoint(wb.load_run(name, self.run_root).path)  # no checkpoint: says how to save one
+        changes = resume_changes(info.config, self._trainable_config(), info.step)
+        trainer = wb.Trainer.resuming(info.run_path, **changes)  # a foreign or custom-model run stops here
+        self._stop_watching()
+        self._stop_other_dashboards()
+        self._trainer = trainer
+        trainer.subscribe(self._on_trainer_event)
+        self._total = trainer.config.steps
+        self._clear_live()
+        steps, losses = wb.load_run(name, self.run_root).series("loss")
+        for step, loss in zip(steps, losses):  # the curve so far, up to the checkpoint
+            if step <= info.step:
+                self._loss.append("train", step, loss)
+        self._pause_requested = False
+        self._set_buttons("running")
+        moved = {key: value for key, value in changes.items() if key in ("mode", "mesh")}
+        self.layout_panel.value = ""
+        if moved:
+            self.layout_panel.value = layout_change_html(info, trainer.config)
+        onto = f" onto {trainer.config.mode} on {trainer.config.mesh}" if moved else ""
+        self._status.show(f"resuming {name} from step {info.step:,}{onto}, to step {trainer.config.steps:,}", "info")
+        try:
+            return trainer.start()
         except Exception:
             self._set_buttons("idle")
             raise
@@ -488,6 +563,9 @@ class TrainingDashboard(widgets.VBox):
             self._status.show(f"{event.run}: metrics again, at step {step:,}", "info")
         elif kind == "paused":
             self._status.show(f"paused at step {step:,}", "info")
+        elif kind == "checkpoint" and data.get("requested"):
+            done = "was already saved" if data.get("already") else "saved (written in the background)"
+            self._status.show(f"step {step:,} {done}: {data['path']}", "ok")
         elif kind == "end":
             self._finish(step, data)
 
@@ -602,6 +680,8 @@ class TrainingDashboard(widgets.VBox):
         own_run = state in _ACTIVE
         self.start_button.disabled = own_run
         self.watch_button.disabled = own_run
+        self.resume_run_button.disabled = own_run
+        self.save_button.disabled = not own_run
         self.pause_button.disabled = not own_run  # a watched run is paused where it runs
         self.stop_button.disabled = state == "idle"
         self.pause_button.description, self.pause_button.icon = (
@@ -661,6 +741,27 @@ class TrainingDashboard(widgets.VBox):
             self._status.show(f"no loss logged yet in {', '.join(skipped)}", "warning")
 
 
+def resume_changes(saved: dict[str, Any], wanted: wb.TrainConfig, step: int) -> dict[str, Any]:
+    """What a resumed run changes of its saved config ``saved``: the mode and mesh of ``wanted`` (the
+    dashboard's), and, for a run already at its last step, ``wanted.steps`` more steps.
+
+    Example:
+        >>> resume_changes({"mode": "fsdp", "mesh": "data=8", "steps": 40}, wb.TrainConfig(mode="dp", mesh="data=8"), 20)
+        {'mode': 'dp'}
+    """
+    changes = {key: getattr(wanted, key) for key in ("mode", "mesh") if saved.get(key) != getattr(wanted, key)}
+    if saved.get("steps", 0) <= step:
+        changes["steps"] = step + wanted.steps
+    return changes
+
+
+def layout_change_html(info: Any, config: wb.TrainConfig) -> str:
+    """The layout panel: each leaf's spec and per-device shard shape in the checkpoint and in ``config``'s mode."""
+    change = wb.checkpoint_layout_change(info, config)
+    return ("<details open><summary>layout before and after the restore</summary>"
+            f'<pre style="font-size:11px;overflow-x:auto">{html.escape(wb.layout_change_text(change))}</pre></details>')
+
+
 def _close_tree(widget: Any) -> None:
     """Close a widget and every widget inside it (a closed box leaves its children open)."""
     for child in getattr(widget, "children", ()):
@@ -703,4 +804,4 @@ def check_html(report: wb.CheckReport, ledger_text: str = "") -> str:
     return "\n".join(parts)
 
 
-__all__ = ["TrainingDashboard", "check_html"]
+__all__ = ["TrainingDashboard", "check_html", "layout_change_html", "resume_changes"]

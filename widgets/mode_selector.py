@@ -5,7 +5,7 @@ Choosing a mode shows what it shards and which collectives a step needs (as the 
 dropped), so the inspector shows e.g. FSDP's layout at once. Any mode may be chosen on any mesh: the
 verdict under the dropdowns (:class:`~widgets.mesh_verdict.MeshVerdict`) says at once whether the pair
 trains, and offers one-click fixes when it does not (or wastes devices). Options (optimizer, learning
-rate, batch, steps, accumulation, precision, teaching faults, processes) are checked by the engine as they change:
+rate, batch, steps, accumulation, precision, teaching faults, processes, checkpoint every K steps) are checked by the engine as they change:
 an invalid value is shown inline and the last valid options stay in the selection.
 
 Example:
@@ -29,7 +29,8 @@ from .mesh_verdict import MeshVerdict
 
 # The training options this tab edits, with TrainConfig's own defaults (written once, there).
 DEFAULT_OPTIONS = {name: getattr(wb.TrainConfig(), name)
-                   for name in ("optimizer", "lr", "batch", "steps", "accum", "precision", "faults", "processes")}
+                   for name in ("optimizer", "lr", "batch", "steps", "accum", "precision", "faults", "processes",
+                              "checkpoint_every")}
 
 
 def describe_mode(name: str) -> str:
@@ -71,14 +72,17 @@ class ModeSelector(widgets.VBox):
         self.processes = widgets.BoundedIntText(
             value=options["processes"], min=1, max=64, description="Processes",
             tooltip="train across this many processes on jax.distributed, each with its share of the devices")
+        self.checkpoint_every = widgets.BoundedIntText(
+            value=options["checkpoint_every"], min=0, max=10**9, description="Checkpoint every",
+            tooltip="save the state every K steps into runs/<name>/checkpoints/ (0: off; the Save button saves now)")
         self.fault_help = widgets.HTML()
         self._inputs = {"optimizer": self.optimizer, "lr": self.lr, "batch": self.batch, "steps": self.steps,
                         "accum": self.accum, "precision": self.precision, "faults": self.faults,
-                        "processes": self.processes}
+                        "processes": self.processes, "checkpoint_every": self.checkpoint_every}
         super().__init__([
             widgets.HBox([self.model, self.mode]), self.verdict, self.explanation,
             widgets.HBox([self.optimizer, self.lr]), widgets.HBox([self.batch, self.steps]),
-            widgets.HBox([self.accum, self.precision]), self.processes,
+            widgets.HBox([self.accum, self.precision]), widgets.HBox([self.processes, self.checkpoint_every]),
             widgets.HBox([widgets.Label("Teaching faults"), self.faults]), self.fault_help, self.status,
         ], **kwargs)
         self._quiet = Quiet()  # on while the controls follow the selection, so their observers stay still
@@ -167,4 +171,5 @@ class ModeSelector(widgets.VBox):
             level = "ok" if self.selection.mesh_fit().level == "ok" else "info"
             self.status.show(f"{config.mode} on {config.mesh}: {config.model}, batch {config.batch}, "
                              f"{config.optimizer} lr {config.lr:g}, {config.steps} steps"
-                             + (f", faults: {', '.join(config.faults)}" if config.faults else ""), level)
+                             + (f", faults: {', '.join(config.faults)}" if config.faults else "")
+                             + (f", checkpoint every {config.checkpoint_every}" if config.checkpoint_every else ""), level)

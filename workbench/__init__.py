@@ -117,6 +117,9 @@ from .layout.rules import RuleTable as RuleTable
 from .training.checkpoints import CheckpointError as CheckpointError
 from .training.checkpoints import checkpoint_steps as checkpoint_steps
 from .training.checkpoints import latest_checkpoint as latest_checkpoint
+from .training.layout_change import LayoutChange as LayoutChange
+from .training.layout_change import checkpoint_layout_change as checkpoint_layout_change
+from .training.layout_change import layout_change_text as layout_change_text
 from .training.runs import Run as Run
 from .training.run_follower import RunFollower as RunFollower
 from .training.process_group import ProcessGroup as ProcessGroup

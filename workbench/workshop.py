@@ -5,14 +5,15 @@ a real ``shard_map`` on the simulated devices) and compares the student's answer
 raises on a wrong or missing answer: it returns an :class:`ExerciseResult` whose message says what is
 wrong and points at the idea to revisit, and which shows as one line in a notebook.
 
-============================  ==============================================================
-:func:`check_bytes_per_device`  predict bytes per device of the MLP's kernels under dp and fsdp
-:func:`check_all_reduce_bytes`  predict what the compiler's all-reduce carries per dp step
-:func:`check_grad_scale`        predict the gradient scale of the ``psum`` fault on N devices
-:func:`check_gradient_sync`     fix a shard_map step whose gradients come out N times too large
-:func:`check_fits_chip`         predict whether a planned layout fits its chip, before the compiler answers
-:func:`check_process_rows`      predict which rows of the global batch process 1 of 2 loads
-============================  ==============================================================
+================================  ==========================================================================
+:func:`check_bytes_per_device`      predict bytes per device of the MLP's kernels under dp and fsdp
+:func:`check_all_reduce_bytes`      predict what the compiler's all-reduce carries per dp step
+:func:`check_grad_scale`            predict the gradient scale of the ``psum`` fault on N devices
+:func:`check_gradient_sync`         fix a shard_map step whose gradients come out N times too large
+:func:`check_fits_chip`             predict whether a planned layout fits its chip, before the compiler answers
+:func:`check_process_rows`          predict which rows of the global batch process 1 of 2 loads
+:func:`check_restored_shard_shape`  predict a leaf's shard shape once an fsdp checkpoint is restored under dp-tp
+================================  ==========================================================================
 
 Example:
     >>> check_bytes_per_device(...).status
@@ -524,3 +525,58 @@ __all__ = [
     "check_all_reduce_bytes", "check_bytes_per_device", "check_fits_chip", "check_grad_scale", "check_gradient_sync",
     "check_process_rows", "process_rows", "process_rows_table", "regression_loss", "regression_problem",
 ]
+
+
+# --- 6. a checkpoint restored onto another layout -------------------------------------------------------
+
+RESTORE_LEAF = "hidden1/kernel"  # the digits MLP's first kernel, 64 x 128
+SAVED_UNDER, RESTORED_UNDER = ("fsdp", "data=8"), ("dp-tp", "data=4,model=2")
+
+
+def restored_shard_truth() -> dict[str, Any]:
+    """The leaf's global shape, and its spec and shard shape as saved (fsdp on data=8) and as restored (dp-tp on
+    data=4,model=2): the layouts the two modes read and write a checkpoint in, from the layout engine.
+
+    Example:
+        >>> restored_shard_truth()["restored_shard"]
+        (64, 64)
+    """
+    from .analysis.model_layout import model_layout
+    from .layout.specs import format_spec
+
+    saved = model_layout("mlp", SAVED_UNDER[1], SAVED_UNDER[0]).params.leaf(RESTORE_LEAF).layout
+    restored = model_layout("mlp", RESTORED_UNDER[1], RESTORED_UNDER[0]).params.leaf(RESTORE_LEAF).layout
+    return {"shape": tuple(saved.shape), "saved_shard": tuple(saved.shard_shape),
+            "restored_spec": format_spec(restored.spec), "restored_shard": tuple(restored.shard_shape)}
+
+
+def check_restored_shard_shape(answer: Any) -> ExerciseResult:
+    """Check the shard shape (a tuple) each device holds of the MLP's ``hidden1/kernel`` once a checkpoint saved
+    under fsdp on ``data=8`` is restored under dp-tp on ``data=4,model=2``.
+
+    Example:
+        >>> check_restored_shard_shape((64, 128)).status
+        'failed'
+    """
+    name = "restored-shard-shape"
+    if (result := _unanswered(name, answer)) is not None:
+        return result
+    truth = restored_shard_truth()
+    dims = [_whole_number(value) for value in answer] if isinstance(answer, (tuple, list)) else None
+    if dims is None or len(dims) != len(truth["shape"]) or None in dims:
+        return ExerciseResult(name, "failed", f"give the shard shape as a tuple of {len(truth['shape'])} whole numbers, "
+                              f"like the kernel's global shape {truth['shape']}, not {answer!r}")
+    dims = tuple(dims)
+    if dims == truth["restored_shard"]:
+        return ExerciseResult(name, "passed", f"under {RESTORED_UNDER[0]} the kernel is laid out "
+                              f"P({truth['restored_spec']}): each device reads {dims} of {truth['shape']} straight "
+                              "from the checkpoint, whatever layout it was saved in")
+    if dims == truth["saved_shard"]:
+        hint = (f"that is the shard fsdp saved on {SAVED_UNDER[1]}; a restore reads into the new mode's layout, "
+                "not the saved one")
+    elif dims == truth["shape"]:
+        hint = f"that is the whole kernel: {RESTORED_UNDER[0]} splits it over the 'model' axis (tensor parallelism)"
+    else:
+        hint = (f"under {RESTORED_UNDER[0]} on {RESTORED_UNDER[1]} the kernel is replicated over 'data' and split over "
+                "'model': which dimension does tensor parallelism split for a first layer, and into how many parts?")
+    return ExerciseResult(name, "failed", f"you said {dims}; {hint}")

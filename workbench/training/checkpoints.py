@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -143,9 +144,13 @@ class CheckpointWriter:
         import orbax.checkpoint as ocp
 
         args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), META_ITEM: ocp.args.JsonSave(meta)})
+        try:  # Orbax's save waits for the previous one anyway: waiting here names the save that failed
+            self._manager.wait_until_finished()
+        except Exception as error:  # noqa: BLE001 - e.g. the disk filled up while the previous save wrote
+            raise self._failed(self.saved.pop() if self.saved else None, error) from error
         try:
             self._manager.save(step, args=args)
-        except Exception as error:  # noqa: BLE001 - e.g. the previous save's disk filled up
+        except Exception as error:  # noqa: BLE001
             raise self._failed(step, error) from error
         self.saved.append(step)
 
@@ -160,10 +165,25 @@ class CheckpointWriter:
 
     def _failed(self, step: int | None, error: Exception) -> CheckpointError:
         kept = checkpoint_steps(self.run_path)
-        earlier = f"the checkpoints of steps {kept} are intact" if kept else "no earlier checkpoint was complete"
-        return CheckpointError(f"the checkpoint of step {step} in {str(checkpoints_folder(self.run_path))!r} could "
-                               f"not be written ({type(error).__name__}: {error}); {earlier}: free disk space and "
-                               "resume from the latest")
+        earlier = (f"the checkpoints of steps {kept} are intact" if kept else "no earlier checkpoint was complete") + \
+            " and the run's metrics are kept"
+        return CheckpointError(f"the checkpoint of step {step} ({str(checkpoints_folder(self.run_path) / str(step))!r}) "
+                               f"could not be written ({_cause(error)}); {earlier}: free "
+                               "disk space and resume from the latest (workbench train --resume <run>)")
+
+
+def _cause(error: BaseException) -> str:
+    """Why a save failed, in one short phrase: the operating system's error where there is one (Orbax raises
+    tensorstore's errors as ValueError with the code in the text)."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return f"the disk refused a write: [Errno {seen.errno}] {os.strerror(seen.errno)}"
+        seen = seen.__cause__ or seen.__context__
+    code = re.search(r"os_error_code='(\d+)'", str(error))
+    if code:
+        return f"the disk refused a write: [Errno {code[1]}] {os.strerror(int(code[1]))}"
+    return f"{type(error).__name__}: {str(error)[:200]}"
 
 
 def _step_folders(run_path: Path) -> dict[int, Path]:

@@ -18,13 +18,14 @@
   processes on ``jax.distributed`` (:mod:`workbench.distributed`) and relays the events rebuilt from process
   0's run files: the same events, the same files. Stop ends every process; pause is refused.
 * **Checkpoints.** With ``config.checkpoint_every`` the state is saved with Orbax every K steps (without
-  waiting for the disk) into ``runs/<name>/checkpoints/``; :meth:`Trainer.resuming` continues a run from its
+  waiting for the disk) into ``runs/<name>/checkpoints/``, and :meth:`Trainer.save_checkpoint` saves it at the
+  next step boundary on request; :meth:`Trainer.resuming` continues a run from its
   latest checkpoint, on the same or another mesh and mode (:mod:`workbench.training.checkpoints`).
 * **Compiled once.** A built mode (and its compiled step) is kept per compile key (mode, mesh, model
   shapes, optimizer kind, batch size, accumulation, precision); a new learning rate or seed reuses it.
 
 Events are :class:`TrainEvent` records: ``start``, ``compiled`` (first step, with ``compile_s``),
-``metrics``, ``eval``, ``sync`` (gradient-sync diagnostics every ``sync_every`` steps: per-replica and
+``metrics``, ``eval``, ``checkpoint`` (a save started: ``path``, ``requested``), ``sync`` (gradient-sync diagnostics every ``sync_every`` steps: per-replica and
 synchronised gradient norms, cosines, replica divergence, noise scale), ``paused``, ``resumed`` and
 ``end`` (``status`` finished/stopped/failed).
 
@@ -49,7 +50,7 @@ import numpy as np
 from flax import nnx
 
 from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta, checkpoint_steps
-from .checkpoints import latest_checkpoint, restore_state
+from .checkpoints import checkpoints_folder, latest_checkpoint, restore_state
 from .process_share import host_values
 from ..errors import WorkbenchError
 from .events import EVENT_KINDS as EVENT_KINDS  # re-exported: this module defined them first
@@ -84,6 +85,7 @@ class _Control:
     pause: threading.Event = dataclasses.field(default_factory=threading.Event)
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     wake: threading.Event = dataclasses.field(default_factory=threading.Event)
+    save: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
 class Trainer:
@@ -259,6 +261,25 @@ class Trainer:
         self._control.pause.clear()
         self._control.wake.set()
 
+    def save_checkpoint(self) -> None:
+        """Save the running (or paused) run's state at the next step boundary, whatever ``checkpoint_every``
+        says (keeping the last ``keep_checkpoints``); a ``checkpoint`` event says when the save has started.
+
+        Raises:
+            WorkbenchError: no run is active, or the run trains across processes (not supported yet).
+
+        Example:
+            >>> trainer.start(); trainer.save_checkpoint(); trainer.wait()  # doctest: +SKIP
+            >>> Trainer.resuming(trainer.run_path, steps=2000).run()  # doctest: +SKIP
+        """
+        if self._status not in ("running", "paused"):
+            raise WorkbenchError(f"no run to save ({self._status}): start one, then save it while it trains")
+        if self._group is not None:
+            raise WorkbenchError(f"run {self.run_name!r} trains across {self.config.processes} processes, whose "
+                                 "checkpoints are not supported yet: train it in one process (processes=1) to save it")
+        self._control.save.set()
+        self._control.wake.set()  # a paused run saves at once
+
     def stop(self) -> None:
         """Stop at the next step boundary; the run ends with status ``stopped``. Across processes every process
         stops at the next logging step, and any still running a few seconds later is killed."""
@@ -411,6 +432,7 @@ class _Loop:
         self.state = None
         self.step = start.step
         self.checkpoints: CheckpointWriter | None = None
+        self.saved_step = start.step if start.placed else 0  # the step whose state is on disk (0: none)
         self.pending: list[tuple[int, dict]] = []
         self.in_flight = InFlight()  # steps dispatched but maybe not run: bounded, see workbench.training.in_flight
         self.last: dict[str, Any] = {}
@@ -439,8 +461,9 @@ class _Loop:
             self.side_work(batch)
             if self.saves_at(self.step):
                 self.save_checkpoint()
+            self.save_if_requested()
         self.evaluate()
-        if self.checkpoints is not None and not self.saves_at(self.step):
+        if self.checkpoints is not None and self.step != self.saved_step:
             self.save_checkpoint()  # a finished run's last state, to continue it with more steps
         return "finished"
 
@@ -449,11 +472,29 @@ class _Loop:
         disk reach the checkpoint and a resumed run's logging intervals are the uninterrupted run's)."""
         return bool(self.config.checkpoint_every) and step % self.config.checkpoint_every == 0
 
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, requested: bool = False) -> None:
         """Start saving the state (Orbax copies it off the devices, then writes in the background)."""
         state = self.mode.export_state(self.state)
         self.checkpoints.save(self.step, state, checkpoint_meta(self.config, self.step, state))
+        self.saved_step = self.step
+        self.trainer._emit("checkpoint", self.step, path=str(checkpoints_folder(self.writer.path) / str(self.step)),
+                           requested=requested)
         self.restart_interval()
+
+    def save_if_requested(self) -> None:
+        """Act on :meth:`Trainer.save_checkpoint`: log the metrics so far (they reach the checkpoint), then save."""
+        control = self.trainer._control
+        if not control.save.is_set() or self.step == 0:  # before the first step: saved after it
+            return
+        control.save.clear()
+        if self.step == self.saved_step:  # this state is saved already (or is the checkpoint resumed from)
+            self.trainer._emit("checkpoint", self.step, path=str(checkpoints_folder(self.writer.path) / str(self.step)),
+                               requested=True, already=True)
+            return
+        self.flush()
+        if self.checkpoints is None:
+            self.checkpoints = CheckpointWriter(self.writer.path, self.config.keep_checkpoints)
+        self.save_checkpoint(requested=True)
 
     def close_checkpoints(self) -> None:
         """Wait for the last save to reach the disk (a CheckpointError if it could not)."""
@@ -539,6 +580,7 @@ class _Loop:
         while control.pause.is_set() and not control.stop.is_set():
             control.wake.wait(0.5)
             control.wake.clear()
+            self.save_if_requested()
         if control.stop.is_set():
             return "stop"
         self.trainer._status = "running"
@@ -631,7 +673,7 @@ class _Loop:
             "examples_per_s": self.train_examples / self.train_seconds if self.train_seconds else None,
             "compile_s": self.compile_s,
         }
-        if self.config.checkpoint_every:
+        if self.config.checkpoint_every or self.saved_step:
             result["checkpoints"] = checkpoint_steps(self.writer.path)
         if self.start.placed:
             result["resumed_from_step"] = self.start.step
