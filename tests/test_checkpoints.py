@@ -179,7 +179,6 @@ def test_skipping_batches_gives_the_batches_an_uninterrupted_run_reads():
 @pytest.mark.parametrize("field, value, message", [
     ("checkpoint_every", -1, "checkpoint_every=-1 must be a whole number >= 0"),
     ("keep_checkpoints", 0, "keep_checkpoints=0 must be a whole number > 0"),
-    ("processes", 2, "checkpoints of a run across processes are not supported yet"),
 ])
 def test_bad_checkpoint_settings_are_refused(field, value, message):
     with pytest.raises(WorkbenchError, match=message):

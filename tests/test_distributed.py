@@ -6,6 +6,7 @@ processes from the dashboard: tests/test_widgets_dashboard.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -229,3 +230,33 @@ def test_hosts_whose_devices_do_not_make_the_mesh_each_say_so_in_one_line(tmp_pa
         errors = [line for line in output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and "mesh data=8 has 8 devices but the 2 processes have 6" in errors[0], output
         assert "Traceback" not in output
+
+
+def test_a_checkpoint_resumes_across_processes_onto_another_layout(tmp_path):
+    """Saved by one process under fsdp on data=8, continued by two under dp-tp on data=4,model=2 (saving again,
+    collectively): the uninterrupted one-process run's losses and parameters."""
+    config = _config("fsdp", processes=1, steps=4, log_every=2, sync_every=0, checkpoint_every=2,
+                     model_options={})
+    first = wb.Trainer(config, run_root=str(tmp_path))
+    first.run(name="resumed")
+    resumed = wb.Trainer.resuming(first.run_path, steps=6, mode="dp-tp", mesh="data=4,model=2", processes=2)
+    summary = resumed.run()
+    assert summary["status"] == "finished" and summary["resumed_from_step"] == 4, summary
+    assert resumed._group.exit_codes == [0, 0]
+    assert wb.checkpoint_steps(first.run_path)[-1] == 6  # saved by both processes
+
+    alone = wb.Trainer(dataclasses.replace(config, steps=6, checkpoint_every=0), run_root=str(tmp_path))
+    alone.run(name="alone")
+    losses, reference = _records(first.run_path, "loss"), _records(alone.run_path, "loss")
+    assert [s for s, _ in losses] == [s for s, _ in reference] == [1, 2, 4, 6]
+    assert max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference)) <= EXACT
+
+    from workbench.training.checkpoints import restore_state
+
+    plain = alone.state  # read the processes' last checkpoint onto one device and compare
+    target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype,
+                                                            sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])), plain)
+    restored = restore_state(wb.latest_checkpoint(first.run_path), target)
+    for (path, value), (_, expected) in zip(wb.leaves_with_paths(restored.params), wb.leaves_with_paths(plain.params)):
+        scale = max(float(np.max(np.abs(expected))), 1e-3)
+        assert float(np.max(np.abs(np.asarray(value) - np.asarray(expected)))) / scale <= EXACT, path

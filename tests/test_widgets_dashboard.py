@@ -440,10 +440,9 @@ def test_the_checkpoint_option_is_checked_by_the_engine_and_kept_in_the_selectio
     selector.checkpoint_every.value = 5
     assert selector.selection.options["checkpoint_every"] == 5
     assert selector.selection.train_config().checkpoint_every == 5
-    selector.processes.value = 2  # the engine refuses checkpoints across processes: shown, the last valid kept
-    level, text = selector.status.last
-    assert level == "error" and "checkpoints of a run across processes are not supported yet" in text
-    assert selector.selection.options["processes"] == 1 and selector.selection.options["checkpoint_every"] == 5
+    selector.processes.value = 2  # a run across processes saves too: every process its shards
+    config = selector.selection.train_config()
+    assert (config.processes, config.checkpoint_every) == (2, 5)
 
 
 def test_save_writes_the_running_state_and_resume_continues_it_onto_another_layout(make_dashboard, tmp_path):

@@ -73,6 +73,10 @@ def _process_trainer(config: Any, run_dir: Path):
             pass
 
     class ProcessTrainer(Trainer):
+        def _reopen_writer(self, resumed: Any, record: dict[str, Any]) -> Any:
+            # The launcher reopened the run (metrics after the checkpoint dropped): process 0 goes on writing it.
+            return RunWriter.adopt(run_dir, record) if jax.process_index() == 0 else _Silent()
+
         def _open_writer(self, name: Any, record: dict[str, Any]) -> Any:
             if jax.process_index() != 0:
                 return _Silent()
@@ -152,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the TrainConfig as JSON")
     parser.add_argument("--final-params", type=Path, default=None, help="write the final parameters here (.npz)")
     parser.add_argument("--watch-parent", action="store_true", help="exit when stdin closes (the launcher went)")
+    parser.add_argument("--resume-step", type=int, default=None,
+                        help="continue from this checkpoint of the run in --run-dir (the launcher reopened the run)")
     parser.add_argument("--check-steps", type=int, default=None, help="steps the check compares (default its minimum)")
     parser.add_argument("--task", choices=TASKS, default="train",
                         help=f"train, or check: the reference check, written to <run-dir>/{CHECK_FILE} by process 0")
@@ -178,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.task == "check":
         return _check(config, args.run_dir, args.check_steps)
     trainer = _process_trainer(config, args.run_dir)
+    if args.resume_step is not None:
+        from ..training.checkpoints import CheckpointInfo, read_meta
+
+        trainer._resume_from = CheckpointInfo(args.run_dir, args.resume_step, read_meta(args.run_dir, args.resume_step))
     # The launcher asks process 0 to stop; every process agrees at the next logging step (see the trainer).
     signal.signal(signal.SIGUSR1, lambda *_: trainer.stop())
     summary = trainer.run(name=args.run_dir.name)

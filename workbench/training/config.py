@@ -194,9 +194,6 @@ class TrainConfig:
         declared = mode_class(self.mode)
         faults = check_faults(self.faults, self.mode, declared.supported_faults, declared.fault_reasons)
         check_processes(self.processes, declared, parse_mesh(self.mesh), self.batch, faults)
-        if self.checkpoint_every and self.processes > 1:
-            raise WorkbenchError(f"checkpoint_every={self.checkpoint_every} with processes={self.processes}: checkpoints "
-                                 "of a run across processes are not supported yet; use processes=1 or checkpoint_every=0")
         return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr), faults=faults)
 
     @property

@@ -70,6 +70,8 @@ class ProcessGroup:
         run_root, name: where the run is written (``run_root/name``, the name made unique as a Trainer does).
         port: the coordinator's port on 127.0.0.1; None picks a free one. A taken port raises at once.
         final_params: a path where process 0 writes the final parameters (``.npz``), e.g. to compare runs.
+        resume: a checkpoint (:func:`~workbench.training.checkpoints.latest_checkpoint`) the processes continue
+            from, in its run's folder (metrics after it are dropped first, as for a run resumed in one process).
         task: ``"train"``, or ``"check"``: the reference check instead
             (:func:`~workbench.analysis.process_check.check_across_processes`).
 
@@ -80,7 +82,7 @@ class ProcessGroup:
 
     def __init__(self, config: TrainConfig, run_root: str | os.PathLike = "runs", name: str | None = None, *,
                  port: int | None = None, final_params: str | os.PathLike | None = None, task: str = "train",
-                 check_steps: int | None = None):
+                 check_steps: int | None = None, resume: Any = None):
         check_before_start(config)
         config = config.checked()
         if config.processes < 2:
@@ -91,9 +93,14 @@ class ProcessGroup:
         except WorkbenchError as error:
             raise ProcessGroupError(f"coordinator {error}") from None
         self.config, self.task, self._check_steps = config, task, check_steps
-        writer = RunWriter(run_root, name, {**config.to_json(), "processes": config.processes})
+        record = {**config.to_json(), "processes": config.processes}
+        if resume is not None:  # the run goes on in its own folder, after the checkpoint
+            writer = RunWriter.reopen(resume.run_path, {**record, "resumed_from_step": resume.step}, resume.step)
+        else:
+            writer = RunWriter(run_root, name, record)
         self.name, self.path = writer.name, writer.hand_over()  # process 0 adopts the folder
-        (self.path / "processes").mkdir()
+        self._resume = resume
+        (self.path / "processes").mkdir(exist_ok=True)
         self._stop_requested = False
         self._failure: str | None = None
         self._done = threading.Event()
@@ -106,6 +113,8 @@ class ProcessGroup:
         argv = [sys.executable, "-m", "workbench.distributed.worker", "--coordinator", f"{HOST}:{self.port}",
                 "--process-id", str(index), "--processes", str(config.processes), "--run-dir", str(self.path),
                 "--config", json.dumps(config.to_json()), "--watch-parent", "--task", self.task]
+        if self._resume is not None:
+            argv += ["--resume-step", str(self._resume.step)]
         if self._check_steps is not None:
             argv += ["--check-steps", str(self._check_steps)]
         if final_params is not None:  # gathering is a collective: every process takes part, process 0 writes

@@ -266,7 +266,7 @@ class Trainer:
         says (keeping the last ``keep_checkpoints``); a ``checkpoint`` event says when the save has started.
 
         Raises:
-            WorkbenchError: no run is active, or the run trains across processes (not supported yet).
+            WorkbenchError: no run is active, or the run trains across processes (they save on their schedule only).
 
         Example:
             >>> trainer.start(); trainer.save_checkpoint(); trainer.wait()  # doctest: +SKIP
@@ -275,8 +275,9 @@ class Trainer:
         if self._status not in ("running", "paused"):
             raise WorkbenchError(f"no run to save ({self._status}): start one, then save it while it trains")
         if self._group is not None:
-            raise WorkbenchError(f"run {self.run_name!r} trains across {self.config.processes} processes, whose "
-                                 "checkpoints are not supported yet: train it in one process (processes=1) to save it")
+            raise WorkbenchError(f"run {self.run_name!r} trains across {self.config.processes} processes, which save "
+                                 "on their schedule only (checkpoint_every): a request would have to reach every "
+                                 "process at the same step; set checkpoint_every before starting")
         self._control.save.set()
         self._control.wake.set()  # a paused run saves at once
 
@@ -307,7 +308,10 @@ class Trainer:
         if steps is not None:
             self.config = dataclasses.replace(self.config, steps=steps).checked()
         # ProcessGroup checks everything it can before any process starts: bad input raises here.
-        group = ProcessGroup(self.config, self.run_root, name, port=self.coordinator_port)
+        resumed, self._resume_from = self._resume_from, None  # the processes continue it; a later run starts afresh
+        if resumed is not None:
+            check_resumable(resumed, self.config)
+        group = ProcessGroup(self.config, self.run_root, name, port=self.coordinator_port, resume=resumed)
         follower = RunFollower(group.path, stopper=group.stop, silent_after=FOLLOWER_SILENT_S)
         follower.subscribe(self._relay)
         self._group, self._follower = group, follower
@@ -356,7 +360,7 @@ class Trainer:
         }
         if resumed is not None:
             record["resumed_from_step"] = resumed.step
-            writer = RunWriter.reopen(resumed.run_path, record, through_step=resumed.step)
+            writer = self._reopen_writer(resumed, record)
             self._resume_from = None  # a later run of this trainer starts afresh
         else:
             writer = self._open_writer(name, record)
@@ -372,6 +376,11 @@ class Trainer:
         target = jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=sharding),
                               state, shardings)
         return mode.place_restored(restore_state(info, target))
+
+    def _reopen_writer(self, resumed: CheckpointInfo, record: dict[str, Any]) -> RunWriter:
+        """Where a resumed run goes on: its own folder, after the checkpoint's step (a process of a run across
+        processes goes on in the folder its launcher reopened instead)."""
+        return RunWriter.reopen(resumed.run_path, record, through_step=resumed.step)
 
     def _open_writer(self, name: str | None, record: dict[str, Any]) -> RunWriter:
         """Where the run is written: a new folder under ``run_root`` (a process of a multi-process run

@@ -1,0 +1,118 @@
+"""What checkpoints cost training, and how long the transformer preset takes to save and restore.
+
+* Training speed with ``checkpoint_every`` against none: model ``mlp`` on ``digits``, mode ``fsdp`` on
+  ``data=8``, batch 256, 300 steps, metrics every 10, a checkpoint every 50 (6 per run, the last one waited
+  for before the run ends). Each side has its own trainer (compiled once, in an untimed first run); then for
+  ``REPEATS`` rounds one run of each side, back to back, which side goes first alternating. A run is timed
+  from its ``compiled`` event to its ``end`` event, so the saves, and the wait for the last one to reach the
+  disk, are inside. Each round gives headless speed / checkpointing speed; the figure is the median of the
+  rounds' ratios, target <= 1.05 (saving is asynchronous: Orbax copies the state off the devices, then
+  writes in the background).
+* Save and restore of the transformer preset (its whole training state, fsdp on ``data=8``), restored into
+  ``dp-tp`` on ``data=4,model=2``: the save call (what training waits for), the save until on disk, and the
+  restore straight into the new shardings. Medians of ``IO_REPEATS``; reported.
+
+The 8 devices are simulated on this machine's cores and the disk is whatever ``tempfile`` gives.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+import workbench as wb  # first: 8 simulated devices before JAX starts, when run on its own
+from timing import machine, record
+
+from workbench.training.checkpoints import CheckpointWriter, checkpoint_meta, latest_checkpoint, restore_state
+
+REPEATS = 11
+IO_REPEATS = 5
+TARGET = 1.05
+RUN = dict(model="mlp", data="digits", mode="fsdp", mesh="data=8", steps=300, batch=256, log_every=10,
+           eval_every=0, sync_every=0)
+EVERY = 50
+
+
+class _Timer:
+    """A subscriber noting when step 1 is compiled and when the run ends."""
+
+    def __init__(self):
+        self.compiled = self.ended = None
+        self.steps = 0
+
+    def __call__(self, event) -> None:
+        if event.kind == "compiled":
+            self.compiled = time.perf_counter()
+        elif event.kind == "end":
+            self.ended, self.steps = time.perf_counter(), event.step
+
+    def steps_per_s(self) -> float:
+        return (self.steps - 1) / (self.ended - self.compiled)
+
+
+def _speed_ratio(root: str) -> dict:
+    sides = {"none": wb.Trainer(wb.TrainConfig(**RUN), run_root=f"{root}/none"),
+             "saving": wb.Trainer(wb.TrainConfig(**RUN, checkpoint_every=EVERY), run_root=f"{root}/saving")}
+    timers = {}
+    for side, trainer in sides.items():
+        trainer.run()  # compiles, untimed
+        if trainer.status != "finished":
+            raise RuntimeError(f"warm-up of {side} ended {trainer.status}")
+        timers[side] = _Timer()
+        trainer.subscribe(timers[side])
+    speeds, kept = {side: [] for side in sides}, None
+    for round_ in range(REPEATS):
+        order = list(sides.items()) if round_ % 2 == 0 else list(sides.items())[::-1]
+        for side, trainer in order:
+            summary = trainer.run()
+            speeds[side].append(timers[side].steps_per_s())
+            kept = summary.get("checkpoints") if side == "saving" else kept
+    ratios = sorted(n / s for n, s in zip(speeds["none"], speeds["saving"]))
+    note = (f"median of {REPEATS} alternated rounds (range {ratios[0]:.3f}-{ratios[-1]:.3f}); steps/s none "
+            f"{statistics.median(speeds['none']):.1f}, saving {statistics.median(speeds['saving']):.1f}; "
+            f"{RUN['steps']} steps of mlp {RUN['mode']} on {RUN['mesh']}, a checkpoint every {EVERY} (kept: {kept}); "
+            f"{machine()}")
+    return record("training speed, no checkpoints / checkpoint_every=50", statistics.median(ratios), "x",
+                  ("<=", TARGET), note=note)
+
+
+def _transformer_io(root: str) -> list[dict]:
+    config = wb.TrainConfig(model="transformer", data="text", mode="fsdp", mesh="data=8", batch=64)
+    built = wb.build_step(config)
+    state = built.mode.export_state(built.mode.place_state(built.state))
+    meta = checkpoint_meta(config, 1, state)
+    target_mode = wb.build_step(wb.TrainConfig(**{**config.to_json(), "mode": "dp-tp", "mesh": "data=4,model=2"})).mode
+    shardings = target_mode.restore_shardings(state)
+    target = jax.tree.map(lambda leaf, s: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=s), state, shardings)
+    calls, on_disk, restores = [], [], []
+    for repeat in range(IO_REPEATS + 1):  # the first of each is a warm-up
+        run = f"{root}/transformer-{repeat}"
+        writer = CheckpointWriter(run, keep=1)
+        begun = time.perf_counter()
+        writer.save(1, state, meta)
+        called = time.perf_counter()
+        writer.close()
+        written = time.perf_counter()
+        begun_restore = time.perf_counter()
+        jax.block_until_ready(restore_state(latest_checkpoint(run), target))
+        restored = time.perf_counter()
+        if repeat:
+            calls.append(called - begun)
+            on_disk.append(written - begun)
+            restores.append(restored - begun_restore)
+    size = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state)) / 2**20
+    note = (f"transformer preset, {size:.1f} MiB of state (parameters, Adam moments), fsdp on data=8 restored "
+            f"into dp-tp on data=4,model=2; median of {IO_REPEATS}; {machine()}")
+    return [record("transformer checkpoint: save call (training waits)", statistics.median(calls) * 1e3, "ms", note=note),
+            record("transformer checkpoint: save until on disk", statistics.median(on_disk) * 1e3, "ms", note=note),
+            record("transformer checkpoint: restore into another layout", statistics.median(restores) * 1e3, "ms",
+                   note=note)]
+
+
+def run() -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="bench-checkpoints-") as root:
+        return [_speed_ratio(root), *_transformer_io(root)]
