@@ -296,12 +296,8 @@ class TrainingDashboard(widgets.VBox):
     @_shown
     def watch_selected(self) -> wb.RunFollower | None:
         """Watch the one run selected in the compare list: what the Watch button does."""
-        chosen = self.runs_select.value
-        if len(chosen) != 1:
-            many = f" ({len(chosen)} are selected)" if chosen else ""
-            self._status.show(f"select one run in the compare list to watch it{many}", "info")
-            return None
-        return self.watch(chosen[0])
+        chosen = self._one_selected("watch")
+        return self.watch(chosen) if chosen else None
 
     # --- controls ----------------------------------------------------------------------------------
 
@@ -344,12 +340,17 @@ class TrainingDashboard(widgets.VBox):
     @_shown
     def resume_selected(self) -> str | None:
         """Resume the one run selected in the compare list: what the Resume run button does."""
+        chosen = self._one_selected("resume")
+        return self.resume_run(chosen) if chosen else None
+
+    def _one_selected(self, verb: str) -> str | None:
+        """The one run selected in the compare list, or None with a message saying to select one to ``verb``."""
         chosen = self.runs_select.value
-        if len(chosen) != 1:
-            many = f" ({len(chosen)} are selected)" if chosen else ""
-            self._status.show(f"select one run in the compare list to resume it{many}", "info")
-            return None
-        return self.resume_run(chosen[0])
+        if len(chosen) == 1:
+            return chosen[0]
+        many = f" ({len(chosen)} are selected)" if chosen else ""
+        self._status.show(f"select one run in the compare list to {verb} it{many}", "info")
+        return None
 
     @_shown
     def resume_run(self, name: str) -> str | None:
