@@ -2,7 +2,6 @@
 (checked by layout_tree and by a real sharded forward pass on 8 simulated devices), abstract 1B models,
 option parsing and determinism."""
 
-import time
 
 import jax
 import jax.numpy as jnp
@@ -120,14 +119,12 @@ def test_transformer_parameter_shapes():
     assert {path.split("/")[0] for path in leaves} == {"embed", "blocks", "final_norm", "head"}
 
 
-def test_abstract_one_billion_transformer_is_fast_and_allocates_nothing():
-    start = time.perf_counter()
+def test_abstract_one_billion_transformer_allocates_nothing():
+    # How fast is bench_plan's to measure (planning the 1.3B model describes it): a timed test fails on a busy machine.
     model = abstract_model("transformer", **ONE_BILLION)
-    elapsed = time.perf_counter() - start
     assert all(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(nnx.state(model)))
     count = param_count(model)
     assert count == hand_transformer_params(32000, 2048, 20, 8192) and count > 1e9
-    assert elapsed < 1.0, f"describing a 1B model took {elapsed:.2f}s"
 
 
 def test_flops_per_token_formula_and_compiler_estimate():
