@@ -429,6 +429,12 @@ def test_a_run_across_two_processes_is_shown_live_and_stop_ends_every_process(ma
     assert wb.load_run(trainer.run_path).config["processes"] == 2
     assert dashboard.start_button.disabled is False  # idle again: the end event reached the dashboard
 
+    # The same trainer then trains in this process: Stop reaches this run, not the processes that have ended.
+    dashboard.start(processes=1)
+    assert poll(lambda: trainer.status == "running" and trainer._group is None, timeout=30)
+    dashboard.stop()
+    assert poll(lambda: trainer.status == "stopped", timeout=20), trainer.status
+
 
 # --- checkpoints: the option, Save, and Resume run (also onto another layout) ----------------------------
 

@@ -308,6 +308,7 @@ class Trainer:
         if steps is not None:
             self.config = dataclasses.replace(self.config, steps=steps).checked()
         # ProcessGroup checks everything it can before any process starts: bad input raises here.
+        self._release_processes()
         resumed, self._resume_from = self._resume_from, None  # the processes continue it; a later run starts afresh
         if resumed is not None:
             check_resumable(resumed, self.config)
@@ -319,6 +320,12 @@ class Trainer:
         self.history, self._summary, self.state, self._status = [], None, None, "running"
         follower.start()
         return group.name
+
+    def _release_processes(self) -> None:
+        """Forget an earlier run's processes (ended: a new run starts only when none is active)."""
+        if self._follower is not None:
+            self._follower.close()
+        self._group = self._follower = None
 
     def _relay(self, event: TrainEvent) -> None:
         if event.kind == "end":
@@ -345,6 +352,7 @@ class Trainer:
         if steps is not None:
             config = self.config = dataclasses.replace(config, steps=steps).checked()
         built = self.build()  # raises on a bad combination, before anything is written
+        self._release_processes()  # this run trains here: stop, pause and wait act on it, not on an earlier group
         dataset, resumed, state = built.dataset, self._resume_from, built.state
         if resumed is not None:  # read before the run folder changes: a foreign checkpoint changes nothing
             check_resumable(resumed, config)

@@ -285,7 +285,9 @@ class ParallelMode(abc.ABC):
 
     def _global_leading(self, local_rows: int) -> int:
         """The global batch size whose process part has ``local_rows`` rows (eval batches are as large)."""
-        share = self.batch_share()
+        share = self.__dict__.get("_own_share")
+        if share is None:  # fixed for a built mode: worked out once, not on every step
+            share = self.__dict__["_own_share"] = self.batch_share()
         return local_rows * share.global_rows // share.size
 
     @abc.abstractmethod
