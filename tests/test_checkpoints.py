@@ -215,13 +215,19 @@ def _checkpointing_cli(tmp_path, name, **popen):
     return subprocess.Popen(argv, env=env, **{"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, **popen})
 
 
-def _wait_for_checkpoints(process, run_dir, count, seconds=90):
+def _wait_for_checkpoints(process, run_dir, saves, seconds=90):
+    """Until the run has saved ``saves`` times (every two steps). Counted by the newest step, not by the
+    folders present: with ``--keep-checkpoints 2`` a third folder shows only between a save and the pruning."""
     import time
 
+    def saved():
+        steps = checkpoint_steps(run_dir)
+        return max(steps) // 2 if steps else 0
+
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and len(checkpoint_steps(run_dir)) < count and process.poll() is None:
+    while time.monotonic() < deadline and saved() < saves and process.poll() is None:
         time.sleep(0.05)
-    assert len(checkpoint_steps(run_dir)) >= count, "the run saved too few checkpoints before the deadline"
+    assert saved() >= saves, f"the run saved {saved()} times before the deadline, not {saves}"
 
 
 def test_a_run_killed_while_saving_every_two_steps_resumes_from_a_complete_checkpoint(tmp_path):
