@@ -37,6 +37,12 @@ from .analysis.reference_check import CheckReport as CheckReport
 from .analysis.reference_check import reference_check as reference_check
 from .analysis.reference_check import run_check as run_check
 from .analysis.step_ledger import ledger_for_config as ledger_for_config
+from .analysis.profile_report import ProfileReport as ProfileReport
+from .analysis.profile_report import read_profile as read_profile
+from .analysis.timeline import Timeline as Timeline
+from .analysis.timeline import TraceFormatError as TraceFormatError
+from .analysis.timeline import read_timeline as read_timeline
+from .analysis.memory_comparison import MemoryComparison as MemoryComparison
 from .analysis.compiled_step import CompiledStep as CompiledStep
 from .analysis.compile_target import topologies_for as topologies_for
 from .analysis.plan_comparison import PlanComparison as PlanComparison
@@ -153,6 +159,8 @@ from .training.trainer import NonFiniteError as NonFiniteError
 from .training.events import TrainEvent as TrainEvent
 from .training.trainer import Trainer as Trainer
 from .training.trainer import TrainerBusyError as TrainerBusyError
+from .training.profiling import ProfileCapture as ProfileCapture
+from .training.profiling import ProfileError as ProfileError
 from .layout.tree_layout import LeafLayout as LeafLayout
 from .layout.tree_layout import TreeLayout as TreeLayout
 from .layout.tree_layout import layout_tree as layout_tree

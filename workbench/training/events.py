@@ -15,7 +15,7 @@ from typing import Any
 
 # "silent" comes only from a followed run: no new line and no summary for a while (see run_follower).
 # "checkpoint": a save has started (the trainer's own runs; it reaches the disk in the background).
-EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "checkpoint", "paused", "resumed", "silent", "end")
+EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "checkpoint", "profile", "paused", "resumed", "silent", "end")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,11 +21,15 @@
   waiting for the disk) into ``runs/<name>/checkpoints/``, and :meth:`Trainer.save_checkpoint` saves it at the
   next step boundary on request; :meth:`Trainer.resuming` continues a run from its
   latest checkpoint, on the same or another mesh and mode (:mod:`workbench.training.checkpoints`).
+* **Profiles.** :meth:`Trainer.profile` (or ``start(profile=N)``) captures N steady-state steps with JAX's
+  profiler into ``runs/<name>/profile/step-<S>/``, with what is live on each device, while the run goes on
+  (:mod:`workbench.training.profiling`; :func:`workbench.analysis.profile_report.read_profile` reads it).
 * **Compiled once.** A built mode (and its compiled step) is kept per compile key (mode, mesh, model
   shapes, optimizer kind, batch size, accumulation, precision); a new learning rate or seed reuses it.
 
 Events are :class:`TrainEvent` records: ``start``, ``compiled`` (first step, with ``compile_s``),
-``metrics``, ``eval``, ``checkpoint`` (a save started: ``path``, ``requested``), ``sync`` (gradient-sync diagnostics every ``sync_every`` steps: per-replica and
+``metrics``, ``eval``, ``checkpoint`` (a save started: ``path``, ``requested``), ``profile`` (a profile
+taken: ``folder``, ``first_step``, ``steps``, ``error``), ``sync`` (gradient-sync diagnostics every ``sync_every`` steps: per-replica and
 synchronised gradient norms, cosines, replica divergence, noise scale), ``paused``, ``resumed`` and
 ``end`` (``status`` finished/stopped/failed).
 
@@ -52,6 +56,7 @@ from flax import nnx
 from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta, checkpoint_steps
 from .checkpoints import checkpoints_folder, latest_checkpoint, restore_state
 from .process_share import host_values
+from .profiling import Capture, ProfileCapture, ProfileError, ProfileRequest, check_profile_steps
 from ..errors import WorkbenchError
 from .events import EVENT_KINDS as EVENT_KINDS  # re-exported: this module defined them first
 from .events import TrainEvent as TrainEvent
@@ -146,6 +151,7 @@ class Trainer:
         self._group = None  # the worker processes of a run across processes, and the follower of their files
         self._follower = None
         self._resume_from: CheckpointInfo | None = None  # the checkpoint the next run continues from
+        self._profile: ProfileRequest | None = None  # a profile asked for, taken by the loop when steady
         self.subscriber_errors: list[str] = []
 
     @classmethod
@@ -204,8 +210,9 @@ class Trainer:
         self.config = dataclasses.replace(self.config, **changes).checked()
         return self.config
 
-    def start(self, steps: int | None = None, *, name: str | None = None) -> str:
+    def start(self, steps: int | None = None, *, name: str | None = None, profile: int | None = None) -> str:
         """Start a run in a background thread; returns its name. Checks everything before starting.
+        ``profile=N`` profiles N steps as soon as the run's steps are compiled (see :meth:`profile`).
 
         Raises:
             TrainerBusyError: a run is active (pause/stop it first).
@@ -214,21 +221,23 @@ class Trainer:
         with self._lock:
             self._refuse_if_active("start another run")
             if self._across_processes():
+                self._refuse_profile_across_processes(profile)
                 return self._start_processes(steps, name)
-            prepared = self._prepare(steps, name)
+            prepared = self._prepare(steps, name, profile)
             self._status = "running"
         self._thread = threading.Thread(target=self._run_safely, args=prepared, daemon=True, name="workbench-trainer")
         self._thread.start()
         return self.run_name
 
-    def run(self, steps: int | None = None, *, name: str | None = None) -> dict[str, Any]:
-        """Run to the end in this thread; returns the summary (also in ``summary.json``)."""
+    def run(self, steps: int | None = None, *, name: str | None = None, profile: int | None = None) -> dict[str, Any]:
+        """Run to the end in this thread; returns the summary (also in ``summary.json``). ``profile=N``
+        profiles N steps once they are compiled (the ``profile`` event says where)."""
         if self._across_processes():
-            self.start(steps, name=name)
+            self.start(steps, name=name, profile=profile)
             return self.wait()
         with self._lock:
             self._refuse_if_active("start another run")
-            prepared = self._prepare(steps, name)
+            prepared = self._prepare(steps, name, profile)
             self._status = "running"
         self._run_safely(*prepared)
         return self._summary
@@ -280,6 +289,46 @@ class Trainer:
                                  "process at the same step; set checkpoint_every before starting")
         self._control.save.set()
         self._control.wake.set()  # a paused run saves at once
+
+    def profile(self, steps: int = 5, *, wait: bool = True, timeout: float | None = 120.0) -> ProfileCapture | ProfileRequest:
+        """Profile ``steps`` steps of the running run with JAX's profiler, from the next step boundary after its
+        steps are compiled (never the compiling one), into ``runs/<name>/profile/step-<S>/``; the run and its
+        metrics go on. Also sampled: the bytes alive on each device (see :mod:`workbench.training.profiling`).
+        A ``profile`` event follows when the capture is on disk.
+
+        Returns the :class:`~workbench.training.profiling.ProfileCapture` (``wait=False``, or when called from
+        the training thread, e.g. in a subscriber: the :class:`~workbench.training.profiling.ProfileRequest`,
+        whose ``result(timeout)`` waits for it). Read it with :func:`workbench.read_profile`.
+
+        Raises:
+            ProfileError: no run is active, a profile is being taken, ``steps`` is not 1..100, the run trains
+                across processes, or (waiting) the run ended first or the capture failed.
+
+        Example:
+            >>> trainer.start(); report = read_profile(trainer.profile(steps=5))  # doctest: +SKIP
+            >>> report.timeline.steps[0].collective_share  # doctest: +SKIP
+            0.38
+        """
+        steps = check_profile_steps(steps)
+        with self._lock:
+            if self._status not in ("running", "paused"):
+                raise ProfileError(f"no run to profile ({self._status}): start a run, then profile it while it trains "
+                                   "(or start(profile=N), workbench train --profile N)")
+            if self._group is not None:
+                self._refuse_profile_across_processes(steps)
+            if self._profile is not None and not self._profile.done:
+                raise ProfileError(f"a profile of {self._profile.steps} steps of run {self.run_name!r} is being taken: "
+                                   "wait for its profile event, then profile again")
+            request = self._profile = ProfileRequest(steps)
+        if not wait or threading.current_thread() is self._thread:
+            return request  # the training thread takes it: waiting here would wait forever
+        return request.result(timeout)
+
+    def _refuse_profile_across_processes(self, steps: int | None) -> None:
+        if steps:
+            raise ProfileError(f"run {self.run_name or 'this run'!r} trains across {self.config.processes} processes: "
+                               "profile it with processes=1 on the same mesh (the steps and collectives are the same "
+                               "programs), or profile one process with jax.profiler")
 
     def stop(self) -> None:
         """Stop at the next step boundary; the run ends with status ``stopped``. Across processes every process
@@ -347,10 +396,11 @@ class Trainer:
         built modes kept: what :meth:`check` checks and the ledger compiles is exactly what is trained."""
         return build_step(self.config, custom=self._custom, modes=self._modes)
 
-    def _prepare(self, steps: int | None, name: str | None):
+    def _prepare(self, steps: int | None, name: str | None, profile: int | None = None):
         config = self.config
         if steps is not None:
             config = self.config = dataclasses.replace(config, steps=steps).checked()
+        self._profile = ProfileRequest(check_profile_steps(profile)) if profile is not None else None
         built = self.build()  # raises on a bad combination, before anything is written
         self._release_processes()  # this run trains here: stop, pause and wait act on it, not on an earlier group
         dataset, resumed, state = built.dataset, self._resume_from, built.state
@@ -410,6 +460,7 @@ class Trainer:
         except Exception as exc:  # noqa: BLE001 - the run fails, the kernel lives on
             status, error = "failed", _error_text(exc)
             loop.traceback = traceback.format_exc()
+        loop.end_profile(ended=status)  # a profile cut short still stops JAX's profiler and says so
         try:
             loop.close_checkpoints()  # the last save is on disk before the run says it ended
         except WorkbenchError as exc:
@@ -426,11 +477,13 @@ def _error_text(exc: Exception) -> str:
     return str(exc) if isinstance(exc, WorkbenchError) else f"{type(exc).__name__}: {exc}"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Start:
-    """Where a run starts: a host state at step 0, or a state restored (already placed) at a checkpoint's step."""
+    """Where a run starts: a host state at step 0, or a state restored (already placed) at a checkpoint's step.
+    The loop lets go of ``state`` once placed: kept, it would hold the whole initial state on one device for the
+    whole run (a profile's memory comparison found it: a "state copy" as large as the state on device 0)."""
 
-    state: TrainState
+    state: TrainState | None
     step: int = 0
 
     @property
@@ -459,6 +512,7 @@ class _Loop:
         self.train_examples = 0
         self.traceback = None
         self.interval_start = time.perf_counter()
+        self.capture: Capture | None = None  # a profile being taken
 
     def run(self) -> str:
         config = self.config
@@ -466,6 +520,7 @@ class _Loop:
         self.trainer._emit("start", self.start.step, mode=config.mode, mesh=config.mesh, steps=config.steps,
                            run_dir=str(self.writer.path), **resumed)
         self.state = self.start.state if self.start.placed else self.mode.place_state(self.start.state)
+        self.start.state = None  # placed: the initial copy is not needed any more
         if config.checkpoint_every:
             self.checkpoints = CheckpointWriter(self.writer.path, config.keep_checkpoints)
         batches = iter(self.train_batches(config.seed, self.start.step))  # one batch per step: skip those done
@@ -474,7 +529,9 @@ class _Loop:
             if self.stop_requested():
                 return "stopped"
             batch = self.next_batch(batches)
+            self.begin_profile()
             self.train_step(batch)
+            self.end_profile()
             self.side_work(batch)
             if self.saves_at(self.step):
                 self.save_checkpoint()
@@ -565,6 +622,8 @@ class _Loop:
         step = self.step + 1
         logging = step == 1 or step % config.log_every == 0 or step == config.steps or self.saves_at(step)
         placed = self.mode.place_batch(batch)
+        if self.capture is not None:
+            self.capture.before_step(self.mode, self.state, placed, logging)
         self.state, metrics = self.mode.step(self.state, placed, diagnostics=logging)
         self.step = step
         self.pending.append((step, metrics))
@@ -581,6 +640,32 @@ class _Loop:
                 self.restart_interval()
         elif logging:
             self.flush()
+
+    def begin_profile(self) -> None:
+        """Start a requested profile once the run's steps are compiled: the first step compiles them."""
+        request = self.trainer._profile
+        if request is None or request.done or self.capture is not None or self.step <= self.start.step:
+            return
+        jax.block_until_ready(self.state)  # steps dispatched earlier must not run into the trace half-seen
+        self.in_flight.clear()
+        self.capture = Capture.begin(request, self.writer.name, self.writer.path, self.step + 1)
+
+    def end_profile(self, ended: str | None = None) -> None:
+        """Finish the profile once its steps have run (or the run ends: ``ended`` says how), then say so."""
+        request = self.trainer._profile
+        if self.capture is None:
+            if ended and request is not None and not request.done:
+                request.finish(error=f"run {self.writer.name!r} {ended} at step {self.step}, before the profile began: "
+                                     "profile a run with more steps left")
+            return
+        if not (self.capture.complete or ended):
+            return
+        capture, self.capture = self.capture, None
+        short = None if capture.complete else (f"run {self.writer.name!r} {ended} after {capture.taken} of "
+                                               f"{capture.request.steps} profiled steps")
+        taken = capture.end(self.state, error=None if capture.taken else short)  # waits for the profiled steps
+        self.trainer._emit("profile", self.step, **taken.to_json(), **({"note": short} if short and capture.taken else {}))
+        self.restart_interval()
 
     def side_work(self, batch: Any) -> None:
         """Gradient-sync diagnostics and evaluation, each on its own schedule."""

@@ -1,0 +1,411 @@
+"""A profiled step in time, per device: which ops ran when, compute against collectives, read from a trace.
+
+JAX's profiler (``jax.profiler.trace(dir, create_perfetto_trace=True)``) writes
+``plugins/profile/<time>/perfetto_trace.json.gz``: Chrome-trace JSON whose ``traceEvents`` hold one complete
+(``"ph": "X"``) event per HLO op per device per execution, with ``args`` ``hlo_module``, ``hlo_op``,
+``device_ordinal`` and ``run_id`` (one per execution of a program, shared by its devices). Measured with JAX
+0.10.2 on 8 simulated CPU devices: 5 steps of the mlp under ``dp`` give 2,080 such events, 40 of them the
+step's ``all-reduce`` ops. :func:`read_timeline` turns them into a :class:`Timeline`: per step and device the
+ops (from the step's start), and the summaries a user asks for next:
+
+* per step (:class:`StepTiming`): the time in compute, in collectives and in both at once (overlapped),
+  each the mean over devices of the union of such ops' intervals, and the device with the most compute (the
+  one the others wait for in a collective);
+* per collective (:class:`CollectiveTiming`): its bytes per device from the compiled HLO (the communication
+  ledger's figure), its duration on each device (which includes waiting for the last device to arrive), the
+  time from the last arrival to the end (the transfer itself), and the bandwidth that transfer achieved.
+
+Given the step's optimised HLO (``compiled.as_text()``) each op is classified by its opcode and named with the
+model layer its ``op_name`` metadata names (:func:`~workbench.training.layer_scopes.layer_of`); without it, by
+its name alone. A trace this module cannot read raises :class:`TraceFormatError`, naming the file; the raw files
+are never touched.
+
+Example:
+    >>> timeline = read_timeline(trace_file, hlo_text=compiled.as_text(), mesh=mode.mesh)  # doctest: +SKIP
+    >>> [round(step.collective_share, 2) for step in timeline.steps]  # doctest: +SKIP
+    [0.31, 0.29, 0.3]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import WorkbenchError
+from ..training.layer_scopes import layer_of
+from .ledger import KINDS, collective_ops
+
+COMPUTE = "compute"
+PERFETTO_FILE = "perfetto_trace.json.gz"
+_COLLECTIVE_NAME = re.compile(r"^(all[-_]reduce|all[-_]gather|reduce[-_]scatter|all[-_]to[-_]all|collective[-_]permute)")
+_OP_NAME = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+) = .*?metadata=\{[^}]*?op_name="((?:[^"\\]|\\.)*)"', re.M)
+
+
+class TraceFormatError(WorkbenchError):
+    """A profiler trace this version of the workbench cannot read (JAX changes the format between versions)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimedOp:
+    """One HLO op on one device in one step; times in microseconds from the step's first op (any device).
+
+    ``kind`` is ``"compute"`` or a collective kind (``"all-reduce"``, ...); ``layer`` the model layer its
+    metadata names (None: the loss, the optimizer, or no HLO given); ``bytes`` a collective's bytes per device.
+    """
+
+    device: int
+    step: int
+    name: str
+    kind: str
+    start_us: float
+    duration_us: float
+    layer: str | None = None
+    bytes: int | None = None
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.duration_us
+
+    @property
+    def is_collective(self) -> bool:
+        return self.kind != COMPUTE
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTiming:
+    """One step's time: ``wall_us`` from its first op's start to its last op's end (any device); ``compute_us``,
+    ``collective_us`` and ``overlap_us`` the mean over devices of the time spent in compute, in collectives and
+    in both at once; ``slowest_device`` the device with the most compute, ``slowest_compute_us`` its compute."""
+
+    step: int
+    wall_us: float
+    compute_us: float
+    collective_us: float
+    overlap_us: float
+    slowest_device: int
+    slowest_compute_us: float
+
+    @property
+    def collective_share(self) -> float:
+        """The fraction of the step spent communicating and not computing at the same time."""
+        return (self.collective_us - self.overlap_us) / self.wall_us if self.wall_us else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveTiming:
+    """One collective op of the step, over every profiled step and device.
+
+    ``duration_us`` is the median time each device spent in it (waiting for the others included);
+    ``transfer_us`` the median time from the last device's arrival to each device's end: the exchange itself,
+    and ``bandwidth`` = ``bytes`` / ``transfer_us`` in bytes per second (None when either is unknown or 0).
+    """
+
+    name: str
+    kind: str
+    bytes: int | None
+    axes: tuple[str, ...]
+    layer: str | None
+    occurrences: int
+    duration_us: float
+    transfer_us: float
+
+    @property
+    def bandwidth(self) -> float | None:
+        return self.bytes / (self.transfer_us * 1e-6) if self.bytes and self.transfer_us > 0 else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    """The profiled steps of one program: ops per device and step, and their summaries (see the module docstring).
+
+    ``module`` is the HLO module name (``jit__step_fn``); ``first_step`` the training step of ``steps[0]`` when
+    known (else 0); ``trace_file`` the Perfetto file read.
+    """
+
+    module: str
+    devices: tuple[int, ...]
+    ops: tuple[TimedOp, ...]
+    steps: tuple[StepTiming, ...]
+    collectives: tuple[CollectiveTiming, ...]
+    trace_file: str
+    first_step: int = 0
+
+    def step_ops(self, step: int) -> list[TimedOp]:
+        """The ops of profiled step ``step`` (0 = the first profiled), ordered by device then start."""
+        return sorted((op for op in self.ops if op.step == step), key=lambda op: (op.device, op.start_us))
+
+    def dominant_collective(self) -> CollectiveTiming | None:
+        """The collective op that takes the most time per step (its duration times how often it runs in a step),
+        None in a step without collectives."""
+        return max(self.collectives, key=lambda c: c.duration_us * c.occurrences, default=None)
+
+    def collective_time_by_kind(self) -> dict[str, float]:
+        """Median microseconds per step in each collective kind (summed over its ops), largest first."""
+        totals: dict[str, float] = defaultdict(float)
+        for c in self.collectives:
+            totals[c.kind] += c.duration_us * c.occurrences
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module, "devices": list(self.devices), "trace_file": self.trace_file,
+            "first_step": self.first_step,
+            "steps": [dataclasses.asdict(s) for s in self.steps],
+            "collectives": [{**dataclasses.asdict(c), "axes": list(c.axes)} for c in self.collectives],
+            "ops": [dataclasses.astuple(op) for op in self.ops],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Timeline":
+        return cls(
+            module=data["module"], devices=tuple(data["devices"]), trace_file=data["trace_file"],
+            first_step=data.get("first_step", 0),
+            ops=tuple(TimedOp(*row) for row in data["ops"]),
+            steps=tuple(StepTiming(**s) for s in data["steps"]),
+            collectives=tuple(CollectiveTiming(**{**c, "axes": tuple(c["axes"])}) for c in data["collectives"]),
+        )
+
+
+# --- reading ---------------------------------------------------------------------------------------------
+
+
+def find_trace_file(folder: str | Path) -> Path:
+    """The newest ``perfetto_trace.json.gz`` under ``folder`` (JAX writes ``plugins/profile/<time>/``).
+
+    Raises:
+        TraceFormatError: there is none (the capture failed, or JAX wrote another format).
+    """
+    found = sorted(Path(folder).glob(f"**/{PERFETTO_FILE}"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        kept = sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*") if p.is_file())[:6]
+        raise TraceFormatError(f"no {PERFETTO_FILE} under {folder} (found {kept or 'no files'}): this JAX may write "
+                               "another format; the raw files are kept, open them with xprof or TensorBoard")
+    return found[-1]
+
+
+def trace_events(path: str | Path) -> list[dict[str, Any]]:
+    """The ``traceEvents`` of a (gzipped) Chrome/Perfetto trace JSON file.
+
+    Raises:
+        TraceFormatError: the file is not gzipped JSON with a ``traceEvents`` list.
+    """
+    try:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, EOFError, ValueError) as exc:
+        raise TraceFormatError(f"the trace {path} could not be read ({type(exc).__name__}: {exc}); the raw files "
+                               "are kept: open them with xprof or the Perfetto UI") from None
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise TraceFormatError(f"the trace {path} has no traceEvents list: this JAX writes another format; the raw "
+                               "files are kept: open them with xprof or the Perfetto UI")
+    return events
+
+
+def op_layers(hlo_text: str, layers: Iterable[str]) -> dict[str, str | None]:
+    """HLO instruction name -> the model layer its ``op_name`` metadata names (None: none of ``layers``).
+
+    Example:
+        >>> op_layers('%dot.3 = f32[8] dot(%a, %b), metadata={op_name="jit(f)/jvp(blocks/0)/mlp/dot_general"}',
+        ...           ["blocks/0", "blocks/0/mlp"])
+        {'dot.3': 'blocks/0/mlp'}
+    """
+    layers = list(layers)
+    return {name: layer_of(op_name, layers) for name, op_name in _OP_NAME.findall(hlo_text)}
+
+
+@dataclasses.dataclass
+class _Raw:
+    device: int
+    run: str
+    name: str
+    start: float
+    end: float
+
+
+def _device_events(events: Sequence[dict[str, Any]], module: str | None) -> tuple[str, list[_Raw]]:
+    """The op events of the chosen program (``module``, else the one with the most op events)."""
+    by_module: dict[str, list[_Raw]] = defaultdict(list)
+    for event in events:
+        args = event.get("args") if isinstance(event, dict) else None
+        if event.get("ph") != "X" or not isinstance(args, dict) or "hlo_op" not in args:
+            continue
+        try:
+            raw = _Raw(int(args["device_ordinal"]), str(args["run_id"]), str(args["hlo_op"]),
+                       float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0.0)))
+        except (KeyError, TypeError, ValueError):
+            continue  # a field missing or renamed: counted below only if nothing is left
+        by_module[str(args.get("hlo_module", ""))].append(raw)
+    if not by_module:
+        raise TraceFormatError("the trace holds no per-device HLO op events (args hlo_op, device_ordinal, run_id): "
+                               "this JAX writes another format; the raw files are kept: open them with xprof or "
+                               "the Perfetto UI")
+    if module is None:
+        module = max(by_module, key=lambda name: len(by_module[name]))
+    elif module not in by_module:
+        raise TraceFormatError(f"the trace holds no ops of program {module!r}, only of {sorted(by_module)}")
+    return module, by_module[module]
+
+
+def _merged(raw: list[_Raw]) -> list[_Raw]:
+    """One interval per op, run and device: XLA:CPU splits an op over worker threads, each with its own event."""
+    merged: dict[tuple, _Raw] = {}
+    for r in raw:
+        key = (r.run, r.device, r.name)
+        if key in merged:
+            seen = merged[key]
+            seen.start, seen.end = min(seen.start, r.start), max(seen.end, r.end)
+        else:
+            merged[key] = _Raw(r.device, r.run, r.name, r.start, r.end)
+    return list(merged.values())
+
+
+def _union(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def _length(intervals: Iterable[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Total length of the overlap of two sorted, disjoint interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        low, high = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0.0, high - low)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def _step_timing(step: int, ops: list[TimedOp], devices: Sequence[int]) -> StepTiming:
+    compute, collective, overlap = {}, {}, {}
+    by_device: dict[int, list[TimedOp]] = defaultdict(list)
+    for op in ops:
+        by_device[op.device].append(op)
+    for device in devices:
+        mine = by_device[device]
+        busy = _union((op.start_us, op.end_us) for op in mine if not op.is_collective)
+        talking = _union((op.start_us, op.end_us) for op in mine if op.is_collective)
+        compute[device], collective[device], overlap[device] = _length(busy), _length(talking), _intersection(busy, talking)
+    slowest = max(devices, key=lambda d: compute[d])
+    mean = lambda values: sum(values.values()) / len(values)  # noqa: E731
+    wall = max(op.end_us for op in ops) - min(op.start_us for op in ops)
+    return StepTiming(step, wall, mean(compute), mean(collective), mean(overlap), slowest, compute[slowest])
+
+
+def _collective_timings(ops: list[TimedOp], axes: dict[str, tuple[str, ...]], steps: int) -> tuple[CollectiveTiming, ...]:
+    by_name: dict[str, list[TimedOp]] = defaultdict(list)
+    for op in ops:
+        if op.is_collective:
+            by_name[op.name].append(op)
+    rows = []
+    for name, mine in by_name.items():
+        transfers, by_step = [], defaultdict(list)
+        for op in mine:
+            by_step[op.step].append(op)
+        for here in by_step.values():
+            arrived = max(op.start_us for op in here)  # the exchange starts when the last device arrives
+            transfers += [max(0.0, op.end_us - arrived) for op in here]
+        first, devices = mine[0], len({op.device for op in mine})
+        per_step = max(1, round(len(mine) / (devices * max(steps, 1))))
+        rows.append(CollectiveTiming(name, first.kind, first.bytes, axes.get(name, ()), first.layer, per_step,
+                                     statistics.median(op.duration_us for op in mine), statistics.median(transfers)))
+    return tuple(sorted(rows, key=lambda c: -c.duration_us * c.occurrences))
+
+
+@dataclasses.dataclass(frozen=True)
+class _OpTable:
+    """What one program's HLO says of its ops: collective kinds, bytes and axes, and layers."""
+
+    kinds: dict[str, str]
+    sizes: dict[str, int]
+    axes: dict[str, tuple[str, ...]]
+    layers: dict[str, str | None]
+
+    @classmethod
+    def read(cls, hlo_text: str, mesh: Any, layers: Iterable[str]) -> "_OpTable":
+        ops = collective_ops(hlo_text, mesh)
+        return cls({op.name: op.kind for op in ops}, {op.name: op.bytes for op in ops},
+                   {op.name: op.axes for op in ops}, op_layers(hlo_text, layers))
+
+
+def read_timeline(trace: str | Path, *, hlo_text: str | Sequence[str] | None = None, mesh: Any = None, layers: Iterable[str] = (),
+                  module: str | None = None, first_step: int = 0) -> Timeline:
+    """Read a profiler trace into a :class:`Timeline` (see the module docstring).
+
+    Args:
+        trace: a ``perfetto_trace.json.gz`` file, or a folder holding one (the newest is read).
+        hlo_text: the profiled program's optimised HLO (``compiled.as_text()``): classifies ops by opcode, gives
+            collectives their bytes and mesh axes and ops their model layer. A list gives one per profiled step
+            (a logging step runs another compiled variant, with other op names).
+        mesh: the mesh the program runs on (names the axes a collective spans).
+        layers: the model's submodule paths (``blocks/3/mlp``), to name each op's layer.
+        module: the HLO module to read (default: the one with the most op events, i.e. the training step).
+        first_step: the training step of the first profiled execution.
+
+    Raises:
+        TraceFormatError: the file is missing, unreadable, or holds no per-device op events.
+
+    Example:
+        >>> timeline = read_timeline("runs/mlp-dp/profile")  # doctest: +SKIP
+        >>> timeline.steps[0].slowest_device  # doctest: +SKIP
+        5
+    """
+    path = find_trace_file(trace) if Path(trace).is_dir() else Path(trace)
+    module, raw = _device_events(trace_events(path), module)
+    raw = _merged(raw)
+    texts = [hlo_text] if isinstance(hlo_text, str) else list(hlo_text or [])
+    tables = {text: _OpTable.read(text, mesh, layers) for text in set(texts)}
+    origin: dict[str, float] = {}
+    for r in raw:
+        origin[r.run] = min(origin.get(r.run, r.start), r.start)
+    runs = sorted(origin, key=origin.get)
+    index = {run: i for i, run in enumerate(runs)}
+    ops, axes, empty = [], {}, _OpTable({}, {}, {}, {})
+    for r in raw:
+        step = index[r.run]
+        table = tables[texts[min(step, len(texts) - 1)]] if texts else empty
+        kind = table.kinds.get(r.name) or _kind_from_name(r.name)
+        ops.append(TimedOp(r.device, step, r.name, kind, round(r.start - origin[r.run], 3),
+                           round(r.end - r.start, 3), table.layers.get(r.name), table.sizes.get(r.name)))
+        if r.name in table.axes:
+            axes[r.name] = table.axes[r.name]
+    ops.sort(key=lambda op: (op.step, op.device, op.start_us))
+    devices = tuple(sorted({op.device for op in ops}))
+    by_step: dict[int, list[TimedOp]] = defaultdict(list)
+    for op in ops:
+        by_step[op.step].append(op)
+    steps = tuple(_step_timing(i, by_step[i], devices) for i in range(len(runs)))
+    return Timeline(module, devices, tuple(ops), steps, _collective_timings(ops, axes, len(runs)), str(path), first_step)
+
+
+def _kind_from_name(name: str) -> str:
+    """A collective's kind read from its op name (``all-reduce.8``, ``all_gather.207``), else compute."""
+    found = _COLLECTIVE_NAME.match(name)
+    if not found:
+        return COMPUTE
+    kind = found[1].replace("_", "-")
+    return kind if kind in KINDS else COMPUTE
+
+
+__all__ = ["COMPUTE", "CollectiveTiming", "PERFETTO_FILE", "StepTiming", "TimedOp", "Timeline", "TraceFormatError",
+           "find_trace_file", "op_layers", "read_timeline", "trace_events"]
