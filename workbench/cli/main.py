@@ -65,6 +65,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from .serve import add_server_parsers
 
     add_server_parsers(commands)
+    from .profile import add_profile_parser
+
+    add_profile_parser(commands)
     cache = commands.add_parser(
         "cache",
         help="JAX's compilation cache: where it is and what it holds; --clear empties it",
@@ -127,6 +130,9 @@ def _add_train_parser(commands) -> None:
     train.add_argument("--resume", default=None, metavar="RUN_DIR",
                        help="continue the run in RUN_DIR from its latest checkpoint; --mode, --mesh, --steps and the "
                             "logging options given here change it, the model, data and optimizer stay the run's")
+    train.add_argument("--profile", type=int, default=None, metavar="N",
+                       help="profile N steps with JAX's profiler once the steps are compiled, into runs/<name>/profile/, "
+                            "and print where time and memory went (workbench profile RUN prints it again)")
     train.add_argument("--name", default=None, help="run name (default: model-mode-time)")
     train.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     train.add_argument("--json", action="store_true", help="print exactly one JSON object at the end")
@@ -191,6 +197,12 @@ def _cmd_train(args) -> int:
     from .train import train_command
 
     return train_command(args)
+
+
+def _cmd_profile(args) -> int:
+    from .profile import profile_command
+
+    return profile_command(args)
 
 
 def _cmd_plan(args) -> int:
@@ -267,7 +279,7 @@ def _cmd_app(args) -> int:
 
 
 COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs, "plan": _cmd_plan,
-            "check": _cmd_check, "lab": _cmd_lab, "app": _cmd_app, "cache": _cmd_cache}
+            "check": _cmd_check, "lab": _cmd_lab, "app": _cmd_app, "cache": _cmd_cache, "profile": _cmd_profile}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,8 @@ Exit status: 0 when the run finished, 1 when it failed (the reason on stderr), 2
 line, before anything runs), 130 when stopped with Ctrl-C (the run is kept, status ``stopped``).
 With ``--json`` stdout holds exactly one JSON object, at the end. ``--checkpoint-every K`` saves the state
 every K steps; ``--resume runs/<name>`` continues a run from its latest checkpoint (another ``--mode`` or
-``--mesh`` reads it into that layout).
+``--mesh`` reads it into that layout). ``--profile N`` profiles N steps once compiled and prints where the
+time and memory went (:mod:`workbench.cli.profile`).
 
 Example:
     $ workbench train --model mlp --data digits --mesh data=8 --mode dp --steps 300 --json
@@ -125,6 +126,31 @@ def _resuming_trainer(args, config):
     return Trainer.resuming(args.resume, **changes)
 
 
+def _profile_result(args, profiles: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"profile": ...}`` for ``--json`` when ``--profile`` was given (why not, when it was not taken)."""
+    if args.profile is None:
+        return {}
+    if not profiles or profiles[-1].get("error"):
+        return {"profile": {"error": profiles[-1]["error"] if profiles else "the run ended before the profile began"}}
+    from ..analysis.profile_report import read_profile
+    from .profile import profile_json
+
+    return {"profile": profile_json(read_profile(profiles[-1]["folder"]))}
+
+
+def _print_profile(args, profiles: list[dict[str, Any]]) -> None:
+    if args.profile is None:
+        return
+    if not profiles or profiles[-1].get("error"):
+        why = profiles[-1]["error"] if profiles else "the run ended before the profile began"
+        print(f"\nno profile: {why}")
+        return
+    from .profile import print_profile
+
+    print()
+    print_profile(profiles[-1]["folder"])
+
+
 def train_command(args) -> int:
     """Run ``workbench train`` from parsed arguments; returns the exit status."""
     from ..training.trainer import Trainer
@@ -134,6 +160,11 @@ def train_command(args) -> int:
         trainer = _resuming_trainer(args, config)
         config = trainer.config
     elif args.join is not None:
+        if args.profile is not None:
+            from ..training.profiling import ProfileError
+
+            raise ProfileError("--profile with --join: a run across processes is not profiled; profile it in one "
+                               "process on the same mesh (the same programs and collectives)")
         return _join(args, config)
     else:
         trainer = Trainer(config, run_root=args.run_dir, coordinator_port=args.port)
@@ -141,7 +172,9 @@ def train_command(args) -> int:
     if sys.stderr.isatty():
         bar = _ProgressBar(config.steps, f"{config.model} {config.mode}")
         trainer.subscribe(bar)
-    trainer.start(name=args.name)  # bad input raises here, before the thread starts: exit 2
+    profiles: list[dict[str, Any]] = []
+    trainer.subscribe(lambda event: profiles.append(event.data) if event.kind == "profile" else None)
+    trainer.start(name=args.name, profile=args.profile)  # bad input raises here, before the thread starts: exit 2
     try:
         summary = trainer.wait()
     except KeyboardInterrupt:
@@ -152,9 +185,10 @@ def train_command(args) -> int:
             bar.close()
     result = _finite_or_none({**summary, "status": trainer.status})
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({**result, **_profile_result(args, profiles)}))
     else:
         _print_summary(result)
+        _print_profile(args, profiles)
     if trainer.status == "failed":
         print(f"error: run {summary['run']} failed: {summary['error']}", file=sys.stderr)
         return EXIT_FAILED

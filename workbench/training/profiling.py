@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import threading
@@ -85,6 +86,11 @@ class ProfileRequest:
     @property
     def done(self) -> bool:
         return self._done.is_set()
+
+    @property
+    def error(self) -> str | None:
+        """Why no capture was taken (None: taken, or not yet done)."""
+        return self._error
 
     def finish(self, capture: ProfileCapture | None = None, error: str | None = None) -> None:
         self._capture, self._error = capture, error
@@ -192,6 +198,9 @@ class Capture:
                                  "for it to finish, then profile again")
             return None
         capture = cls(request, run, run_path, first_step)
+        # Arrays in reference cycles (Flax's graph flattening makes some) stay live until Python's cyclic
+        # collector runs: collected now, the live figures are what the run holds, not when gc last ran.
+        gc.collect()
         try:
             capture.folder.mkdir(parents=True, exist_ok=True)
             jax.profiler.start_trace(str(capture.folder), create_perfetto_trace=True)

@@ -423,7 +423,8 @@ class Trainer:
         else:
             writer = self._open_writer(name, record)
         self.run_name, self.run_path = writer.name, writer.path
-        self.history, self._summary, self._control = [], None, _Control()
+        # The last run's state goes: kept, it would sit on the devices beside this run's (a copy a profile flags).
+        self.history, self._summary, self._control, self.state = [], None, _Control(), None
         start = _Start(state, resumed.step if resumed is not None else 0)
         return writer, built.mode, start, built.train_batches, built.eval_batches, dataset
 
@@ -649,6 +650,9 @@ class _Loop:
         jax.block_until_ready(self.state)  # steps dispatched earlier must not run into the trace half-seen
         self.in_flight.clear()
         self.capture = Capture.begin(request, self.writer.name, self.writer.path, self.step + 1)
+        if self.capture is None:  # the profiler would not start: say why, the run goes on
+            self.trainer._emit("profile", self.step, run=self.writer.name, folder=None, first_step=self.step + 1,
+                               steps=0, error=request.error)
 
     def end_profile(self, ended: str | None = None) -> None:
         """Finish the profile once its steps have run (or the run ends: ``ended`` says how), then say so."""
@@ -657,6 +661,8 @@ class _Loop:
             if ended and request is not None and not request.done:
                 request.finish(error=f"run {self.writer.name!r} {ended} at step {self.step}, before the profile began: "
                                      "profile a run with more steps left")
+                self.trainer._emit("profile", self.step, run=self.writer.name, folder=None, first_step=None, steps=0,
+                                   error=request.error)
             return
         if not (self.capture.complete or ended):
             return
