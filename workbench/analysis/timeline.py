@@ -1,24 +1,13 @@
 """A profiled step in time, per device: which ops ran when, compute against collectives, read from a trace.
 
-JAX's profiler (``jax.profiler.trace(dir, create_perfetto_trace=True)``) writes
-``plugins/profile/<time>/perfetto_trace.json.gz``: Chrome-trace JSON whose ``traceEvents`` hold one complete
-(``"ph": "X"``) event per HLO op per device per execution, with ``args`` ``hlo_module``, ``hlo_op``,
-``device_ordinal`` and ``run_id`` (one per execution of a program, shared by its devices). Measured with JAX
-0.10.2 on 8 simulated CPU devices: 5 steps of the mlp under ``dp`` give 2,080 such events, 40 of them the
-step's ``all-reduce`` ops. :func:`read_timeline` turns them into a :class:`Timeline`: per step and device the
-ops (from the step's start), and the summaries a user asks for next:
-
-* per step (:class:`StepTiming`): the time in compute, in collectives and in both at once (overlapped),
-  each the mean over devices of the union of such ops' intervals, and the device with the most compute (the
-  one the others wait for in a collective);
-* per collective (:class:`CollectiveTiming`): its bytes per device from the compiled HLO (the communication
-  ledger's figure), its duration on each device (which includes waiting for the last device to arrive), the
-  time from the last arrival to the end (the transfer itself), and the bandwidth that transfer achieved.
-
-Given the step's optimised HLO (``compiled.as_text()``) each op is classified by its opcode and named with the
-model layer its ``op_name`` metadata names (:func:`~workbench.training.layer_scopes.layer_of`); without it, by
-its name alone. A trace this module cannot read raises :class:`TraceFormatError`, naming the file; the raw files
-are never touched.
+JAX's profiler writes a Perfetto (Chrome-trace JSON) file whose events include one per HLO op per device per
+execution (``args``: ``hlo_module``, ``hlo_op``, ``device_ordinal``, ``run_id``). :func:`read_timeline` turns
+them into a :class:`Timeline`: the ops of each profiled step on each device, and per step
+(:class:`StepTiming`) the time in compute, in collectives and in both at once, and the slowest device; per
+collective (:class:`CollectiveTiming`) its ledger bytes, its duration (waiting for the last device included),
+the transfer after the last device arrived, and the bandwidth achieved. The step's optimised HLO names each
+op's kind, bytes and model layer. A trace it cannot read raises :class:`TraceFormatError`; the raw files are
+never touched. What the trace holds on XLA:CPU and how it is read: docs/design/profiling.md.
 
 Example:
     >>> timeline = read_timeline(trace_file, hlo_text=compiled.as_text(), mesh=mode.mesh)  # doctest: +SKIP
