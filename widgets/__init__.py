@@ -16,7 +16,8 @@ import workbench as _workbench  # noqa: F401  (simulated devices are configured 
 _EXPORTS = {
     "Selection": "common", "StatusArea": "common", "guarded": "common", "TrainingDashboard": "dashboard",
     "ShardingInspector": "inspector", "MeshPicker": "mesh_picker", "MeshVerdict": "mesh_verdict",
-    "ModeSelector": "mode_selector", "SpecEditor": "spec_editor", "VerifyPanel": "verify_panel",
+    "ModeSelector": "mode_selector", "ProfilePanel": "profile_panel", "SpecEditor": "spec_editor",
+    "VerifyPanel": "verify_panel",
     "Workbench": "workbench_widget",
 }
 
@@ -31,6 +32,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "MeshPicker", "MeshVerdict", "ModeSelector", "Selection", "ShardingInspector", "SpecEditor", "StatusArea",
-    "TrainingDashboard", "VerifyPanel", "Workbench", "guarded",
+    "MeshPicker", "MeshVerdict", "ModeSelector", "ProfilePanel", "Selection", "ShardingInspector", "SpecEditor",
+    "StatusArea", "TrainingDashboard", "VerifyPanel", "Workbench", "guarded",
 ]

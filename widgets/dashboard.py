@@ -18,6 +18,10 @@ the "Checkpoint every" option); Resume continues the run selected in the compare
 checkpoint, under the dashboard's mode and mesh when they differ (the state is read straight into the new
 layout, and the layout before and after is shown below the plots).
 
+Profile (:mod:`widgets.profile_panel`, under the plots) profiles N steady steps of the running run with JAX's
+profiler and shows each device's timeline, the time and bandwidth tables and memory predicted, compiled and
+live; it is enabled while a run of this dashboard trains.
+
 One training run at a time across dashboards: starting a run stops any other dashboard's run first, so
 re-running a notebook cell never leaves a second training thread behind.
 
@@ -47,6 +51,7 @@ import workbench as wb
 from .common import LEVEL_STYLES, Selection, StatusArea, guarded
 from .live_plot import MAX_POINTS, LivePlot, Throttle
 from .mesh_verdict import MeshVerdict
+from .profile_panel import ProfilePanel
 
 REDRAW_INTERVAL_S = 0.25  # a few redraws per second: smooth to the eye, nothing to training
 STOP_TIMEOUT_S = 10.0  # how long Reset/close/another dashboard's Start wait for a run to stop
@@ -177,6 +182,7 @@ class TrainingDashboard(widgets.VBox):
         self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
         self.layout_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
         self.verdict = MeshVerdict(self.selection, status=self._status)
+        self.profile_panel = ProfilePanel(lambda: self._trainer)
 
     def _arrange(self) -> list[widgets.Widget]:
         """The dashboard's rows, top to bottom: controls, verdict, progress, status, figures, compare, check."""
@@ -191,6 +197,7 @@ class TrainingDashboard(widgets.VBox):
             widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
             self._status,
             figures,
+            self.profile_panel,
             widgets.HBox([self.runs_select, widgets.VBox([self.refresh_button, self.watch_button,
                                                           self.resume_run_button])],
                          layout=widgets.Layout(width="100%")),
@@ -569,6 +576,8 @@ class TrainingDashboard(widgets.VBox):
             self._status.show(f"step {step:,} {done}: {data['path']}", "ok")
         elif kind == "end":
             self._finish(step, data)
+        elif kind == "profile":
+            self.profile_panel.show_capture(data)  # read in the panel's thread: this is the training thread
 
     def _draw_soon(self) -> None:
         """Draw what a throttled event left undrawn once the interval has passed: the last points before a
@@ -682,6 +691,7 @@ class TrainingDashboard(widgets.VBox):
         self.start_button.disabled = own_run
         self.watch_button.disabled = own_run
         self.resume_run_button.disabled = own_run
+        self.profile_panel.set_active(own_run)
         self.save_button.disabled = not own_run
         self.pause_button.disabled = not own_run  # a watched run is paused where it runs
         self.stop_button.disabled = state == "idle"

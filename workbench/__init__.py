@@ -83,6 +83,7 @@ from .errors import SpecError as SpecError
 from .errors import VerificationError as VerificationError
 from .errors import WorkbenchError as WorkbenchError
 from .formatting import align_columns as align_columns
+from .formatting import format_bandwidth as format_bandwidth
 from .formatting import format_bytes as format_bytes
 from .formatting import format_seconds as format_seconds
 from .layout.array_layout import ArrayLayout as ArrayLayout
@@ -175,12 +176,17 @@ from .views.text import format_index as format_index
 from .views.text import layout_table as layout_table
 from .views.text import tiling_picture as tiling_picture
 from .views.text import tree_table as tree_table
+from .views.profile_text import memory_table as memory_table
+from .views.profile_text import missing_figures as missing_figures
+from .views.profile_text import profile_text as profile_text
+from .views.profile_text import timeline_table as timeline_table
 
 __version__ = "0.1.0"
 
 # Drawn with plotly, imported on first use: `import workbench` stays light and free of plotly.
 _LAZY = {"layout_figure": ".views.figures", "memory_bar_figure": ".views.figures",
-         "comparison_figure": ".views.comparison_figure"}
+         "comparison_figure": ".views.comparison_figure", "timeline_figure": ".views.profile_figures",
+         "memory_figure": ".views.profile_figures"}
 
 
 def __getattr__(name: str):

@@ -71,6 +71,26 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
+RATE_UNITS = ("B/s", "kB/s", "MB/s", "GB/s", "TB/s")
+
+
+def format_bandwidth(bytes_per_second: float | None) -> str:
+    """A transfer rate in decimal units (as network links are quoted), three significant digits; ``-`` when unknown.
+
+    Example:
+        >>> format_bandwidth(37_678_658), format_bandwidth(2.1e11), format_bandwidth(None)
+        ('37.7 MB/s', '210 GB/s', '-')
+    """
+    if bytes_per_second is None:
+        return "-"
+    value = float(bytes_per_second)
+    for unit in RATE_UNITS:
+        if abs(value) < 999.5 or unit == RATE_UNITS[-1]:
+            return f"{value:.3g} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
 def align_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:
     """A text table as lines: the header, a rule of dashes, then one line per row, in padded columns.
 
@@ -111,4 +131,4 @@ def align_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], right: 
     return [line(headers), COLUMN_GAP.join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
-__all__ = ["align_columns", "format_bytes", "format_bytes_exact", "format_seconds", "format_shape"]
+__all__ = ["align_columns", "format_bandwidth", "format_bytes", "format_bytes_exact", "format_seconds", "format_shape"]

@@ -99,3 +99,26 @@ def text_color_for(background: str) -> str:
     contrast_with_black = (luminance + 0.05) / 0.05
     contrast_with_white = 1.05 / (luminance + 0.05)
     return "#000000" if contrast_with_black >= contrast_with_white else "#ffffff"
+
+
+# The profiler timeline: compute in a neutral grey, so every collective kind stands out in its own colour.
+COMPUTE_COLOR = "#c8c8c8"
+COLLECTIVE_COLORS = {
+    "all-reduce": OKABE_ITO[5],  # vermillion
+    "all-gather": OKABE_ITO[4],  # blue
+    "reduce-scatter": OKABE_ITO[2],  # bluish green
+    "all-to-all": OKABE_ITO[6],  # reddish purple
+    "collective-permute": OKABE_ITO[0],  # orange
+}
+
+
+def op_kind_color(kind: str) -> str:
+    """The colour of an op kind in the profiler timeline: grey for ``"compute"``, one colour per collective kind.
+
+    Example:
+        >>> op_kind_color("compute"), op_kind_color("all-reduce")
+        ('#c8c8c8', '#d55e00')
+    """
+    if kind == "compute":
+        return COMPUTE_COLOR
+    return COLLECTIVE_COLORS.get(kind, TOL_MUTED[1])  # a kind added later: indigo, unlike the others
