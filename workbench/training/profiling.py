@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import math
 import threading
 import time
 from collections import defaultdict
@@ -110,10 +109,10 @@ class ProfileRequest:
         return self._capture
 
 
-def _shard_bytes(array: jax.Array) -> tuple[int, Iterable[Any]]:
-    """Bytes of one shard of ``array`` and the devices of this process that hold one (replicas included)."""
-    shard_shape = array.sharding.shard_shape(array.shape)
-    return math.prod(shard_shape) * np.dtype(array.dtype).itemsize, array.sharding.addressable_devices
+def _buffers(array: jax.Array) -> Iterable[tuple[Any, int, int]]:
+    """(device, buffer address, bytes) of each shard of ``array`` this process holds (replicas included)."""
+    for shard in array.addressable_shards:
+        yield shard.device, shard.data.unsafe_buffer_pointer(), shard.data.nbytes
 
 
 def _shape_key(array: Any) -> tuple:
@@ -146,14 +145,20 @@ def live_bytes_by_device(devices: Iterable[Any], known: Mapping[str, Any] | None
                 role_of[id(leaf)] = role
                 copy_of.setdefault(_shape_key(leaf), f"{role} copy")
     by_device: dict[int, dict[str, int]] = {device.id: defaultdict(int) for device in devices}
-    for array in jax.live_arrays():
+    # One buffer can be several live arrays: reading a replicated array's value (np.asarray) or its shards
+    # makes a one-device array per shard over the same buffer. Each buffer is counted once, under the role of
+    # the first array seen with it, the known ones first.
+    arrays = sorted(jax.live_arrays(), key=lambda array: id(array) not in role_of)
+    seen: set[tuple[int, int]] = set()
+    for array in arrays:
+        role = role_of.get(id(array)) or copy_of.get(_shape_key(array), "other")
         try:
-            nbytes, holders = _shard_bytes(array)
+            buffers = list(_buffers(array))
         except Exception:  # noqa: BLE001 - deleted by another thread meanwhile: not live any more
             continue
-        role = role_of.get(id(array)) or copy_of.get(_shape_key(array), "other")
-        for device in holders:
-            if device.id in ids:
+        for device, address, nbytes in buffers:
+            if device.id in ids and (device.id, address) not in seen:
+                seen.add((device.id, address))
                 by_device[device.id][role] += nbytes
     stats = {device.id: device.memory_stats() for device in devices}
     allocator = all(stats.values())

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
-from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
