@@ -143,7 +143,8 @@ def live_bytes_by_device(devices: Iterable[Any], known: Mapping[str, Any] | None
         for leaf in jax.tree.leaves(tree):
             if isinstance(leaf, jax.Array):
                 role_of[id(leaf)] = role
-                copy_of.setdefault(_shape_key(leaf), f"{role} copy")
+                if leaf.ndim:  # a scalar of the state's shape is far likelier a metric than a copy
+                    copy_of.setdefault(_shape_key(leaf), f"{role} copy")
     by_device: dict[int, dict[str, int]] = {device.id: defaultdict(int) for device in devices}
     # One buffer can be several live arrays: reading a replicated array's value (np.asarray) or its shards
     # makes a one-device array per shard over the same buffer. Each buffer is counted once, under the role of
