@@ -35,7 +35,6 @@ from .common import Quiet, StatusArea, guarded, level_html, replace_figure
 
 DEFAULT_STEPS = 5
 MAX_STEPS = 100  # the engine's limit: a few steady steps show the pattern
-POLL_S = 0.25  # how often a waiting request checks that the panel is still open
 
 
 def _pre(text: str) -> str:
@@ -76,7 +75,6 @@ class ProfilePanel(widgets.VBox):
         self._trainer = trainer
         self.report: Any = None
         self._reader: threading.Thread | None = None
-        self._closing = threading.Event()
         self._quiet = Quiet()
         self.status = StatusArea()
         self.steps = widgets.BoundedIntText(value=DEFAULT_STEPS, min=1, max=MAX_STEPS, description="steps",
@@ -113,11 +111,7 @@ class ProfilePanel(widgets.VBox):
             raise wb.ProfileError("no run to profile: press Start, then Profile while it trains")
         request = trainer.profile(steps, wait=False)
         self.status.show(f"profiling {steps} steps of {trainer.run_name} at the next steady step…", "info")
-        # The profile event brings the result; a capture that never began (the run ended first) only fails the
-        # request: watch it for that.
-        threading.Thread(target=self._watch_request, args=(request,), name="workbench-profile-request",
-                         daemon=True).start()
-        return request
+        return request  # the trainer's profile event brings the result, or why none was taken
 
     def wait(self, timeout: float | None = None) -> Any:
         """Wait (at most ``timeout`` seconds) for the profile being read to be shown; returns :attr:`report`.
@@ -126,10 +120,6 @@ class ProfilePanel(widgets.VBox):
         if reader is not None:
             reader.join(timeout)
         return self.report
-
-    def close(self) -> None:
-        self._closing.set()
-        super().close()
 
     # --- the background side ----------------------------------------------------------------------------
 
@@ -140,19 +130,11 @@ class ProfilePanel(widgets.VBox):
                                         name="workbench-profile-reader", daemon=True)
         self._reader.start()
 
-    def _watch_request(self, request: Any) -> None:
-        while not request.done and not self._closing.wait(POLL_S):
-            pass
-        try:
-            request.result(timeout=0)
-        except wb.ProfileError as error:
-            if not self._closing.is_set():
-                self.status.show(str(error), "error")
-
     def _read(self, capture: dict[str, Any]) -> None:
         folder = capture["folder"]
         if capture.get("error") and not capture.get("steps"):
-            self.status.show(f"the profile failed: {capture['error']}; any raw files are in {folder}", "error")
+            where = f"; any raw files are in {folder}" if folder else ""
+            self.status.show(f"no profile was taken: {capture['error']}{where}", "error")
             return
         self.status.show(f"reading the profile of {capture['steps']} steps in {folder}…", "info")
         report = wb.read_profile(folder)
