@@ -669,7 +669,7 @@ class _Loop:
         capture, self.capture = self.capture, None
         short = None if capture.complete else (f"run {self.writer.name!r} {ended} after {capture.taken} of "
                                                f"{capture.request.steps} profiled steps")
-        taken = capture.end(self.state, error=None if capture.taken else short)  # waits for the profiled steps
+        taken = capture.end(self.mode, self.state, error=None if capture.taken else short)  # waits for the steps
         self.trainer._emit("profile", self.step, **taken.to_json(), **({"note": short} if short and capture.taken else {}))
         self.restart_interval()
 
