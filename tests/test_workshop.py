@@ -17,6 +17,7 @@ from workbench import workshop
 from workbench.workshop import (
     check_all_reduce_bytes,
     check_bytes_per_device,
+    check_dominant_collective,
     check_fits_chip,
     check_grad_scale,
     check_gradient_sync,
@@ -31,14 +32,39 @@ CHECKS = {
     "grad-scale": ("ANSWER_GRAD_SCALE", check_grad_scale),
     "fix-the-step": ("local_gradients", check_gradient_sync),
     "process-rows": ("ANSWER_PROCESS_ROWS", check_process_rows),
+    "dominant-collective": ("ANSWER_DOMINANT", check_dominant_collective),
 }
+JUDGED_ON_A_PROFILE = {"dominant-collective"}  # these checks take the notebook's profile report too
 
 
-@pytest.mark.parametrize("check", [c for _, c in CHECKS.values()], ids=list(CHECKS))
-def test_unanswered_is_neither_pass_nor_crash(check):
+def run_exercise_check(name, answer, report=None):
+    check = CHECKS[name][1]
+    return check(answer, report) if name in JUDGED_ON_A_PROFILE else check(answer)
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_unanswered_is_neither_pass_nor_crash(name):
     for placeholder in (..., None):
-        result = check(placeholder)
+        result = run_exercise_check(name, placeholder)  # no report: an unanswered cell needs none
         assert result.status == "unanswered" and not result.passed and "replace the ..." in result.message
+
+
+def profile_of(mode, run_root):
+    """A real profile of 3 steady steps of the mlp in ``mode`` on data=8, read back."""
+    trainer = wb.Trainer(wb.TrainConfig(model="mlp", mode=mode, mesh="data=8", batch=64, steps=60, log_every=60,
+                                        eval_every=0, sync_every=0), run_root=str(run_root))
+    trainer.start()
+    try:
+        capture = trainer.profile(3, timeout=120)
+    finally:
+        trainer.stop()
+        trainer.wait(60)
+    return wb.read_profile(capture)
+
+
+@pytest.fixture(scope="module")
+def fsdp_report(tmp_path_factory):
+    return profile_of("fsdp", tmp_path_factory.mktemp("fsdp-profile"))
 
 
 def test_bytes_per_device():
@@ -185,20 +211,88 @@ def answer_blocks(notebook) -> dict[str, str]:
     return blocks
 
 
-def test_the_notebooks_answers_pass_and_its_starting_code_does_not():
+def test_the_notebooks_answers_pass_and_its_starting_code_does_not(fsdp_report):
     notebook = nbformat.read(WORKSHOP, as_version=4)
     blocks = answer_blocks(notebook)
     assert set(blocks) == set(CHECKS), f"answer blocks found: {sorted(blocks)}"
-    for name, (variable, check) in CHECKS.items():
-        namespace = {"jax": jax, "lax": lax, "wb": wb, "workshop": workshop, "regression_loss": regression_loss}
+    for name, (variable, _) in CHECKS.items():
+        namespace = {"jax": jax, "lax": lax, "wb": wb, "workshop": workshop, "regression_loss": regression_loss,
+                     "fsdp_report": fsdp_report}
         exec(blocks[name], namespace)
-        assert check(namespace[variable]).passed, name
+        assert run_exercise_check(name, namespace[variable], fsdp_report).passed, name
     exercise_cells = [c.source for c in notebook.cells if c.cell_type == "code" and "# EXERCISE" in c.source]
     assert len(exercise_cells) == len(CHECKS)
     starting = next(source for source in exercise_cells if "def local_gradients" in source)
     namespace = {"jax": jax, "lax": lax, "wb": wb, "workshop": workshop, "regression_loss": regression_loss}
     exec(starting.split("workshop.check_gradient_sync")[0], namespace)
     assert check_gradient_sync(namespace["local_gradients"]).message.startswith("8x too large")
+
+
+# --- which collective dominates fsdp's profiled step (part 7) --------------------------------------------------
+
+
+def test_the_dominant_collective_is_the_profiles_and_its_bytes_the_ledgers(fsdp_report):
+    """The truth is read from a real profile: the kind with the most time per step, and the bytes per step that
+    kind's ops carry, which equal the compiled step's ledger (compiled here on its own)."""
+    from workbench.analysis.step_ledger import ledger_for_config
+
+    truth = workshop.dominant_collective_truth(fsdp_report)
+    times = fsdp_report.timeline.collective_time_by_kind()
+    assert truth["kind"] == max(times, key=times.get) and set(times) == {"all-gather", "reduce-scatter", "all-reduce"}
+    ledger = ledger_for_config(wb.TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64))
+    assert truth["bytes_by_kind"] == ledger.bytes_by_kind()
+    assert truth["bytes"] == sum(truth["ops"]) == ledger.bytes_by_kind()[truth["kind"]]
+
+
+def test_dominant_collective_right_answers_pass_in_any_form(fsdp_report):
+    truth = workshop.dominant_collective_truth(fsdp_report)
+    kind, total = truth["kind"], truth["bytes"]
+    for answer in ((kind, total), [kind.replace("-", "_"), float(total)], {"kind": kind.upper(), "bytes": total}):
+        result = check_dominant_collective(answer, fsdp_report)
+        assert result.passed and f"{total:,} B" in result.message, (answer, result.message)
+
+
+def test_dominant_collective_wrong_answers_fail_with_a_hint(fsdp_report):
+    truth = workshop.dominant_collective_truth(fsdp_report)
+    kind, total, totals = truth["kind"], truth["bytes"], truth["bytes_by_kind"]
+    other = next(k for k in totals if k != kind)
+    for answer, hint in [
+        ((other, total), "put another kind first"),  # wrong kind, right bytes
+        ((other, totals[other]), f"is what the {other} ops carry"),  # the other kind's answer, consistently
+        ((kind, truth["ops"][0]), f"that is one {kind} op's bytes"),
+        ((kind, totals[other]), f"that is what the {other} ops carry per step"),
+        ((kind, total // 8), "one device's shard"),
+        ((kind, total * 8), "give the bytes per device"),
+        ((kind, total + 1), f"the step runs {len(truth['ops'])} {kind} ops"),
+        (("all-to-all", total), "the step runs no all-to-all"),
+    ]:
+        result = check_dominant_collective(answer, fsdp_report)
+        assert result.status == "failed" and hint in result.message, (answer, result.message)
+        if answer[0] != kind:  # the hint points at the profile, it does not name the answer
+            assert f"{kind} takes" not in result.message
+
+
+@pytest.mark.parametrize("answer, says", [
+    ("all-gather", "give a pair (kind, bytes)"),
+    (("all-gather", 1, 2), "give a pair (kind, bytes)"),
+    (("gather", 1024), "'gather' is not a collective kind"),
+    ((1024, "all-gather"), "1024 is not a collective kind"),
+    (("all-gather", -1), "a whole number, 0 or more, not -1"),
+    (("all-gather", 1.5), "not 1.5"),
+    ({"kind": "all-gather"}, "exactly the keys kind, bytes"),
+])
+def test_dominant_collective_bad_answers_say_what_to_give(answer, says, fsdp_report):
+    result = check_dominant_collective(answer, fsdp_report)
+    assert result.status == "failed" and says in result.message, result.message
+
+
+def test_dominant_collective_half_answers_and_bad_reports(fsdp_report, tmp_path):
+    for half in (("all-gather", ...), (..., 1024), {"kind": ..., "bytes": 1024}):
+        assert check_dominant_collective(half, fsdp_report).status == "unanswered"
+    with pytest.raises(wb.WorkbenchError, match="nothing to judge by: pass the report of an fsdp profile"):
+        check_dominant_collective(("all-gather", 1024), None)
+    with pytest.raises(wb.WorkbenchError, match="this is a profile of a dp run, the exercise asks about fsdp"):
+        check_dominant_collective(("all-gather", 1024), profile_of("dp", tmp_path))
 
 
 # --- notebook 03: does the layout fit the chip? --------------------------------------------------------------

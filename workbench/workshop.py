@@ -13,6 +13,7 @@ wrong and points at the idea to revisit, and which shows as one line in a notebo
 :func:`check_fits_chip`             predict whether a planned layout fits its chip, before the compiler answers
 :func:`check_process_rows`          predict which rows of the global batch process 1 of 2 loads
 :func:`check_restored_shard_shape`  predict a leaf's shard shape once an fsdp checkpoint is restored under dp-tp
+:func:`check_dominant_collective`   read which collective kind dominates a profiled fsdp step, and its bytes
 ================================  ==========================================================================
 
 Example:
@@ -25,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
+from pathlib import Path
 from typing import Any, Callable
 
 import jax
@@ -522,8 +524,10 @@ def check_process_rows(answer: Any) -> ExerciseResult:
 
 __all__ = [
     "BYTES_KEYS", "ExerciseResult", "PROCESS_ROWS_MESHES", "ProcessRows", "all_reduce_truth", "bytes_per_device_truth",
-    "check_all_reduce_bytes", "check_bytes_per_device", "check_fits_chip", "check_grad_scale", "check_gradient_sync",
-    "check_process_rows", "process_rows", "process_rows_table", "regression_loss", "regression_problem",
+    "check_all_reduce_bytes", "check_bytes_per_device", "check_dominant_collective", "check_fits_chip",
+    "check_grad_scale", "check_gradient_sync", "check_process_rows", "check_restored_shard_shape",
+    "dominant_collective_truth", "process_rows", "process_rows_table", "regression_loss", "regression_problem",
+    "restored_shard_truth",
 ]
 
 
@@ -580,3 +584,164 @@ def check_restored_shard_shape(answer: Any) -> ExerciseResult:
         hint = (f"under {RESTORED_UNDER[0]} on {RESTORED_UNDER[1]} the kernel is replicated over 'data' and split over "
                 "'model': which dimension does tensor parallelism split for a first layer, and into how many parts?")
     return ExerciseResult(name, "failed", f"you said {dims}; {hint}")
+
+
+# --- 7. which collective dominates a profiled fsdp step (notebook 02, part 7) ---------------------------------
+
+DOMINANT_MODE = "fsdp"
+DOMINANT_KEYS = ("kind", "bytes")
+# Why each kind costs what it does in an fsdp step: the pass message's explanation, whichever kind the profile names.
+_FSDP_KIND_STORY = {
+    "all-gather": "fsdp gathers each layer's parameters before the layer runs, and most of them again for the "
+                  "backward pass, so the all-gathers carry more than one copy of the parameters",
+    "reduce-scatter": "fsdp reduce-scatters each sharded gradient once, so every device receives only its own slice",
+    "all-reduce": "the leaves fsdp cannot split (like the 10-value output bias) are all-reduced whole, as in dp",
+}
+
+
+def _profiled_timeline(report: Any) -> Any:
+    """The timeline of ``report``, a profile of an fsdp run with collectives; a WorkbenchError saying why not."""
+    from .errors import RunError, WorkbenchError
+    from .training.runs import load_run
+
+    if not hasattr(report, "timeline") or not hasattr(report, "folder"):
+        raise WorkbenchError(f"nothing to judge by: pass the report of an {DOMINANT_MODE} profile "
+                             f"(report = wb.read_profile(trainer.profile(5))), not {type(report).__name__}")
+    if report.timeline is None:
+        raise WorkbenchError(f"the profile in {report.folder} has no timeline ({report.timeline_error}): profile "
+                             "the run again")
+    try:
+        mode = load_run(Path(report.folder).parent.parent).config.get("mode")
+    except RunError:
+        mode = None  # a profile folder outside a run folder: judged as it is
+    if mode not in (None, DOMINANT_MODE):
+        raise WorkbenchError(f"this is a profile of a {mode} run, the exercise asks about {DOMINANT_MODE}: pass "
+                             f"the report of the {DOMINANT_MODE} run's profile")
+    if not report.timeline.collectives:
+        raise WorkbenchError(f"the profiled step in {report.folder} runs no collective: profile an {DOMINANT_MODE} "
+                             "run on several devices")
+    return report.timeline
+
+
+def dominant_collective_truth(report: Any) -> dict[str, Any]:
+    """What a profiled fsdp step spends its collective time on, read from ``report``'s timeline
+    (a :class:`~workbench.ProfileReport`):
+
+    * ``kind``: the collective kind with the most time per step (first in ``timeline.collective_time_by_kind()``,
+      the median time of each of its ops times how often the op runs in a step);
+    * ``bytes``: the bytes per device per step of all that kind's ops, each op's bytes from the compiled step's
+      ledger times how often it runs (``timeline.collective_bytes_by_kind()``);
+    * ``ops``: the bytes of each of that kind's ops, once per run in a step; ``time_us`` and ``bytes_by_kind``:
+      the time and the bytes of every kind; ``devices``: the profiled devices.
+
+    Raises:
+        WorkbenchError: not a profile report, a profile without a timeline or without collectives, or one of
+            another mode than fsdp.
+
+    Example:
+        >>> truth = dominant_collective_truth(wb.read_profile(trainer.profile(5)))  # doctest: +SKIP
+        >>> truth["bytes"] == truth["bytes_by_kind"][truth["kind"]]  # doctest: +SKIP
+        True
+    """
+    from .errors import WorkbenchError
+
+    timeline = _profiled_timeline(report)
+    time_us, bytes_by_kind = timeline.collective_time_by_kind(), timeline.collective_bytes_by_kind()
+    kind = next(iter(time_us))
+    if kind not in bytes_by_kind:
+        raise WorkbenchError(f"the profile in {report.folder} does not know the bytes of its {kind} ops (its step's "
+                             "HLO is missing): profile the run again")
+    ops = tuple(c.bytes for c in timeline.collectives if c.kind == kind for _ in range(c.occurrences))
+    return {"kind": kind, "bytes": bytes_by_kind[kind], "ops": tuple(sorted(ops, reverse=True)), "time_us": time_us,
+            "bytes_by_kind": bytes_by_kind, "devices": len(timeline.devices)}
+
+
+def _collective_kind(value: Any) -> str | None:
+    """``value`` as one of the ledger's collective kinds (``all_gather``, ``AllGather`` and ``all gather`` too)."""
+    from .analysis.ledger import KINDS
+
+    if not isinstance(value, str):
+        return None
+    squashed = value.strip().lower().replace("_", "").replace("-", "").replace(" ", "")
+    return next((kind for kind in KINDS if kind.replace("-", "") == squashed), None)
+
+
+def _dominant_bytes_hint(said: int, truth: dict[str, Any]) -> str:
+    """Why ``said`` bytes is not what ``truth['kind']`` carries per step, pointing at the idea to revisit."""
+    dominant, ops, totals = truth["kind"], truth["ops"], truth["bytes_by_kind"]
+    if said in ops and len(ops) > 1:
+        return (f"that is one {dominant} op's bytes; the step runs {len(ops)} {dominant} ops (some arrays more than "
+                "once): add up every one, each as often as it runs")
+    others = [other for other, total in totals.items() if other != dominant and total == said]
+    if others:
+        return f"that is what the {others[0]} ops carry per step; the question is about the {dominant} ops"
+    if said == sum(totals.values()) and len(totals) > 1:
+        return f"that counts every collective of the step; count only the {dominant} ops"
+    if said * truth["devices"] == truth["bytes"]:
+        return ("that is one device's shard; the ledger counts the whole array each op gathers or reduces, per "
+                "device")
+    if said == truth["bytes"] * truth["devices"]:
+        return f"that is summed over the {truth['devices']} devices; give the bytes per device"
+    return (f"the step runs {len(ops)} {dominant} ops: add up their bytes per device, each as often as it runs "
+            "(part 7's ledger lists each array with its count)")
+
+
+def check_dominant_collective(answer: Any, report: Any) -> ExerciseResult:
+    """Check ``(kind, bytes)`` (or ``{"kind": ..., "bytes": ...}``): the collective kind the profiled fsdp step of
+    ``report`` spends the most time in, and the bytes per device that all of that kind's ops carry in one step,
+    as :func:`dominant_collective_truth` reads them from the report's timeline. On simulated devices the times
+    are noisy, so the kind is the one *this* profile measured.
+
+    Raises:
+        WorkbenchError: ``report`` is not a profile of an fsdp run with collectives (see the truth's).
+
+    Example:
+        >>> check_dominant_collective(("all-gather", -1), fsdp_report).message  # doctest: +SKIP
+        'give the bytes as a whole number, 0 or more, not -1'
+    """
+    name = "dominant-collective"
+    if (result := _unanswered(name, answer)) is not None:
+        return result
+    if isinstance(answer, dict):
+        if (result := _unanswered_dict(name, answer, DOMINANT_KEYS, "your answer")) is not None:
+            return result
+        said_kind, said_bytes = answer["kind"], answer["bytes"]
+    elif isinstance(answer, (tuple, list)) and len(answer) == 2:
+        said_kind, said_bytes = answer
+        if said_kind in (None, Ellipsis) or said_bytes in (None, Ellipsis):
+            return ExerciseResult(name, "unanswered", "replace every ... with your answer and run the cell again")
+    else:
+        return ExerciseResult(name, "failed", f"give a pair (kind, bytes), like (\"all-reduce\", 1024), or a dict with "
+                              f"the keys kind and bytes, not {answer!r}")
+    from .analysis.ledger import KINDS
+
+    kind, said = _collective_kind(said_kind), _whole_number(said_bytes)
+    if kind is None:
+        return ExerciseResult(name, "failed", f"{said_kind!r} is not a collective kind: give one of {', '.join(KINDS)}")
+    if said is None or said < 0:
+        return ExerciseResult(name, "failed", f"give the bytes as a whole number, 0 or more, not {said_bytes!r}")
+    truth = dominant_collective_truth(report)
+    dominant, time_us = truth["kind"], truth["time_us"]
+    collective_us = sum(time_us.values())
+    wrong = []
+    if kind != dominant:
+        mine = (f"{kind} takes {time_us[kind]:,.0f} µs" if kind in time_us
+                else f"the step runs no {kind} (its collectives: {', '.join(time_us)})")
+        wrong.append(f"you said {kind}, but {mine}; the profile's per-kind times (timeline.collective_time_by_kind()) "
+                     f"put another kind first")
+        if said == truth["bytes_by_kind"].get(kind):
+            wrong.append(f"your {said:,} B is what the {kind} ops carry: give the bytes of the kind that takes the "
+                         "most time")
+        elif said != truth["bytes"]:
+            wrong.append(f"you said {said:,} B: add up the bytes per device of every op of the kind that takes the "
+                         "most time, each as often as it runs (part 7's ledger lists each array with its count)")
+    elif said != truth["bytes"]:
+        wrong.append(f"you said {said:,} B; {_dominant_bytes_hint(said, truth)}")
+    if wrong:
+        return ExerciseResult(name, "failed", "; ".join(wrong))
+    story = _FSDP_KIND_STORY.get(dominant, "")
+    return ExerciseResult(name, "passed", f"{dominant} takes {time_us[dominant]:,.0f} of the {collective_us:,.0f} µs "
+                          f"per step in collectives ({time_us[dominant] / collective_us:.0%}), and its "
+                          f"{len(truth['ops'])} ops carry {truth['bytes']:,} B per device per step" +
+                          (f": {story}" if story else "") + ". On simulated devices the times are mostly copying and "
+                          "waiting: profile again and the order may change, the bytes will not")

@@ -142,6 +142,17 @@ class Timeline:
             totals[c.kind] += c.duration_us * c.occurrences
         return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
+    def collective_bytes_by_kind(self) -> dict[str, int]:
+        """Bytes per device per step in each collective kind: each op's ledger bytes times how often it runs in a
+        step, in :meth:`collective_time_by_kind`'s order (comparable with the ledger's ``bytes_by_kind()``).
+        A kind whose bytes are unknown (the trace was read without the step's HLO) is left out."""
+        totals: dict[str, int] = {}
+        for kind in self.collective_time_by_kind():
+            mine = [c for c in self.collectives if c.kind == kind]
+            if all(c.bytes is not None for c in mine):
+                totals[kind] = sum(c.bytes * c.occurrences for c in mine)
+        return totals
+
     def to_json(self) -> dict[str, Any]:
         return {
             "module": self.module, "devices": list(self.devices), "trace_file": self.trace_file,
