@@ -145,7 +145,7 @@ class ProfilePanel(widgets.VBox):
             self.status.show(f"the trace could not be read: {report.timeline_error}; memory is shown, the raw files "
                              f"are in {report.folder}", "error")
         else:
-            note = f" ({capture['note']})" if capture.get("note") else ""
+            note = "".join(f" ({text})" for text in (capture.get("note"), *report.notes) if text)
             self.status.show(f"profiled training steps {report.first_step} to {report.first_step + report.steps - 1}"
                              f" of {report.run}{note}", "ok")
 

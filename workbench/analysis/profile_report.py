@@ -25,7 +25,7 @@ from ..errors import WorkbenchError
 from ..training.config import TrainConfig
 from ..training.profiling import ProfileCapture, ProfileError, profile_folders, read_capture
 from .memory_comparison import MemoryComparison, compare_memory
-from .timeline import Timeline, TraceFormatError, find_trace_file, read_timeline
+from .timeline import Timeline, TraceFormatError, find_trace_file, op_layers, read_timeline
 
 TIMELINE_FILE = "timeline.json"
 MEMORY_FILE = "memory.json"
@@ -45,6 +45,7 @@ class ProfileReport:
     memory: MemoryComparison
     perfetto_file: Path | None
     capture_error: str | None = None
+    notes: tuple[str, ...] = ()
 
     def how_to_open(self) -> str:
         """Where the full trace is, and how to look at it."""
@@ -108,13 +109,25 @@ def read_profile(source: ProfileCapture | str | Path, *, reparse: bool = False) 
         folder = found[-1]
     capture = read_capture(folder)
     config = _run_config(folder)
-    timeline, timeline_error, perfetto = _timeline(folder, capture, config, reparse)
+    layers = _layers(config)
+    timeline, timeline_error, perfetto = _timeline(folder, capture, config, layers, reparse)
     memory = _memory(folder, capture, config, reparse)
+    notes = tuple(note for note in (_stale_names(capture["programs"].values(), layers),) if note)
     return ProfileReport(capture["run"], folder, capture["first_step"], capture["steps"], timeline, timeline_error,
-                         memory, perfetto, capture.get("error"))
+                         memory, perfetto, capture.get("error"), notes)
 
 
-def _timeline(folder: Path, capture: dict[str, Any], config: dict[str, Any], reparse: bool):
+def _stale_names(programs: Any, layers: tuple[str, ...]) -> str | None:
+    """Why no op names a layer although the model has layers: the step came from JAX's compilation cache, compiled
+    by a version of the code that named its ops otherwise (the cache's key leaves op metadata out)."""
+    texts = [text for text in programs if text]
+    if not layers or not texts or any(any(op_layers(text, layers).values()) for text in texts):
+        return None
+    return ("the compiled step names no layer of the model (its op names came from JAX's compilation cache, compiled "
+            "by another version of the code): run workbench cache --clear, then profile again to see layers")
+
+
+def _timeline(folder: Path, capture: dict[str, Any], config: dict[str, Any], layers: tuple[str, ...], reparse: bool):
     saved = folder / TIMELINE_FILE
     try:
         perfetto = find_trace_file(folder)
@@ -126,7 +139,7 @@ def _timeline(folder: Path, capture: dict[str, Any], config: dict[str, Any], rep
     # One text per profiled step (a logging step runs the diagnostics variant); none for a mode of several programs.
     texts = [programs.get(logging) or programs.get(not logging) for logging in capture["logging_steps"]] if programs else []
     try:
-        timeline = read_timeline(perfetto, hlo_text=texts or None, mesh=config.get("mesh"), layers=_layers(config),
+        timeline = read_timeline(perfetto, hlo_text=texts or None, mesh=config.get("mesh"), layers=layers,
                                  module=capture.get("module"), first_step=capture["first_step"])
     except TraceFormatError as exc:
         return None, str(exc), perfetto

@@ -169,6 +169,7 @@ def profile_text(report: Any) -> str:
              f"in {report.folder}"]
     if report.capture_error:
         lines.append(f"the capture failed: {report.capture_error} (the raw files are kept in {report.folder})")
+    lines += [f"note: {note}" for note in getattr(report, "notes", ())]
     lines.append("")
     if report.timeline is not None:
         lines.append(timeline_table(report.timeline))
