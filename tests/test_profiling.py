@@ -91,27 +91,36 @@ def test_trace_op_names_are_the_compiled_steps_and_the_parse_is_kept(profiled):
 
 
 def test_memory_live_matches_the_prediction_and_the_compiler(profiled):
+    """The step's own arrays (its state and batch) are what the layout engine and the compiler predict. Live also
+    counts every other array of the process (in a test session, other tests' too), so only these are compared."""
     memory = profiled["report"].memory
-    assert [d.device for d in memory.devices] == list(range(8)) and memory.flags == ()
+    assert [d.device for d in memory.devices] == list(range(8))
     for device in memory.devices:
         assert device.predicted_arguments == device.compiled_arguments  # the state and batch, per device
-        assert abs(device.live_vs_predicted) <= FLAG_FRACTION
+        own = device.live_roles["state"] + device.live_roles["batch"]
         assert device.live_roles["state"] > 0 and device.live_roles["batch"] > 0
+        assert abs(own / device.predicted_arguments - 1) <= FLAG_FRACTION and device.live >= own
         assert device.predicted_peak > device.predicted_arguments and device.compiled_peak > device.compiled_arguments
         assert device.in_use is None  # XLA:CPU keeps no allocator statistics
+    assert len(memory.flags) == sum(abs(d.live_vs_predicted) > FLAG_FRACTION for d in memory.devices)
 
 
-def test_a_kept_copy_of_the_state_is_flagged_as_one(profiled, tmp_path):
+def test_a_kept_copy_of_the_state_is_flagged_as_one(profiled):
+    """The same run profiled without, then with, a copy of the state kept on device 0: the second profile has
+    exactly that copy more on device 0, named as a state copy, and flagged."""
     trainer = profiled["trainer"]
     kept = jax.device_put(trainer.state, jax.devices()[0])  # a notebook holding the last run's state on device 0
+    copy_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(kept) if leaf.ndim)  # scalars are taken for metrics
+    del kept
+    before = read_profile(profiled["root"] / trainer.run(name="without-copy", profile=2)["run"]).memory
+    kept = jax.device_put(trainer.state, jax.devices()[0])
     summary = trainer.run(name="with-copy", profile=2)
     assert summary["final_loss"] == profiled["summary"]["final_loss"]
-    memory = read_profile(profiled["root"] / "with-copy").memory
-    device0, device1 = memory.devices[0], memory.devices[1]
-    # Device 0 holds the kept copy more than device 1 (both hold the other trainer's final state, also a copy).
-    extra = device0.live_roles["state copy"] - device1.live_roles.get("state copy", 0)
-    assert extra == sum(leaf.nbytes for leaf in jax.tree.leaves(kept) if leaf.ndim)  # scalars are taken for metrics
-    (flag,) = [f for f in memory.flags if f.startswith("device 0:")]
+    after = read_profile(profiled["root"] / "with-copy").memory
+    extra = {d.device: d.live_roles.get("state copy", 0) - b.live_roles.get("state copy", 0)
+             for d, b in zip(after.devices, before.devices)}
+    assert extra == {0: copy_bytes, **{device: 0 for device in range(1, 8)}}
+    (flag,) = [f for f in after.flags if f.startswith("device 0:")]
     assert "undonated buffers" in flag and "leaked copy" in flag
     del kept
 
