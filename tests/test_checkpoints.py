@@ -6,7 +6,6 @@ import itertools
 import shutil
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -23,6 +22,7 @@ from workbench.training.data import load_dataset
 from workbench.training.runs import load_run
 from workbench.training.step import build_step
 from workbench.training.trainer import Trainer
+from test_trainer import TwoLayer, my_loss  # a user's own module and loss, as the trainer tests train it
 
 TOLERANCE = 1e-5  # the modes' exactness tolerance (relative) against one another
 CONFIG = TrainConfig(model="mlp", data="digits", mode="fsdp", mesh="data=8", batch=64, steps=40, log_every=5,
@@ -318,23 +318,9 @@ def test_a_save_asked_for_is_written_at_the_next_step_boundary_running_or_paused
     assert checkpoint_steps(tmp_path / "paused") == [5]
 
 
-class _TwoLayer(nnx.Module):
-    """A user's own module (not a workbench model)."""
-
-    def __init__(self, rngs):
-        self.a, self.b = nnx.Linear(8, 16, rngs=rngs), nnx.Linear(16, 1, rngs=rngs)
-
-    def __call__(self, x):
-        return self.b(nnx.tanh(self.a(x)))
-
-
-def _own_loss(model, batch):
-    return jnp.mean((model(batch["x"])[:, 0] - batch["y"][:, 0]) ** 2), {}
-
-
 def test_your_own_module_saves_and_resumes_like_a_workbench_model(tmp_path):
     data = load_dataset("regression")
-    own = dict(model=_TwoLayer(nnx.Rngs(0)), loss=_own_loss,
+    own = dict(model=TwoLayer(nnx.Rngs(0)), loss=my_loss,
                batches=lambda seed: data.batches(64, seed=seed, drop_remainder=True))
     config = TrainConfig(mode="fsdp", batch=64, steps=12, lr=1e-2, log_every=3, eval_every=0, sync_every=0)
     full = Trainer(config, run_root=str(tmp_path), **own)
@@ -346,7 +332,7 @@ def test_your_own_module_saves_and_resumes_like_a_workbench_model(tmp_path):
     resumed = Trainer.resuming(tmp_path / "cut", steps=12, mode="dp-tp", mesh="data=4,model=2",
                                tp_rules=[(r"a/kernel", "P(None, 'model')"), (r"b/kernel", "P('model', None)")], **own)
     resumed.run()
-    assert resumed.status == "finished" and load_run(tmp_path / "cut").config["model"] == "custom:_TwoLayer"
+    assert resumed.status == "finished" and load_run(tmp_path / "cut").config["model"] == "custom:TwoLayer"
     assert [s for s, _ in _losses(tmp_path / "cut")] == [s for s, _ in _losses(tmp_path / "full")]
     assert all(abs(a - b) <= TOLERANCE * abs(b) for (_, a), (_, b) in zip(_losses(tmp_path / "cut"),
                                                                        _losses(tmp_path / "full")))

@@ -18,14 +18,19 @@ def profiled(tmp_path_factory):
     """(config, report) of one profiled mlp dp run (stopped once the profile is on disk)."""
     config = wb.TrainConfig(model="mlp", model_options={"hidden": 16}, mode="dp", mesh=f"data={DEVICES}", batch=64,
                             steps=100_000, log_every=50, eval_every=0)
-    trainer = wb.Trainer(config, run_root=str(tmp_path_factory.mktemp("runs")))
+    return config, profile_while_training(config, 5, tmp_path_factory.mktemp("runs"))
+
+
+def profile_while_training(config, steps, run_root):
+    """A real profile of ``steps`` steady steps of a run of ``config``, read back; the run is stopped after."""
+    trainer = wb.Trainer(config, run_root=str(run_root))
     trainer.start()
     try:
-        capture = trainer.profile(5, timeout=120)
+        capture = trainer.profile(steps, timeout=120)
     finally:
         trainer.stop()
         trainer.wait(60)
-    return trainer.config, wb.read_profile(capture)
+    return wb.read_profile(capture)
 
 
 def trace(figure, name):

@@ -13,6 +13,7 @@ import pytest
 from jax import lax
 
 import workbench as wb
+from test_profile_views import profile_while_training
 from workbench import workshop
 from workbench.workshop import (
     check_all_reduce_bytes,
@@ -51,15 +52,9 @@ def test_unanswered_is_neither_pass_nor_crash(name):
 
 def profile_of(mode, run_root):
     """A real profile of 3 steady steps of the mlp in ``mode`` on data=8, read back."""
-    trainer = wb.Trainer(wb.TrainConfig(model="mlp", mode=mode, mesh="data=8", batch=64, steps=60, log_every=60,
-                                        eval_every=0, sync_every=0), run_root=str(run_root))
-    trainer.start()
-    try:
-        capture = trainer.profile(3, timeout=120)
-    finally:
-        trainer.stop()
-        trainer.wait(60)
-    return wb.read_profile(capture)
+    config = wb.TrainConfig(model="mlp", mode=mode, mesh="data=8", batch=64, steps=60, log_every=60, eval_every=0,
+                            sync_every=0)
+    return profile_while_training(config, 3, run_root)
 
 
 @pytest.fixture(scope="module")

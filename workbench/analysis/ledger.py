@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import WorkbenchError
 from ..layout.mesh import parse_mesh
 from ..formatting import align_columns, format_bytes, format_shape
+from ..training.profiling import memory_figures as memory_figures  # the trainer's profiles read it too
 
 KINDS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 MEMORY_LABEL = "compiler estimate (XLA memory analysis), bytes per device"
@@ -624,24 +625,6 @@ def collectives_from_hlo(hlo_text: str, mesh: Any = None) -> list[Collective]:
 
 
 # --- from a mode ---------------------------------------------------------------------------------------
-
-
-def memory_figures(compiled: Any) -> dict | None:
-    """The compiler's memory estimate per device (:data:`MEMORY_LABEL`), or None if it gives none.
-
-    Example:
-        >>> memory_figures(mode.compile_step(state, batch))["temp_bytes"]  # doctest: +SKIP
-        70968
-    """
-    stats = compiled.memory_analysis()
-    if stats is None:
-        return None
-    fields = {
-        "argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
-        "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
-        "generated_code_bytes": "generated_code_size_in_bytes",
-    }
-    return {key: int(getattr(stats, attr, 0) or 0) for key, attr in fields.items()}
 
 
 def _predicted_state_bytes(mode: Any, state: Any) -> int | None:

@@ -170,12 +170,23 @@ def live_bytes_by_device(devices: Iterable[Any], known: Mapping[str, Any] | None
     }
 
 
-def _memory_analysis(compiled: Any) -> dict[str, int] | None:
+def memory_figures(compiled: Any) -> dict[str, int] | None:
+    """The compiler's memory estimate per device of a ``jax.stages.Compiled`` (its ``memory_analysis()``),
+    or None if it gives none.
+
+    Example:
+        >>> memory_figures(mode.compile_step(state, batch))["temp_bytes"]  # doctest: +SKIP
+        70968
+    """
     stats = compiled.memory_analysis()
     if stats is None:
         return None
-    return {key: int(getattr(stats, f"{key[:-6]}_size_in_bytes", 0) or 0)
-            for key in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")}
+    fields = {
+        "argument_bytes": "argument_size_in_bytes", "output_bytes": "output_size_in_bytes",
+        "alias_bytes": "alias_size_in_bytes", "temp_bytes": "temp_size_in_bytes",
+        "generated_code_bytes": "generated_code_size_in_bytes",
+    }
+    return {key: int(getattr(stats, attr, 0) or 0) for key, attr in fields.items()}
 
 
 def _options() -> Any:
@@ -252,7 +263,7 @@ class Capture:
                 continue
             self.programs[logging] = compiled.as_text()
             if not logging or self.compiled_memory is None:
-                self.compiled_memory = _memory_analysis(compiled)
+                self.compiled_memory = memory_figures(compiled)
 
     def end(self, mode: Any, last_output: Any, error: str | None = None) -> ProfileCapture:
         """Wait for the profiled steps to run, stop the profiler and write the capture's files. Never raises:
@@ -322,4 +333,5 @@ def profile_folders(run_path: str | Path) -> list[Path]:
 
 
 __all__ = ["CAPTURE_FILE", "Capture", "MAX_PROFILE_STEPS", "PROFILE_FOLDER", "ProfileCapture", "ProfileError",
-           "ProfileRequest", "check_profile_steps", "live_bytes_by_device", "profile_folders", "read_capture"]
+           "ProfileRequest", "check_profile_steps", "live_bytes_by_device", "memory_figures", "profile_folders",
+           "read_capture"]
