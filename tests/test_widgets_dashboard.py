@@ -386,6 +386,8 @@ def test_stop_on_a_launched_run_calls_its_stopper(tmp_path, attach):
     def stop_every_process():
         stops.append(True)
         writer.finish("stopped", steps=0)  # what a launcher's workers do when told to stop
+        # The worst order, forced: the end is seen before Stop returns. Its message must still be the last.
+        assert dashboard.follower.wait(10)["status"] == "stopped"
 
     dashboard = attach("launched", stopper=stop_every_process)
     assert poll(lambda: dashboard.follower.history, 10)

@@ -404,10 +404,10 @@ class TrainingDashboard(widgets.VBox):
             self._follower.pause()  # refused, with where to pause it
         if not self._active():
             raise wb.WorkbenchError("no run to pause: press Start first")
-        self._trainer.pause()
+        self._status.show("pausing at the next step", "info")  # first: the "paused" event may beat the return
+        self._trainer.pause()  # a refusal replaces the line above with its message
         self._pause_requested = True
         self._set_buttons("paused")
-        self._status.show("pausing at the next step", "info")
 
     @_shown
     def resume(self) -> None:
@@ -433,19 +433,21 @@ class TrainingDashboard(widgets.VBox):
         """Stop the run at the next step boundary (its data so far stays on disk). A watched run stops
         through its launcher (every process); one started elsewhere is not stopped, and the status says where
         to stop it."""
+        # "stopping" shows before the run is asked: its end may arrive (in another thread) before the
+        # request returns, and the end's message must be the last word.
         if self._watching():
+            follower = self._follower
+            self._status.show(f"stopping {follower.run_name}; its end follows", "info")
             try:
-                self._follower.stop()
+                follower.stop()
             except wb.WorkbenchError as error:
                 self._status.show(str(error), "info")
-                return
-            self._status.show(f"stopping {self._follower.run_name}; its end follows", "info")
             return
         if not self._active():
             self._status.show("no run to stop", "info")
             return
-        self._trainer.stop()
         self._status.show("stopping at the next step", "info")
+        self._trainer.stop()
 
     @_shown
     def reset(self) -> None:
