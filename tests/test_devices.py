@@ -6,11 +6,14 @@ import subprocess
 import sys
 
 import workbench as wb
+from workbench.child_processes import child_environment
+from workbench.devices import THREADS_ENV_VAR
 
 
 def _python(code, **env):
     environment = {**os.environ, "JAX_PLATFORMS": "cpu", **env}
     environment.pop("WORKBENCH_CPU_DEVICES", None)
+    environment.pop(THREADS_ENV_VAR, None)  # this process's workbench set it: each child sizes its own
     environment.update(env)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -59,3 +62,45 @@ def test_describe_devices_matches_jax():
     report = wb.describe_devices()
     assert report["count"] == 8 and [d["id"] for d in report["devices"]] == list(range(8))
     json.dumps(report)
+
+
+COUNT_XLA_THREADS = (
+    "import os, collections, workbench as wb, jax.numpy as jnp\n"
+    "(jnp.ones(3) + 1).block_until_ready()  # the backend starts: its pools exist\n"
+    "names = collections.Counter(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
+    "print(wb.device_setup().threads, names['tf_XLAEigen'])\n"
+)
+
+
+def test_xla_gets_four_threads_per_simulated_device_unless_the_user_sized_its_pools():
+    assert _python(COUNT_XLA_THREADS).stdout.split() == ["32", "32"]  # XLA alone would make 8 on this machine
+    assert _python(COUNT_XLA_THREADS, WORKBENCH_CPU_DEVICES="4").stdout.split() == ["16", "16"]
+    assert _python(COUNT_XLA_THREADS, PJRT_NPROC="12").stdout.split() == ["None", "12"]  # the user's choice
+
+
+def test_a_child_sizes_its_own_pools_and_keeps_the_users_size(monkeypatch):
+    assert wb.device_setup().threads == 32 and os.environ[THREADS_ENV_VAR] == "32"
+    assert THREADS_ENV_VAR not in child_environment(4)  # ours was for 8 devices: the child's import sizes it for 4
+    monkeypatch.setenv(THREADS_ENV_VAR, "12")
+    assert child_environment(4)[THREADS_ENV_VAR] == "12"
+
+
+def test_steps_queued_far_ahead_of_the_devices_finish_instead_of_aborting_in_the_collectives():
+    """With one XLA thread per device, 300 chained dp steps dispatched without waiting aborted the process in
+    the all-reduce rendezvous (3 runs of 3, 2 cores): a device already in the next step's all-reduce held
+    the thread another needed to finish this one's. The rendezvous is given 10 s here, not 40."""
+    code = (
+        "import jax, jax.numpy as jnp, workbench as wb\n"
+        "from jax.sharding import NamedSharding, PartitionSpec as P\n"
+        "mesh = wb.build_mesh('data=8')\n"
+        "params = jax.device_put(jnp.full((64, 16), 0.1), NamedSharding(mesh, P()))\n"
+        "x = jax.device_put(jnp.ones((256, 64)), NamedSharding(mesh, P('data')))\n"
+        "def loss(w): return jnp.mean(jnp.tanh(x @ w) ** 2)\n"
+        "step = jax.jit(lambda w: w - 0.01 * jax.grad(loss)(w))  # the gradient's mean: an all-reduce over data\n"
+        "for _ in range(300):\n"
+        "    params = step(params)  # no wait: every step queued behind the one before\n"
+        "print(float(params.sum()))\n"
+    )
+    flags = "--xla_cpu_collective_call_warn_stuck_timeout_seconds=5 --xla_cpu_collective_call_terminate_timeout_seconds=10"
+    done = _python(code, XLA_FLAGS=flags)
+    assert float(done.stdout.strip()) < 0.1 * 64 * 16  # trained: 300 steps ran

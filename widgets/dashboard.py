@@ -341,8 +341,8 @@ class TrainingDashboard(widgets.VBox):
         if not self._active():
             self._status.show("no run to save: press Start (or Resume run) first", "info")
             return
+        self._status.show("saving at the next step", "info")  # first: the saved event may beat the return
         self._trainer.save_checkpoint()  # refused, with why, for a run across processes
-        self._status.show("saving at the next step", "info")
 
     @_shown
     def resume_selected(self) -> str | None:

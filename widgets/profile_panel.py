@@ -109,9 +109,10 @@ class ProfilePanel(widgets.VBox):
         trainer = self._trainer()
         if trainer is None:
             raise wb.ProfileError("no run to profile: press Start, then Profile while it trains")
-        request = trainer.profile(steps, wait=False)
+        # Shown before asking: the profile event may come back (on the training thread) before the call returns,
+        # and its line must be the last word. A refusal replaces this line with its message.
         self.status.show(f"profiling {steps} steps of {trainer.run_name} at the next steady step…", "info")
-        return request  # the trainer's profile event brings the result, or why none was taken
+        return trainer.profile(steps, wait=False)  # its profile event brings the result, or why none was taken
 
     def wait(self, timeout: float | None = None) -> Any:
         """Wait (at most ``timeout`` seconds) for the profile being read to be shown; returns :attr:`report`.

@@ -18,6 +18,8 @@ import signal
 import subprocess
 import sys
 
+from .devices import THREADS_ENV_VAR, workbench_threads_setting
+
 REAP_TIMEOUT_S = 10.0  # how long a killed or finished child may take to be reaped
 
 
@@ -43,6 +45,9 @@ def child_environment(devices: int, **extra: str) -> dict[str, str]:
         **extra,
     })
     env.pop("JAX_NUM_CPU_DEVICES", None)
+    ours = workbench_threads_setting()
+    if ours is not None and env.get(THREADS_ENV_VAR) == ours:  # sized for this process's devices: the child sizes its own
+        env.pop(THREADS_ENV_VAR)
     env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\S*", "", env.get("XLA_FLAGS", "")).strip()
     return env
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import jax
 
-MAX_IN_FLIGHT = 16  # well under the ~60-100 where XLA:CPU's collectives deadlocked on 2 cores
+MAX_IN_FLIGHT = 16  # Stop and Pause act within 16 steps; the collectives' thread pools are sized in workbench.devices
 
 
 class InFlight:
