@@ -146,7 +146,12 @@ def _give_collectives_threads(devices: int) -> int | None:
 
 def workbench_threads_setting() -> str | None:
     """The ``PJRT_NPROC`` value the workbench set in this process (so a child with another device count can
-    size its own), or None when the user set it or it was not set."""
+    size its own), or None when the user set it or it was not set.
+
+    Example:
+        >>> workbench_threads_setting()  # doctest: +SKIP
+        '32'
+    """
     setup = _setup
     return str(setup.threads) if setup is not None and setup.threads is not None else None
 

@@ -1,8 +1,9 @@
 """A bound on how many dispatched programs may be unfinished at once.
 
 :class:`InFlight` keeps the outputs of the last :data:`MAX_IN_FLIGHT` dispatched programs and waits for
-the oldest when one more is added: backpressure that keeps XLA's CPU collectives from deadlocking under a
-long queue of steps, without making the devices wait. Measurements and why: docs/design/in-flight-steps.md.
+the oldest when one more is added: backpressure that keeps Stop and Pause prompt and the queued batches few,
+without making the devices wait. It was first added against XLA's CPU collectives aborting under a long
+queue of steps; that cause is fixed where the devices are set up. Why: docs/design/in-flight-steps.md.
 
 Example:
     >>> queue = InFlight()
