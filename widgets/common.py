@@ -103,23 +103,6 @@ def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def replace_figure(widget: Any, new: Any) -> None:
-    """Make ``widget`` (a ``go.FigureWidget``) show ``new`` (a ``go.Figure``) in place: the browser keeps
-    the same view, no new widget.
-
-    Layout keys the new figure lacks (e.g. the axes of a previous array's extra panels) are removed
-    first, on both sides: assigning a layout only merges into the browser's copy.
-    """
-    new_keys = set(new.layout.to_plotly_json())
-    stale = {key: None for key in widget.layout.to_plotly_json() if key not in new_keys}
-    with widget.batch_update():
-        widget.data = ()
-        if stale:
-            widget.plotly_relayout(stale)
-        widget.add_traces(list(new.data))
-        widget.layout = new.layout
-
-
 class Quiet:
     """True while a widget changes its own controls from code, so their observers can tell that from a
     user's change and stay still.

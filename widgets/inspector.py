@@ -41,7 +41,8 @@ import plotly.graph_objects as go
 
 import workbench as wb
 
-from .common import LEVEL_STYLES, Quiet, Selection, StatusArea, guarded, replace_figure
+from .common import LEVEL_STYLES, Quiet, Selection, StatusArea, guarded
+from .figure_widget import FigureWidget, replace_figure
 from .mesh_verdict import MeshVerdict
 from .verify_panel import VerifyPanel
 
@@ -221,10 +222,10 @@ class ShardingInspector(widgets.VBox):
         self.tree_picker = widgets.ToggleButtons(options=TREES, value="params", description="tree")
         self.leaf_picker = widgets.Dropdown(description="array", layout=widgets.Layout(width="460px"))
         self.table = widgets.HTML()
-        self.figure = go.FigureWidget()
+        self.figure = FigureWidget()
         self.figure.add_class("wb-inspector-figure")
         self.jax_picture = widgets.HTML()
-        self.memory_figure = go.FigureWidget()
+        self.memory_figure = FigureWidget()
         self.compile_button = widgets.Button(
             description="Compiler estimate",
             tooltip="compile one training step here and show XLA's memory estimate next to the prediction",

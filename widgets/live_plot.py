@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from .figure_widget import FigureWidget
+
 MAX_POINTS = 600  # per trace: enough for a smooth curve at any plot width, small enough to resend often
 FIGURE_HEIGHT = 260
 
@@ -147,7 +149,7 @@ class LivePlot:
     def __init__(self, title: str, *, x_title: str = "step", y_title: str = "", height: int = FIGURE_HEIGHT,
                  max_points: int = MAX_POINTS):
         self.max_points = max_points
-        self.figure = go.FigureWidget(layout=go.Layout(
+        self.figure = FigureWidget(layout=go.Layout(
             title={"text": title, "font": {"size": 14}}, height=height, autosize=True,
             margin={"l": 55, "r": 10, "t": 35, "b": 40}, template="plotly_white",
             xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": y_title}},

@@ -31,7 +31,8 @@ import plotly.graph_objects as go
 
 import workbench as wb
 
-from .common import Quiet, StatusArea, guarded, level_html, replace_figure
+from .common import Quiet, StatusArea, guarded, level_html
+from .figure_widget import FigureWidget, replace_figure
 
 DEFAULT_STEPS = 5
 MAX_STEPS = 100  # the engine's limit: a few steady steps show the pattern
@@ -85,8 +86,8 @@ class ProfilePanel(widgets.VBox):
             tooltip="profile the running run's next steady steps with JAX's profiler: per-device timeline and memory")
         self.profile_button.add_class("wb-profile")
         self.step_picker = widgets.Dropdown(description="step", layout=widgets.Layout(width="220px"))
-        self.timeline: go.FigureWidget | None = None
-        self.memory: go.FigureWidget | None = None
+        self.timeline: FigureWidget | None = None
+        self.memory: FigureWidget | None = None
         self.tables, self.flags, self.memory_text, self.how_to_open = (widgets.HTML() for _ in range(4))
         self._timeline_box = widgets.VBox(layout=widgets.Layout(width="100%"))
         self._result = widgets.VBox(layout=widgets.Layout(width="100%"))
@@ -156,7 +157,7 @@ class ProfilePanel(widgets.VBox):
         timeline = report.timeline
         timeline_figure = wb.timeline_figure(timeline, 0) if timeline is not None else None
         if self.timeline is None:  # made on the first result: a dashboard that never profiles stays light
-            self.timeline, self.memory = go.FigureWidget(), go.FigureWidget()
+            self.timeline, self.memory = FigureWidget(), FigureWidget()
             self.timeline.add_class("wb-profile-timeline")
             self.memory.add_class("wb-profile-memory")
             self._timeline_box.children = [self.step_picker, self.timeline]

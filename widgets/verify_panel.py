@@ -24,11 +24,11 @@ import threading
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 
 import workbench as wb
 
-from .common import LEVEL_STYLES, Selection, StatusArea, guarded, level_html, replace_figure
+from .common import LEVEL_STYLES, Selection, StatusArea, guarded, level_html
+from .figure_widget import FigureWidget, replace_figure
 
 DEFAULT_CHIP = "tpu-v5p"  # the planner's default preset: the chip whose memory the plan is judged against
 TICK_S = 0.5  # how often the elapsed seconds are redrawn while compiling
@@ -120,7 +120,7 @@ class VerifyPanel(widgets.VBox):
         self.stale.add_class("wb-verify-stale")
         self.table = widgets.HTML()
         self.table.add_class("wb-verify-table")
-        self.figure = go.FigureWidget()
+        self.figure = FigureWidget()
         self.figure.add_class("wb-verify-figure")
         self.collectives = widgets.HTML()
 
