@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 
 import workbench as wb
 
@@ -67,7 +66,7 @@ class ProfilePanel(widgets.VBox):
         profile_button: asks for the profile; enabled while a run is active (:meth:`set_active`).
         status: refusals, progress and errors (:class:`~widgets.common.StatusArea`).
         step_picker: which profiled step the timeline shows (training step numbers).
-        timeline, memory: the figures (``go.FigureWidget``, made on the first result); tables, memory_text,
+        timeline, memory: the figures (:class:`~widgets.figure_widget.FigureWidget`, made on the first result); tables, memory_text,
             flags, how_to_open: HTML.
         report: the :class:`workbench.ProfileReport` shown, None before one.
     """
