@@ -21,7 +21,6 @@ import functools
 from typing import Any
 
 import jax
-import numpy as np
 
 from ..errors import WorkbenchError
 from ..layout.mesh import MeshShape, abstract_mesh, parse_mesh
@@ -133,12 +132,11 @@ def _plan(model: str, mesh: str, mode: str, options: tuple, optimizer: str):
 def _data_shapes(model: str, batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(options the data decides, one batch's leaves as ShapeDtypeStructs) for ``model``'s default data."""
     from ..training.data import load_dataset
-    from ..training.models import model_config_for_data
+    from ..training.models import abstract_batch, model_config_for_data
 
-    dataset = load_dataset(default_data(model))
-    options = model_config_for_data(model, dataset).options
-    sample = next(dataset.eval_batches(batch))
-    return options, {k: jax.ShapeDtypeStruct(np.shape(v), np.asarray(v).dtype) for k, v in sample.items()}
+    # Shapes only: a batch of a billion examples is laid out without allocating one.
+    fitted = model_config_for_data(model, load_dataset(default_data(model)))
+    return fitted.options, abstract_batch(fitted, batch)
 
 
 def model_layout(
