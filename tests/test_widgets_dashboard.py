@@ -199,7 +199,9 @@ def test_a_pair_the_trainer_refuses_is_shown_and_start_and_check_refuse_it_with_
     dashboard = make_dashboard(selection)
 
     fit = wb.mesh_fit("tp", "data=8")
-    assert dashboard.verdict.fit == fit and dashboard.verdict.fix_labels == ["use mode dp", "use mesh model=8"]
+    shown = dashboard.verdict.fit  # the whole run's verdict: here, the mode against the mesh
+    assert (shown.level, shown.message, shown.fixes) == ("error", fit.message, fit.fixes)
+    assert dashboard.verdict.fix_labels == ["use mode dp", "use mesh model=8"]
     assert "✗" in dashboard.verdict.line.value  # shown next to Start before anything runs
     dashboard.start_button.click()
     assert dashboard.status.last == ("error", fit.message)

@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec
 import workbench as wb
 from widgets.common import Selection, StatusArea, guarded
 from widgets.mesh_picker import MeshPicker, device_grid_html
+from widgets.inspector import ShardingInspector
 from widgets.mesh_verdict import MeshVerdict
 from widgets.mode_selector import ModeSelector, describe_mode
 from widgets.spec_editor import SpecEditor
@@ -179,7 +180,7 @@ def test_a_mode_that_does_not_fit_the_mesh_is_chosen_and_the_verdict_says_why_wi
 def test_a_pair_that_repeats_work_warns_and_a_mode_fix_sets_the_dropdown_specs_and_faults():
     selection = Selection(mesh="data=4,model=2", mode="dp-shard-map")
     selector = ModeSelector(selection)
-    selector.faults.value = ["psum"]
+    selector.faults.value = "psum"
     selection.rules = [(".*", "P()")]
 
     fit = wb.mesh_fit("dp-shard-map", "data=4,model=2")
@@ -191,7 +192,7 @@ def test_a_pair_that_repeats_work_warns_and_a_mode_fix_sets_the_dropdown_specs_a
     fix_button(selector.verdict, "use mode dp-tp").click()
 
     assert selection.mode == "dp-tp" and selector.mode.value == "dp-tp"
-    assert selection.rules == [] and selection.options["faults"] == () and selector.faults.value == []
+    assert selection.rules == [] and selection.options["faults"] == () and selector.faults.value == ""
     assert "dp-tp" in selector.explanation.value
     assert shown(selector.verdict.line) == "✓ mode 'dp-tp' trains on mesh data=4,model=2"
     assert selector.status.last[0] == "ok"
@@ -209,17 +210,18 @@ def test_a_fix_that_fails_is_shown_in_the_widget_and_the_selection_kept():
     assert (selection.mesh, selection.mode) == ("data=4,model=2", "dp")
 
 
-def test_a_mode_the_model_cannot_have_is_still_refused_with_the_engines_message():
+def test_a_mode_the_model_cannot_have_is_chosen_and_the_verdict_says_why_with_a_fix():
     selector = ModeSelector(Selection(model="linear", mesh="model=8"))
     selector.mode.value = "tp"
-    assert selector.selection.mode == "dp" and selector.mode.value == "dp"
-    assert selector.status.last[0] == "error" and "no splittable layer pair" in selector.status.last[1]
+    assert selector.selection.mode == "tp"
+    assert shown(selector.verdict.line).startswith("✗ ") and "no splittable layer pair" in shown(selector.verdict.line)
+    assert selector.verdict.fix_labels == ["use mode dp"] and selector.status.last[0] != "ok"
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
-    ("batch", 100, "use a batch of 96 or 104"),
     ("lr", -1.0, "lr=-1.0 must be a number > 0"),
     ("steps", 0, "steps=0"),
+    ("faults", "bogus", "unknown fault 'bogus': choose from skip-sync, psum"),
 ])
 def test_invalid_options_are_shown_and_the_last_valid_options_kept(name, value, message):
     selector = ModeSelector(Selection())
@@ -229,16 +231,31 @@ def test_invalid_options_are_shown_and_the_last_valid_options_kept(name, value, 
     assert selector.selection.options == before
 
 
+def test_a_batch_that_does_not_split_is_kept_and_the_verdict_offers_the_batches_that_do():
+    selection = Selection(mesh="data=8")
+    selector, inspector = ModeSelector(selection), ShardingInspector(selection)
+    selector.batch.value = 100
+    assert selection.options["batch"] == 100
+    for verdict in (selector.verdict, inspector.verdict):
+        assert shown(verdict.line).startswith("✗ global batch 100 does not split into 8 parts")
+        assert verdict.fix_labels == ["use batch 96", "use batch 104"]
+    assert selector.status.last[0] != "ok" and not inspector.showing_selection
+    fix_button(selector.verdict, "use batch 104").click()
+    assert selection.options["batch"] == 104 and selector.batch.value == 104
+    assert shown(selector.verdict.line) == "✓ mode 'dp' trains on mesh data=8" and inspector.showing_selection
+
+
 def test_faults_offered_are_those_the_mode_supports_and_off_by_default():
     selection = Selection(mesh="data=4")
     selector = ModeSelector(selection)
-    assert selection.options["faults"] == ()
+    assert selection.options["faults"] == () and selector.faults.description == "Teaching faults"
     selector.mode.value = "dp-shard-map"
-    assert set(selector.faults.allowed_tags) == {"psum", "vma-double-count", "optimizer-reset", "same-shard"}
-    selector.faults.value = ["vma-double-count"]
+    offered = {"psum", "vma-double-count", "optimizer-reset", "same-shard"}
+    assert all(f"<code>{fault}</code>" in selector.fault_help.value for fault in offered)
+    selector.faults.value = "vma-double-count"
     assert selection.train_config().faults == ("vma-double-count",)
     selector.mode.value = "dp"  # dp has no hand-written pmean: the fault is dropped
-    assert selection.options["faults"] == () and selector.faults.value == []
+    assert selection.options["faults"] == () and selector.faults.value == ""
 
 
 def test_mode_descriptions_name_the_collectives():

@@ -82,7 +82,7 @@ def test_default_selection_then_fsdp_updates_the_table_and_the_same_figure():
 
     selection.mode = "fsdp"
 
-    assert inspector.status.last[0] == "ok"
+    assert inspector.status.last == ("info", "mlp laid out on data=8 for fsdp")  # the verdict above holds the ✓
     assert inspector.model_layout.mode == "fsdp"
     kernel = table(inspector.table.value)["hidden1/kernel"]
     assert (kernel["spec"], kernel["replication"], kernel["shard shape"]) == ("P(None, 'data')", "1", "[64, 16]")
@@ -132,9 +132,10 @@ def test_a_512_device_mesh_is_planned_and_says_training_needs_512_devices():
     inspector = ShardingInspector(selection)
 
     assert inspector.model_layout.mesh.size == 512
-    level, text = inspector.status.last
-    assert level == "warning" and "training needs 512 devices" in text
-    assert "training on this mesh needs 512 devices" in inspector.summary.value
+    assert inspector.verdict.fit.level == "plan"
+    assert shown(inspector.verdict.line).startswith("ℹ plan and verify only: mesh data=64,model=8 has 512 devices")
+    assert "training needs 512" in shown(inspector.verdict.line) and inspector.verdict.fix_labels == ["use mesh data=1,model=8"]
+    assert inspector.status.last == ("info", "transformer laid out on data=64,model=8 for dp-tp (abstract: nothing allocated)")
     inspector.select("params", "blocks/0/mlp/up/kernel")
     row = table(inspector.table.value)["blocks/0/mlp/up/kernel"]
     assert (row["spec"], row["shard shape"], row["replication"]) == ("P(None, 'model')", "[128, 64]", "64")
@@ -223,7 +224,7 @@ def test_invalid_rules_show_the_error_and_keep_the_last_good_view():
     assert (inspector.table.value, inspector.figure.to_dict(), inspector.jax_picture.value) == before[1:]
 
     selection.rules = [(r"hidden\d/kernel$", "None, data"), (".*", "")]  # a valid table: drawn again
-    assert inspector.status.last[0] == "ok"
+    assert inspector.status.last[0] == "info" and "laid out" in inspector.status.last[1]
     assert table(inspector.table.value)["hidden2/kernel"]["spec"] == "P(None, 'data')"
 
 
@@ -265,7 +266,7 @@ def test_a_pair_that_repeats_work_is_laid_out_under_a_warning_and_a_mode_fix_rel
     assert shown(inspector.verdict.line) == "✓ mode 'dp-tp' trains on mesh data=4,model=2"
     assert shown(selector.verdict.line) == shown(inspector.verdict.line) and inspector.verdict.fix_labels == []
     assert table(inspector.table.value)["hidden1/kernel"]["spec"] == "P(None, 'model')"
-    assert inspector.status.last == ("ok", "mlp laid out on data=4,model=2 for dp-tp")
+    assert inspector.status.last == ("info", "mlp laid out on data=4,model=2 for dp-tp")
 
 
 @pytest.mark.parametrize(("mode", "mesh"), [("tp", "data=8"), ("dp-pmap", "data=4,model=2")])
@@ -282,26 +283,26 @@ def test_a_pair_the_trainer_refuses_shows_the_verdict_and_keeps_the_last_layout_
     fit = wb.mesh_fit(mode, mesh)
     assert fit.level == "error"
     assert shown(inspector.verdict.line) == f"✗ {fit.message}" and inspector.verdict.fix_labels
-    assert inspector.status.last == ("error", fit.message)  # the trainer's own message
+    assert inspector.status.value == ""  # said once, in the verdict, in the trainer's own words
     assert all(level != "ok" for level, _ in inspector.status.messages[shown_before:])  # never ✓ laid out
     assert not inspector.showing_selection
     assert (inspector.model_layout, inspector.table.value) == before  # the last valid layout stays...
     summary = shown(inspector.summary)
     assert summary.startswith("Not this selection: below is the last valid layout (mode dp on mesh data=8)")
-    assert f"mode {mode} cannot train on mesh {mesh}" in summary  # ...marked as another selection's
+    assert f"mode {mode} on mesh {mesh} cannot run as it is" in summary  # ...marked as another selection's
 
 
 def test_a_mesh_fix_lays_out_the_refused_pair_on_the_mesh_it_needs():
     selection = Selection(mesh="data=8", mode="tp")  # refused from the start: no layout yet
     inspector = ShardingInspector(selection)
     assert inspector.model_layout is None and not inspector.showing_selection
-    assert "No layout" in shown(inspector.summary) and inspector.status.last[0] == "error"
+    assert "No layout" in shown(inspector.summary) and inspector.status.value == ""
     assert inspector.verdict.fix_labels == ["use mode dp", "use mesh model=8"]
 
     click_fix(inspector, "use mesh model=8")
 
     assert selection.mesh == "model=8" and inspector.showing_selection
     assert shown(inspector.verdict.line) == "✓ mode 'tp' trains on mesh model=8"
-    assert inspector.status.last == ("ok", "mlp laid out on model=8 for tp")
+    assert inspector.status.last == ("info", "mlp laid out on model=8 for tp")
     assert table(inspector.table.value)["hidden1/kernel"]["spec"] == "P(None, 'model')"
     assert "Not this selection" not in shown(inspector.summary)

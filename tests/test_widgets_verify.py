@@ -127,19 +127,23 @@ def test_cancel_kills_the_child_at_once_and_keeps_the_last_result():
 @pytest.mark.parametrize(("selection", "target", "message"), [
     (SMALL, "tpu:v5p:8x8x8", "has 16 devices but TPU topology v5p:8x8x8 has 512"),
     (SMALL, "tpu:v7x:2x2", "unknown TPU generation 'v7x'"),
-    ({**SMALL, "mesh": "data=4096"}, "cpu", "at most 2,048 simulated devices"),
+    ({**SMALL, "mesh": "data=4096", "options": {"batch": 4096}}, "cpu", "at most 2,048 simulated devices"),
     ({**SMALL, "mode": "simulated"}, "cpu", "simulated"),
 ])
 def test_bad_input_is_shown_inline_before_any_process_starts(selection, target, message):
     panel = VerifyPanel(Selection(**selection))
     panel.target.value = target
 
-    panel.verify_button.click()
-
-    level, text = panel.status.last
-    assert level == "error" and message in text, text
-    assert panel.job is None and panel.plan is None and not panel.verify_button.disabled
+    # Said before any click, with the button off: the engine's own check, nothing started.
+    assert shown(panel.readiness).startswith("✗ Verify refuses this: ") and message in shown(panel.readiness)
+    assert panel.verify_button.disabled
+    with pytest.raises(wb.WorkbenchError, match=re.escape(message)):
+        panel.verify()  # a script that calls it anyway gets the same message, in the API's way
+    assert panel.job is None and panel.plan is None
     assert panel.target.value == target  # the user's input stays, to correct it
+    panel.target.value = "cpu" if target != "cpu" else target
+    if selection is SMALL:
+        assert shown(panel.readiness) == "" and not panel.verify_button.disabled
 
 
 def test_a_compile_past_its_time_limit_is_stopped_and_said_inline():

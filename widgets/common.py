@@ -29,10 +29,13 @@ import workbench as wb
 
 DEFAULTS = wb.TrainConfig()  # the engine's defaults, for options the user has not set
 
+LABEL_WIDTH = "130px"  # room for every control's label ("Checkpoint every") beside its box, none cut
+
 LEVEL_STYLES = {
     "info": ("#0072B2", "ℹ"),   # Okabe-Ito blue
     "ok": ("#009E73", "✓"),     # bluish green
     "warning": ("#E69F00", "⚠"),  # orange
+    "plan": ("#0072B2", "ℹ"),   # plan and verify only: blue, like information, never a ✓
     "error": ("#D55E00", "✗"),  # vermillion: colour-blind safe against the green
 }
 
@@ -133,8 +136,8 @@ class Quiet:
 
 class Selection(traitlets.HasTraits):
     """The workbench's current choices, all plain values; every value here is valid (widgets check
-    input with the engine before writing it). Mode and mesh are each valid but need not go together:
-    :meth:`mesh_fit` says whether they train, and :meth:`apply_fix` applies one of its fixes.
+    input with the engine before writing it). Mode, mesh and batch are each valid but need not go together:
+    :meth:`verdict` says whether they train here, and :meth:`apply_fix` applies one of its fixes.
 
     Attributes:
         mesh: mesh text, e.g. ``"data=8"``; may be larger than the local devices (planning).
@@ -157,20 +160,15 @@ class Selection(traitlets.HasTraits):
     def mesh_shape(self) -> wb.MeshShape:
         return wb.parse_mesh(self.mesh)
 
-    def fits_local_devices(self) -> bool:
-        """Whether training on this mesh can run here (planning works on any size)."""
-        import jax
-
-        return self.mesh_shape().size <= len(jax.devices())
-
-    def mesh_fit(self) -> wb.MeshFit:
-        """Whether the mode trains on the mesh (:func:`workbench.mesh_fit`), with the fixes to offer.
+    def verdict(self) -> wb.TrainingVerdict:
+        """Whether the selection trains on this machine (:func:`workbench.training_verdict`): its mode on its
+        mesh, its batch, this machine's devices and memory, with the fixes to offer.
 
         Example:
-            >>> Selection(mesh="data=8", mode="tp").mesh_fit().level
+            >>> Selection(mesh="data=8", mode="tp").verdict().level
             'error'
         """
-        return wb.mesh_fit(self.mode, self.mesh)
+        return wb.training_verdict(self._config())
 
     def options_for_mode(self, name: str) -> dict[str, Any]:
         """The training options, less the teaching faults mode ``name`` cannot have."""
@@ -186,18 +184,20 @@ class Selection(traitlets.HasTraits):
             self.mode = name
 
     def apply_fix(self, fix: wb.MeshFix) -> None:
-        """Apply one of :meth:`mesh_fit`'s fixes: its mode (as :meth:`use_mode`), its mesh, or both.
+        """Apply one of :meth:`verdict`'s fixes: its mode (as :meth:`use_mode`), its mesh, its batch.
 
         Example:
-            >>> selection = Selection(mesh="data=4,model=2", mode="dp")
-            >>> selection.apply_fix(selection.mesh_fit().fixes[0]); selection.mode
-            'dp-tp'
+            >>> selection = Selection(mesh="data=512", mode="dp")
+            >>> selection.apply_fix(selection.verdict().fixes[0]); selection.options["batch"]
+            512
         """
         with self.hold_trait_notifications():
             if fix.mode is not None:
                 self.use_mode(fix.mode)
             if fix.mesh is not None:
                 self.mesh = str(wb.parse_mesh(fix.mesh))
+            if fix.batch is not None:
+                self.options = {**self.options, "batch": fix.batch}
 
     def model_layout(self, batch: int | None = None):
         """The :class:`workbench.ModelLayout` of the current choices.
@@ -217,6 +217,9 @@ class Selection(traitlets.HasTraits):
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""
+        return self._config(**overrides).checked()
+
+    def _config(self, **overrides: Any) -> wb.TrainConfig:
         fields = {"model": self.model, "data": wb.default_data(self.model), "mode": self.mode, "mesh": self.mesh,
                   "model_options": dict(self.model_options), **self.options, **overrides}
-        return wb.TrainConfig(**fields).checked()
+        return wb.TrainConfig(**fields)

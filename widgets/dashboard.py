@@ -53,6 +53,7 @@ from .live_plot import MAX_POINTS, LivePlot, Throttle
 from .mesh_verdict import MeshVerdict
 from .profile_panel import ProfilePanel
 
+DEFAULT_SYNC_EVERY = wb.TrainConfig().sync_every
 REDRAW_INTERVAL_S = 0.25  # a few redraws per second: smooth to the eye, nothing to training
 STOP_TIMEOUT_S = 10.0  # how long Reset/close/another dashboard's Start wait for a run to stop
 
@@ -140,19 +141,32 @@ class TrainingDashboard(widgets.VBox):
 
     def _build_plots(self, max_points: int) -> None:
         """The four live figures, each with the traces every run has (replicas and overlays come later)."""
-        self._loss = LivePlot("loss", y_title="loss", max_points=max_points)
+        self._loss = LivePlot("loss", y_title="loss", max_points=max_points,
+                              placeholder="the train loss, and the held-out loss at each evaluation, appear here "
+                                          "once a run starts (Start), or a past run is chosen in the compare list")
         self._loss.add_trace("train", label="train loss", color=TRAIN_COLOR)
         self._loss.add_trace("eval", label="eval loss", color=EVAL_COLOR, markers=True)
-        self._throughput = LivePlot("throughput", y_title="examples/s", max_points=max_points)
+        self._throughput = LivePlot("throughput", y_title="examples/s", max_points=max_points,
+                                    placeholder="examples per second appear here from the first logged step")
         self._throughput.add_trace("examples/s", color=THROUGHPUT_COLOR)
-        self._grad = LivePlot("gradient norms: per replica and synchronised", y_title="L2 norm",
-                              max_points=max_points)
+        self._grad = LivePlot("gradient norms per replica", y_title="L2 norm", max_points=max_points)
         self._grad.add_trace("synced", label="synchronised", color=SYNCED_COLOR, width=3, markers=True)
-        self._divergence = LivePlot("replica divergence (0 when in sync)", y_title="max |Δ parameter|",
+        self._divergence = LivePlot("replica divergence (0 in sync)", y_title="max |Δ parameter|",
                                     max_points=max_points)
         self._divergence.add_trace("divergence", label="replica divergence", color=DIVERGENCE_COLOR, markers=True)
         self._plots = (self._loss, self._throughput, self._grad, self._divergence)
         self._loss.figure.add_class("wb-loss-figure")
+        self._describe_sync(self.selection.options.get("sync_every", DEFAULT_SYNC_EVERY))
+
+    def _describe_sync(self, sync_every: int) -> None:
+        """Say in the sync plots, while they are empty, when their points come (or that they are off)."""
+        if sync_every:
+            when = (f"measured every {sync_every:,} steps (the sync_every option), from step {sync_every:,}; "
+                    "modes on one device have one replica and none")
+        else:
+            when = "off for this run (sync_every=0): set the sync_every option to a number of steps to measure them"
+        self._grad.set_placeholder(f"each replica's gradient norm against the synchronised one, {when}")
+        self._divergence.set_placeholder(f"how far the replicas' parameters drift apart (0 when in sync), {when}")
 
     def _build_controls(self) -> None:
         """The buttons, the progress bar, the compare list and the check panel (not yet wired)."""
@@ -187,7 +201,7 @@ class TrainingDashboard(widgets.VBox):
     def _arrange(self) -> list[widgets.Widget]:
         """The dashboard's rows, top to bottom: controls, verdict, progress, status, figures, compare, check."""
         figures = widgets.GridBox(
-            [plot.figure for plot in self._plots],
+            [plot.widget for plot in self._plots],
             layout=widgets.Layout(width="100%", grid_template_columns="repeat(2, minmax(0, 1fr))", grid_gap="4px"),
         )
         return [
@@ -321,6 +335,7 @@ class TrainingDashboard(widgets.VBox):
         self._stop_other_dashboards()
         trainer = self._trainer_for(config)
         self._total = config.steps
+        self._describe_sync(config.sync_every)
         self._clear_live()
         self._pause_requested = False
         self._set_buttons("running")
@@ -378,6 +393,7 @@ class TrainingDashboard(widgets.VBox):
         self._trainer = trainer
         trainer.subscribe(self._on_trainer_event)
         self._total = trainer.config.steps
+        self._describe_sync(trainer.config.sync_every)
         self._clear_live()
         steps, losses = wb.load_run(name, self.run_root).series("loss")
         for step, loss in zip(steps, losses):  # the curve so far, up to the checkpoint
@@ -656,12 +672,12 @@ class TrainingDashboard(widgets.VBox):
         self._silent = False
 
     def _trainable_config(self, **overrides: Any) -> wb.TrainConfig:
-        """The selection's checked config; a MeshError with the trainer's own message when its mode cannot
-        train on its mesh (the verdict shows the same, with fixes)."""
+        """The selection's checked config; a MeshError with the verdict's message when it does not train here
+        (the verdict above shows the same, with fixes)."""
         config = self.selection.train_config(**overrides)
-        fit = wb.mesh_fit(config.mode, config.mesh)
-        if not fit.ok:
-            raise wb.MeshError(fit.message)
+        verdict = wb.training_verdict(config)
+        if not verdict.trains:
+            raise wb.WorkbenchError(verdict.message)
         return config
 
     def _trainer_for(self, config: wb.TrainConfig) -> wb.Trainer:

@@ -198,16 +198,16 @@ class ShardingInspector(widgets.VBox):
         verification: "Verify with the compiler" for any mesh up to 2,048 devices, in the background
             (:class:`~widgets.verify_panel.VerifyPanel`).
         device_panel: one device's slice of every array (HTML), from a click or :meth:`show_device`.
-        verdict: whether the mode trains on the mesh, with a button per fix
+        verdict: whether the selection trains here, with a button per fix
             (:class:`~widgets.mesh_verdict.MeshVerdict`).
-        showing_selection: whether the layout shown is the selection's (False after a pair the trainer
-            refuses: the last valid layout stays, marked as such).
+        showing_selection: whether the layout shown is the selection's (False after a selection nothing
+            runs: the last valid layout stays, marked as such).
         status: errors and notes (:class:`~widgets.common.StatusArea`).
 
     Example:
         >>> inspector = ShardingInspector(Selection(mesh="data=64,model=8", model="transformer", mode="dp-tp"))
-        >>> inspector.status.last[1]
-        'planning only: mesh data=64,model=8 has 512 devices and this machine has 8; training needs 512 devices'
+        >>> inspector.verdict.fit.level, inspector.status.last[1]
+        ('plan', 'transformer laid out on data=64,model=8 for dp-tp (abstract: nothing allocated)')
     """
 
     def __init__(self, selection: Selection | None = None, **kwargs: Any):
@@ -295,9 +295,9 @@ class ShardingInspector(widgets.VBox):
 
     def _refresh(self, _change: Any = None) -> None:
         """Lay out the selection again and redraw everything, keeping the selected array if it still exists."""
-        fit = self.selection.mesh_fit()
-        if not fit.ok:  # the trainer refuses the pair: no layout of it, whatever a planner would draw
-            self._show_refused(fit)
+        verdict = self.selection.verdict()
+        if not verdict.plans:  # nothing runs the selection: no layout of it, whatever a planner would draw
+            self._show_refused(verdict)
             return
         layout = self.selection.model_layout()  # raises for an invalid layout: nothing has changed yet
         tree = self.tree_picker.value if layout.trees()[self.tree_picker.value].leaves else "params"
@@ -318,10 +318,10 @@ class ShardingInspector(widgets.VBox):
         self.showing_selection = True
         self._show_device_note(layout)
 
-    def _show_refused(self, fit: wb.MeshFit) -> None:
-        """Say that the selection cannot train; keep the last valid layout below, marked as not its own."""
+    def _show_refused(self, verdict: wb.TrainingVerdict) -> None:
+        """Keep the last valid layout below, marked as not the selection's; the verdict above says why, once."""
         self.showing_selection = False
-        self.status.show(fit.message, "error")
+        self.status.clear()
         color = LEVEL_STYLES["error"][0]
         if self.model_layout is None:
             note = "No layout: the trainer refuses this mode on this mesh. Use a fix above."
@@ -329,7 +329,7 @@ class ShardingInspector(widgets.VBox):
             return
         shown = self.model_layout
         note = (f"Not this selection: below is the last valid layout (mode {shown.mode} on mesh {shown.mesh}); "
-                f"mode {fit.mode} cannot train on mesh {fit.mesh}. Use a fix above.")
+                f"mode {self.selection.mode} on mesh {self.selection.mesh} cannot run as it is. Use a fix above.")
         self.summary.value = (f'<div class="wb-stale" style="color:{color}"><b>{html.escape(note)}</b></div>'
                               + self._summary_html(shown))
 
@@ -358,19 +358,12 @@ class ShardingInspector(widgets.VBox):
         text = (f"<b>{html.escape(layout.model)}</b>, mode <b>{html.escape(layout.mode)}</b> on mesh "
                 f"<b>{html.escape(str(layout.mesh))}</b> ({layout.mesh.size:,} devices): {html.escape(parts)} = "
                 f"{html.escape(wb.format_bytes(sum(sizes.values())))} per device")
-        if layout.mesh.size > jax.device_count():  # kept here too: the status line is replaced by later actions
-            text += (f"<br>Planning only: this machine has {jax.device_count()} devices; "
-                     f"training on this mesh needs {layout.mesh.size:,} devices.")
         return text
 
     def _show_device_note(self, layout: wb.ModelLayout) -> None:
-        local = jax.device_count()
-        if layout.mesh.size > local:
-            self.status.show(
-                f"planning only: mesh {layout.mesh} has {layout.mesh.size:,} devices and this machine has "
-                f"{local}; training needs {layout.mesh.size:,} devices", "warning")
-        else:
-            self.status.show(f"{layout.model} laid out on {layout.mesh} for {layout.mode}", "ok")
+        # The verdict above says whether it trains here; this line says only that the layout is drawn.
+        abstract = " (abstract: nothing allocated)" if layout.mesh.size > jax.device_count() else ""
+        self.status.show(f"{layout.model} laid out on {layout.mesh} for {layout.mode}{abstract}", "info")
 
     # --- callbacks ------------------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ Plotting every logged point of a long run would make each redraw slower than the
   plus the newest), so a 10,000-step run redraws as fast as a 100-step one;
 * :class:`Throttle` says when a redraw is due (a few per second at most);
 * :class:`LivePlot` owns one ``FigureWidget`` and its named traces, and redraws only the traces that
-  changed, all in one ``batch_update`` (one message), always updating the existing traces in place.
+  changed, all in one ``batch_update`` (one message), always updating the existing traces in place. Until a
+  trace has a point, its :attr:`LivePlot.widget` shows a line saying what will appear there, not empty axes.
 
 Appending is cheap and may happen in the training thread; a lock makes appends, redraws and clears from
 different threads (the trainer's and the kernel's) safe.
@@ -24,11 +25,13 @@ Example:
 
 from __future__ import annotations
 
+import html
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 
@@ -36,6 +39,12 @@ from .figure_widget import FigureWidget
 
 MAX_POINTS = 600  # per trace: enough for a smooth curve at any plot width, small enough to resend often
 FIGURE_HEIGHT = 260
+# plotly's toolbar, trimmed to what a live curve needs and shown on hover only, so it never covers a title.
+TOOLBAR = {"displaylogo": False, "displayModeBar": "hover",
+           "modeBarButtonsToRemove": ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "toggleSpikelines",
+                                      "hoverClosestCartesian", "hoverCompareCartesian"]}
+PLACEHOLDER_STYLE = ("border:1px dashed #bbb;border-radius:4px;padding:12px;margin:4px 0;color:#555;"
+                     "min-height:3em")
 
 
 class BoundedSeries:
@@ -147,14 +156,24 @@ class LivePlot:
     """
 
     def __init__(self, title: str, *, x_title: str = "step", y_title: str = "", height: int = FIGURE_HEIGHT,
-                 max_points: int = MAX_POINTS):
+                 max_points: int = MAX_POINTS, placeholder: str = ""):
         self.max_points = max_points
+        self.title = title
         self.figure = FigureWidget(layout=go.Layout(
-            title={"text": title, "font": {"size": 14}}, height=height, autosize=True,
+            title={"text": title, "font": {"size": 14}, "x": 0.0, "xanchor": "left", "xref": "paper"},
+            height=height, autosize=True,
             margin={"l": 55, "r": 10, "t": 35, "b": 40}, template="plotly_white",
             xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": y_title}},
             legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
         ))
+        self.figure._config = TOOLBAR  # a short toolbar, on hover, clear of the title
+        self.placeholder = widgets.HTML()
+        self.placeholder.add_class("wb-plot-placeholder")
+        self._frame = widgets.Box([self.figure], layout=widgets.Layout(width="100%"))
+        #: What a layout shows: the figure once it has points, else a line saying what will be drawn there.
+        self.widget = widgets.VBox([self.placeholder, self._frame], layout=widgets.Layout(width="100%", min_width="0"))
+        self.set_placeholder(placeholder or "drawn here once a run logs it")
+        self._frame.layout.display = "none"  # empty until a trace has a point: the placeholder says what comes
         self._series: dict[str, BoundedSeries] = {}
         self._index: dict[str, int] = {}
         self._dirty: set[str] = set()
@@ -216,14 +235,26 @@ class LivePlot:
                 self._series[name].clear()
                 self._dirty.add(name)
 
+    def set_placeholder(self, text: str) -> None:
+        """What the plot says while it has no point to draw (e.g. why a diagnostic is off)."""
+        self.placeholder.value = (f'<div style="{PLACEHOLDER_STYLE}"><b>{html.escape(self.title)}</b>: '
+                                  f"{html.escape(text)}</div>")
+
+    @property
+    def empty(self) -> bool:
+        """Whether no trace holds a point (the placeholder is shown instead of the figure)."""
+        return not any(len(series) for series in self._series.values())
+
     def redraw(self) -> None:
-        """Send the traces that changed since the last redraw, in one message."""
+        """Send the traces that changed since the last redraw, in one message; show the figure once it has points."""
         with self._lock:
-            if not self._dirty:
-                return
-            with self.figure.batch_update():
-                for name in self._dirty:
-                    xs, ys = self._series[name].arrays()
-                    trace = self.figure.data[self._index[name]]
-                    trace.x, trace.y = xs, ys
-            self._dirty.clear()
+            if self._dirty:
+                with self.figure.batch_update():
+                    for name in self._dirty:
+                        xs, ys = self._series[name].arrays()
+                        trace = self.figure.data[self._index[name]]
+                        trace.x, trace.y = xs, ys
+                self._dirty.clear()
+            empty = self.empty
+            self._frame.layout.display = "none" if empty else None
+            self.placeholder.layout.display = None if empty else "none"

@@ -1,11 +1,13 @@
-"""MeshVerdict: whether the selection's mode trains on its mesh, said as soon as either is chosen, with a
+"""MeshVerdict: whether the selection trains on this machine, said as soon as anything is chosen, with a
 button for each fix.
 
-The engine gives the verdict (:func:`workbench.mesh_fit`): ✓ the mode trains on the mesh; ⚠ it trains,
-but devices along axes the mode does not use hold identical copies and repeat the work; ✗ the trainer
-refuses the pair, with the trainer's own message. Each fix (another mode, or the same devices arranged
-for this mode) is one click and goes to the selection, so every tab follows. The Model & mode, Inspect
-and Train tabs all show one.
+The engine gives the verdict (:func:`workbench.training_verdict`): ✓ the mode trains on the mesh here; ⚠ it
+trains, but devices along axes the mode does not use hold identical copies and repeat the work; ℹ plan and
+verify only (the mesh has more devices than this machine, or the batch needs more memory than it has); ✗
+nothing runs it (a mode the mesh cannot carry, a batch that does not split, an unknown fault), in the
+trainer's own words. Each fix (another mode, mesh or batch) is one click and goes to the selection, so every
+tab follows. The Model & mode, Inspect and Train tabs all show one, and Start, Check and Verify refuse
+exactly what it refuses.
 
 Example:
     >>> verdict = MeshVerdict(Selection(mesh="data=4,model=2", mode="dp"))
@@ -25,11 +27,13 @@ import workbench as wb
 
 from .common import Selection, StatusArea, guarded, level_html
 
-LEVELS = ("ok", "warning", "error")
+LEVELS = ("ok", "warning", "plan", "error")
+# Everything the verdict depends on: the mode and mesh, and the options (batch, accumulation, faults...).
+JUDGED = ["mesh", "mode", "model", "model_options", "options"]
 
 
 class MeshVerdict(widgets.VBox):
-    """One line (✓, ⚠ or ✗ and the engine's message) and one button per fix, kept up to date.
+    """One line (✓, ⚠, ℹ or ✗ and the engine's message) and one button per fix, kept up to date.
 
     Args:
         selection: the :class:`~widgets.common.Selection` judged (its ``mode`` and ``mesh``).
@@ -43,14 +47,14 @@ class MeshVerdict(widgets.VBox):
         self.selection = selection if selection is not None else Selection()
         own_status = status is None
         self.status = StatusArea() if own_status else status
-        self.fit: wb.MeshFit | None = None
+        self.fit: wb.TrainingVerdict | None = None
         self.line = widgets.HTML()
         self.fix_buttons = widgets.HBox()
         super().__init__([self.line, self.fix_buttons, *([self.status] if own_status else [])], **kwargs)
         self.add_class("wb-verdict")
         guard = guarded(self.status)
         self._on_fix = guard(self._fix_clicked)
-        self.selection.observe(guard(self._render), names=["mesh", "mode"])
+        self.selection.observe(guard(self._render), names=JUDGED)
         self._render()
 
     @property
@@ -63,8 +67,9 @@ class MeshVerdict(widgets.VBox):
         self.selection.apply_fix(fix)
 
     def _render(self, _change: Any = None) -> None:
-        fit = self.selection.mesh_fit()
-        self.line.value = level_html(fit.message, fit.level)
+        fit = self.selection.verdict()
+        self.line.value = "<br>".join(level_html(text, level) for text, level in
+                                      [(fit.message, fit.level), *((note, "warning") for note in fit.notes)])
         for level in LEVELS:
             self.remove_class(f"wb-verdict-{level}")
         self.add_class(f"wb-verdict-{fit.level}")
@@ -76,8 +81,9 @@ class MeshVerdict(widgets.VBox):
         self.fit = fit
 
     def _button(self, fix: wb.MeshFix) -> widgets.Button:
+        what = "mode" if fix.mode else "mesh" if fix.mesh else "global batch"
         button = widgets.Button(description=fix.label, icon="wrench", layout=widgets.Layout(width="auto"),
-                                tooltip=f"set the {'mode' if fix.mode else 'mesh'} to {fix.mode or fix.mesh}")
+                                tooltip=f"set the {what} to {fix.mode or fix.mesh or fix.batch}")
         button.add_class("wb-fix")
         button.fix = fix  # read back by the click handler
         button.on_click(self._on_fix)

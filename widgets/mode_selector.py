@@ -24,7 +24,7 @@ import ipywidgets as widgets
 
 import workbench as wb
 
-from .common import Quiet, Selection, StatusArea, guarded
+from .common import LABEL_WIDTH, Quiet, Selection, StatusArea, guarded
 from .mesh_verdict import MeshVerdict
 
 # The training options this tab edits, with TrainConfig's own defaults (written once, there).
@@ -48,6 +48,17 @@ def describe_mode(name: str) -> str:
             f"<i>Collectives per step:</i><ul style='margin:2px 0'>{collectives}</ul></div>")
 
 
+def fault_names(value: Any) -> tuple[str, ...]:
+    """The faults typed in the box (comma- or space-separated text, or a list), as names.
+
+    Example:
+        >>> fault_names("psum, skip-sync"), fault_names(["psum"]), fault_names("")
+        (('psum', 'skip-sync'), ('psum',), ())
+    """
+    words = value.replace(",", " ").split() if isinstance(value, str) else value
+    return tuple(word.strip() for word in words if word.strip())
+
+
 class ModeSelector(widgets.VBox):
     """Pick the model, the mode and its options; writes valid choices to the selection, and shows
     whether the mode trains on the selection's mesh (:attr:`verdict`)."""
@@ -68,7 +79,10 @@ class ModeSelector(widgets.VBox):
         self.steps = widgets.IntText(value=options["steps"], description="Steps")
         self.accum = widgets.IntText(value=options["accum"], description="Accumulate")
         self.precision = widgets.ToggleButtons(options=["fp32", "bf16"], value=options["precision"], description="Precision")
-        self.faults = widgets.TagsInput(value=list(options["faults"]), allow_duplicates=False)
+        self.faults = widgets.Text(value=", ".join(options["faults"]), description="Teaching faults",
+                                   continuous_update=False, placeholder="none; e.g. psum (comma-separated)",
+                                   layout=widgets.Layout(width="460px"))
+        self.faults.add_class("wb-faults")
         self.processes = widgets.BoundedIntText(
             value=options["processes"], min=1, max=64, description="Processes",
             tooltip="train across this many processes on jax.distributed, each with its share of the devices")
@@ -76,6 +90,9 @@ class ModeSelector(widgets.VBox):
             value=options["checkpoint_every"], min=0, max=10**9, description="Checkpoint every",
             tooltip="save the state every K steps into runs/<name>/checkpoints/ (0: off; the Save button saves now)")
         self.fault_help = widgets.HTML()
+        for box in (self.model, self.mode, self.optimizer, self.lr, self.batch, self.steps, self.accum, self.precision,
+                    self.faults, self.processes, self.checkpoint_every):
+            box.style.description_width = LABEL_WIDTH  # ipywidgets' default cuts "Learning rate" to "Learning r…"
         self._inputs = {"optimizer": self.optimizer, "lr": self.lr, "batch": self.batch, "steps": self.steps,
                         "accum": self.accum, "precision": self.precision, "faults": self.faults,
                         "processes": self.processes, "checkpoint_every": self.checkpoint_every}
@@ -83,7 +100,7 @@ class ModeSelector(widgets.VBox):
             widgets.HBox([self.model, self.mode]), self.verdict, self.explanation,
             widgets.HBox([self.optimizer, self.lr]), widgets.HBox([self.batch, self.steps]),
             widgets.HBox([self.accum, self.precision]), widgets.HBox([self.processes, self.checkpoint_every]),
-            widgets.HBox([widgets.Label("Teaching faults"), self.faults]), self.fault_help, self.status,
+            self.faults, self.fault_help, self.status,
         ], **kwargs)
         self._quiet = Quiet()  # on while the controls follow the selection, so their observers stay still
         guard = guarded(self.status)
@@ -91,7 +108,7 @@ class ModeSelector(widgets.VBox):
         self.model.observe(guard(lambda c: self.choose_model(c["new"])), names="value")
         for name, box in self._inputs.items():
             box.observe(guard(lambda c, n=name: None if self._quiet else self.set_option(n, c["new"])), names="value")
-        self.selection.observe(guard(lambda c: self._follow_selection()), names="mode")
+        self.selection.observe(guard(lambda c: self._follow_selection()), names=["mode", "options"])
         self.selection.observe(guard(lambda c: self._explain()), names=["mesh", "mode"])
         self._explain()
 
@@ -122,7 +139,7 @@ class ModeSelector(widgets.VBox):
 
     def set_option(self, name: str, value: Any) -> bool:
         """Set training option ``name`` if the engine accepts it (True); else show why and keep the last."""
-        value = tuple(value) if name == "faults" else value
+        value = fault_names(value) if name == "faults" else value
         options = {**self.selection.options, name: value}
         if not self._valid(options=options):
             return False
@@ -133,42 +150,37 @@ class ModeSelector(widgets.VBox):
     # --- checking and explaining ----------------------------------------------------------------------
 
     def _valid(self, *, mode: str | None = None, model: str | None = None, options: dict | None = None) -> bool:
-        """Whether the engine accepts these choices (options; the model for the mode and the batch split,
-        on a mesh the mode trains on); shows why not. Mode and mesh themselves are the verdict's to judge."""
+        """Whether the engine accepts each of these values (a positive batch, a known fault, ...); shows why not.
+        Whether they go together (the mode on the mesh, the batch split, this machine) is the verdict's to say."""
         mode = mode or self.selection.mode
         model = model or self.selection.model
         options = options if options is not None else self.selection.options
         try:
-            config = self.selection.train_config(mode=mode, model=model, model_options={}, **options)
-            if wb.mesh_fit(mode, config.mesh).ok:
-                wb.standard_rules(model, config.mesh, mode)  # e.g. tp needs a model with layer pairs to split
-                if self.selection.fits_local_devices():  # a mesh for planning only need not split the batch
-                    tp_rules = tuple(wb.tensor_parallel_rules(model))
-                    wb.mode_class(mode).check(
-                        wb.StepPlan(None, None, None, config.mesh, config.batch, config.accum, tp_rules=tp_rules))
+            self.selection.train_config(mode=mode, model=model, model_options={}, **options)
         except wb.WorkbenchError as error:
             self.status.show(str(error), "error")
             return False
         return True
 
     def _follow_selection(self) -> None:
-        """Show the selection's mode and faults (a fix button, another widget or a script may set them)."""
+        """Show the selection's mode and options (a fix button, another widget or a script may set them)."""
         with self._quiet():
             self.mode.value = self.selection.mode
-            self.faults.value = list(self.selection.options.get("faults", ()))
+            for name, box in self._inputs.items():
+                value = self.selection.options.get(name, DEFAULT_OPTIONS[name])
+                box.value = ", ".join(value) if name == "faults" else value
 
     def _explain(self) -> None:
         name = self.selection.mode
         self.explanation.value = describe_mode(name)
         supported = wb.mode_class(name).supported_faults
-        self.faults.allowed_tags = list(supported)
         self.fault_help.value = "<br>".join(
             f"<code>{f}</code>: {html.escape(wb.FAULTS[f].summary)}" for f in supported
         ) + "<br><i>Faults are off unless you add them; the reference check (Train tab) finds them.</i>"
         if self._valid():
             config = self.selection.train_config()
-            # ✓ only for a pair that trains with every device working: the verdict above says why not.
-            level = "ok" if self.selection.mesh_fit().level == "ok" else "info"
+            # ✓ only for what trains here with every device working: the verdict above says why not.
+            level = "ok" if self.selection.verdict().level == "ok" else "info"
             self.status.show(f"{config.mode} on {config.mesh}: {config.model}, batch {config.batch}, "
                              f"{config.optimizer} lr {config.lr:g}, {config.steps} steps"
                              + (f", faults: {', '.join(config.faults)}" if config.faults else "")

@@ -114,6 +114,8 @@ class VerifyPanel(widgets.VBox):
         self.verify_button.add_class("wb-verify")
         self.cancel_button = widgets.Button(description="Cancel", icon="stop", disabled=True)
         self.cancel_button.add_class("wb-verify-cancel")
+        self.readiness = widgets.HTML()  # what Verify would refuse for the selection and target, before a click
+        self.readiness.add_class("wb-verify-readiness")
         self.progress = widgets.HTML()
         self.progress.add_class("wb-verify-progress")
         self.stale = widgets.HTML()
@@ -134,11 +136,13 @@ class VerifyPanel(widgets.VBox):
         self.target.observe(self._on_change, names="value")
         self.chip.observe(self._on_change, names="value")
         self._offer_targets()
+        self._judge()
         intro = widgets.HTML("<b>Verify with the compiler</b>: compile this step for the mesh (up to 2,048 simulated "
                              "devices, or a TPU topology with the <code>tpu</code> extra), nothing allocated, and set "
                              "the compiler's figures beside the plan's.")
         super().__init__([intro, widgets.HBox([self.target, self.chip]),
-                          widgets.HBox([self.verify_button, self.cancel_button]), self.progress, self.status,
+                          widgets.HBox([self.verify_button, self.cancel_button]), self.readiness, self.progress,
+                          self.status,
                           self.stale, self.table, self.figure, self.collectives], **kwargs)
         self.add_class("wb-verify-panel")
 
@@ -292,7 +296,19 @@ class VerifyPanel(widgets.VBox):
 
     def _selection_changed(self, _change: Any = None) -> None:
         self._offer_targets()
+        self._judge()
         self._mark_stale()
+
+    def _judge(self) -> None:
+        """Say now what a click would refuse (the engine's own check, nothing started), and disable the button."""
+        try:
+            wb.check_verifiable(self.selection._config(), self.target.value.strip() or "cpu")
+        except wb.WorkbenchError as error:
+            self.readiness.value = level_html(f"Verify refuses this: {error}", "error")
+            self.verify_button.disabled = True
+            return
+        self.readiness.value = ""
+        self.verify_button.disabled = self.running
 
     def _offer_targets(self) -> None:
         self.target.options = ("cpu", *wb.topologies_for(self.selection.mesh_shape().size))
@@ -302,7 +318,10 @@ class VerifyPanel(widgets.VBox):
             self.stale.value = ""
             return
         plan, compiled = self.plan, self.plan.compiled
+        now = self._selection_key() or (None, None, None, None)
+        changed = [what for what, before, after in zip(("the selection", "the rules", "the target", "the chip"),
+                                                        self._shown_key, now) if before != after]
         note = (f"Stale: the figures below are for {plan.model} in {plan.mode} on {plan.mesh}, batch "
-                f"{plan.global_batch:,}, {plan.precision}, compiled for {compiled.target}; the selection has changed "
-                "since. Verify again to update them.")
+                f"{plan.global_batch:,}, {plan.precision}, compiled for {compiled.target}, judged against "
+                f"{plan.hardware.name}; {' and '.join(changed)} changed since. Verify again to update them.")
         self.stale.value = level_html(note, "warning")

@@ -48,10 +48,13 @@ from .analysis.compile_target import topologies_for as topologies_for
 from .analysis.plan_comparison import PlanComparison as PlanComparison
 from .analysis.verification import VerificationJob as VerificationJob
 from .analysis.verification import VerifySettings as VerifySettings
+from .analysis.verification import check_verifiable as check_verifiable
 from .analysis.verification import start_plan_verification as start_plan_verification
 from .analysis.verification import start_verification as start_verification
 from .analysis.verification import verify_plan as verify_plan
 from .analysis.verification import verify_step as verify_step
+from .analysis.verdict import TrainingVerdict as TrainingVerdict
+from .analysis.verdict import training_verdict as training_verdict
 from .views.colors import OKABE_ITO as OKABE_ITO
 from .views.colors import device_color as device_color
 from .views.colors import text_color_for as text_color_for
@@ -73,6 +76,7 @@ from .training.data import sharded_batches as sharded_batches
 from .devices import DeviceCountWarning as DeviceCountWarning
 from .devices import describe_devices as describe_devices
 from .devices import device_setup as device_setup
+from .devices import local_devices_text as local_devices_text
 from .errors import DTypeError as DTypeError
 from .errors import GradientSyncError as GradientSyncError
 from .errors import MeshError as MeshError

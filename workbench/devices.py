@@ -182,6 +182,26 @@ def device_setup() -> DeviceSetup:
     return configure_cpu_devices()
 
 
+def local_devices_text(count: int | None = None) -> str:
+    """What JAX computes on here, in words: ``"8 simulated CPU devices"``, ``"1 GPU (NVIDIA H200)"``.
+
+    ``count`` replaces the number of devices (to describe a machine like this one with another count).
+
+    Example:
+        >>> local_devices_text()  # doctest: +SKIP
+        '8 simulated CPU devices'
+    """
+    import jax
+
+    devices = jax.devices()
+    count = len(devices) if count is None else count
+    platform = devices[0].platform
+    if platform == "cpu":
+        return f"{count} simulated CPU device{'s' * (count != 1)}"
+    kinds = sorted({getattr(device, "device_kind", platform) for device in devices})
+    return f"{count} {platform.upper()}{'s' * (count != 1)} ({', '.join(kinds)})"
+
+
 def describe_devices() -> dict:
     """A plain record of what JAX sees: backend, device count, and each device's id and kind.
 
@@ -198,6 +218,7 @@ def describe_devices() -> dict:
         "count": len(devices),
         "jax_version": jax.__version__,
         "setup": device_setup().reason,
+        "summary": local_devices_text(),
         "devices": [
             {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", d.platform)}
             for d in devices

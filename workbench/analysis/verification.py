@@ -41,6 +41,7 @@ from ..child_processes import REAP_TIMEOUT_S, child_environment, stop_process_gr
 from ..errors import VerificationError, WorkbenchError
 from .compile_target import CompileTarget, check_target, parse_target
 from .compiled_step import CompiledStep
+from .verdict import training_verdict
 
 DEFAULT_TIMEOUT_S = 900.0  # the 1.3B model on 512 devices compiles in well under a minute on 2 cores
 STDERR_TAIL_LINES = 3  # of the child's stderr, shown with an error (libtpu's noise is never shown otherwise)
@@ -286,13 +287,32 @@ def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None 
         >>> job = start_verification(TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64), "cpu")  # doctest: +SKIP
         >>> job.cancel()  # doctest: +SKIP
     """
+    settings = VerifySettings(target, timeout, on_progress)
+    config = check_verifiable(config, settings.target)
+    return VerificationJob(config, settings.target, seq_len, settings.timeout, settings.on_progress)
+
+
+def check_verifiable(config: Any, target: Any = "cpu") -> Any:
+    """``config`` checked for compiling its step for ``target``, or the WorkbenchError that
+    :func:`start_verification` would raise: what nothing runs (:func:`~workbench.training_verdict`: a batch
+    that does not split, a mode the mesh cannot carry), a mode that is not one jit program, a target the
+    mesh does not fit. Nothing is started.
+
+    Example:
+        >>> check_verifiable(TrainConfig(mode="simulated", mesh="data=8"), "cpu")
+        Traceback (most recent call last):
+        ...
+        workbench.errors.WorkbenchError: mode 'simulated' (...) is not one jit program over a mesh, so its step ...
+    """
     from ..training.step import check_compiles_ahead
 
-    settings = VerifySettings(target, timeout, on_progress)
     config = config.checked()
+    verdict = training_verdict(config)  # a batch that does not split fails here, not in the child
+    if not verdict.plans:
+        raise WorkbenchError(verdict.message)
     check_compiles_ahead(config.mode)
-    check_target(settings.target, config.mesh_shape)
-    return VerificationJob(config, settings.target, seq_len, settings.timeout, settings.on_progress)
+    check_target(parse_target(target), config.mesh_shape)
+    return config
 
 
 def verify_step(config: Any, target: Any = "cpu", *, seq_len: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,

@@ -26,6 +26,7 @@ from .process_share import ProcessShare
 from ..errors import MeshError, WorkbenchError
 from .config import TrainConfig, make_optimizer
 from .data import Dataset, load_dataset
+from .host_memory import batch_bytes, check_batch_fits_host
 from .layer_scopes import module_paths
 from .models import abstract_batch, model_class, model_config, model_config_for_data
 from .modes import ParallelMode, StepPlan, build_mode, mode_class, mesh_fit
@@ -145,6 +146,9 @@ def build_step(
     config = config.checked()
     check_mesh_for_training(config)
     model_cfg, dataset = _data(config, custom)
+    if model_cfg is not None:  # the data set's batches are made here: refuse one this host cannot hold
+        unit = mode_class(config.mode).batch_parts(config.mesh_shape) * config.accum
+        check_batch_fits_host(config.batch, batch_bytes(abstract_batch(model_cfg, 1)), unit)
     if custom is not None and custom.module is not None:
         graphdef, params = custom.initial
         model, loss, tp_rules = nnx.merge(graphdef, params), custom.loss or type(custom.module).loss, custom.tp_rules

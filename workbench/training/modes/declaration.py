@@ -72,11 +72,12 @@ class CollectiveNeed:
 
 @dataclasses.dataclass(frozen=True)
 class MeshFix:
-    """A one-click fix for a mode and mesh that do not go together: another ``mode`` or ``mesh`` (text)."""
+    """A one-click fix for a run that cannot train as it is: another ``mode``, ``mesh`` (text) or global ``batch``."""
 
     label: str
     mode: str | None = None
     mesh: str | None = None
+    batch: int | None = None
 
 
 OTHER_AXES = {

@@ -1,0 +1,222 @@
+"""Will this run train here? One verdict for a whole :class:`~workbench.TrainConfig`, that every surface shows.
+
+:func:`workbench.mesh_fit` judges a mode against a mesh's axes. A run also needs its batch to split, this
+machine to have the devices, and this machine's memory to hold the data and state. :func:`training_verdict`
+asks all of it, in the order a person fixes things, and says the first thing wrong with the fixes:
+
+=========  ==========================================================================================
+``ok``      ✓ it trains here
+``warning`` ⚠ it trains, but devices along axes the mode does not use repeat the same work
+``plan``    plan and verify only: layouts, plans and Verify work, training needs more devices (or memory)
+            than this machine has
+``error``   ✗ nothing runs it: the trainer, Check and Verify refuse it, in these words
+=========  ==========================================================================================
+
+The Model & mode, Inspect, Train and Verify tabs and the CLI all show this one verdict, so a ✓ is never
+followed by a refusal.
+
+Example:
+    >>> training_verdict(TrainConfig(mesh="data=512", batch=256)).level
+    'error'
+    >>> [fix.label for fix in training_verdict(TrainConfig(mesh="data=512", batch=256)).fixes]
+    ['use batch 512']
+    >>> training_verdict(TrainConfig(mesh="data=4096", batch=4096)).level
+    'plan'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+
+from ..devices import local_devices_text
+from ..errors import WorkbenchError
+from ..formatting import format_bytes
+from ..layout.mesh import MeshShape
+from ..training.config import TrainConfig
+from ..training.host_memory import (HOST_BATCH_COPIES, USABLE_FRACTION, available_host_memory, batch_bytes,
+                                    devices_share_host_memory, largest_batch_within)
+from ..training.data import load_dataset
+from ..training.models import (MODELS, abstract_batch, model_config, model_config_for_data,
+                               tensor_parallel_rules)
+from ..training.modes import MeshFix, mesh_fit, mode_class
+from ..training.modes.base import StepPlan
+from ..training.modes.declaration import reshaped_mesh
+
+LEVELS = ("ok", "warning", "plan", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingVerdict:
+    """Whether a config trains on this machine: ``level`` (see :data:`LEVELS`), a one-line ``message``, the
+    ``fixes`` to offer (each a :class:`~workbench.MeshFix`: another mode, mesh or batch), and ``notes``: what
+    else holds (e.g. a mesh that is both larger than the machine and wasteful for the mode)."""
+
+    level: str
+    message: str
+    fixes: tuple[MeshFix, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def trains(self) -> bool:
+        """Whether Start trains it here (``ok`` or ``warning``)."""
+        return self.level in ("ok", "warning")
+
+    @property
+    def plans(self) -> bool:
+        """Whether it can be planned and verified (every level but ``error``)."""
+        return self.level != "error"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"level": self.level, "trains": self.trains, "plans": self.plans, "message": self.message,
+                "fixes": [dataclasses.asdict(fix) for fix in self.fixes], "notes": list(self.notes)}
+
+
+def training_verdict(config: TrainConfig, *, devices: int | None = None,
+                     available_memory: int | None = None) -> TrainingVerdict:
+    """The verdict on training ``config`` (checked here: an unchecked config is fine) on this machine.
+
+    ``devices`` and ``available_memory`` replace this machine's device count and available memory (for
+    tests and for judging another machine). The memory estimate (registered models only) is the planned
+    step's peak on every device that shares this host's memory, plus the host's copies of the batch.
+
+    Example:
+        >>> verdict = training_verdict(TrainConfig(mode="tp", mesh="data=8"))
+        >>> verdict.level, verdict.fixes[0].label
+        ('error', 'use mode dp')
+    """
+    try:
+        config = config.checked()
+    except WorkbenchError as error:
+        return TrainingVerdict("error", str(error))
+    fit = mesh_fit(config.mode, config.mesh)
+    if not fit.ok:
+        return TrainingVerdict("error", fit.message, fit.fixes)
+    try:
+        refusal = _step_refusal(config)
+    except WorkbenchError as error:  # e.g. a model option the model does not have
+        return TrainingVerdict("error", str(error))
+    if refusal is not None:
+        return refusal
+    notes = (fit.message,) if fit.level == "warning" else ()
+    devices = len(jax.devices()) if devices is None else devices
+    mesh = config.mesh_shape
+    if not mode_class(config.mode).one_device and mesh.size > devices:
+        smaller = _trainable_mesh_here(config.mode, mesh, devices)
+        message = (f"plan and verify only: mesh {mesh} has {mesh.size:,} devices and this machine has "
+                   f"{local_devices_text(devices)}; training needs {mesh.size:,}. Plan it and verify it with the "
+                   f"compiler here, or train on mesh {smaller}")
+        return TrainingVerdict("plan", message, (MeshFix(f"use mesh {smaller}", mesh=str(smaller)),), notes)
+    try:
+        memory = _memory_refusal(config, available_memory)
+    except WorkbenchError as error:  # a model option the data contradicts: the trainer says the same
+        return TrainingVerdict("error", str(error))
+    if memory is not None:
+        return dataclasses.replace(memory, notes=notes)
+    return TrainingVerdict(fit.level, fit.message, fit.fixes)
+
+
+def mesh_within(mesh: MeshShape, devices: int) -> MeshShape:
+    """``mesh`` with its outer axes shrunk until it spans at most ``devices`` (inner axes kept where they fit).
+
+    Example:
+        >>> str(mesh_within(MeshShape(("data", "model"), (64, 8)), 8)), str(mesh_within(MeshShape(("data",), (4096,)), 8))
+        ('data=1,model=8', 'data=8')
+    """
+    sizes = list(mesh.sizes)
+    for axis in range(len(sizes)):
+        others = math.prod(sizes) // sizes[axis]
+        sizes[axis] = max(1, min(sizes[axis], devices // others)) if others <= devices else 1
+    return MeshShape(mesh.names, tuple(sizes))
+
+
+def _trainable_mesh_here(mode: str, mesh: MeshShape, devices: int) -> MeshShape:
+    """A mesh of at most ``devices`` for ``mode``: ``mesh`` shrunk (its inner axes kept), unless that leaves
+    devices repeating the work; then the mode's own arrangement of the devices."""
+    shrunk = mesh_within(mesh, devices)
+    if mesh_fit(mode, shrunk).level == "ok":
+        return shrunk
+    declared = mode_class(mode)
+    return MeshShape.parse(reshaped_mesh(declared.axes, devices, declared.mesh_example))
+
+
+def _step_refusal(config: TrainConfig) -> TrainingVerdict | None:
+    """What the mode's own check refuses before compiling (a batch that does not split into the data axis's
+    parts and the microbatches, a model with no layer pair to split), in the trainer's words, with fixes."""
+    declared = mode_class(config.mode)
+    tp_rules = ()
+    if declared.state_placement == "tensor-parallel" and config.model in MODELS:
+        tp_rules = tuple(tensor_parallel_rules(config.model, options=model_config(config.model,
+                                                                               **config.model_options).options))
+    elif declared.state_placement == "tensor-parallel":
+        tp_rules = (("your own model", "its rules"),)  # your module brings its rules: the trainer checks them
+    try:
+        declared.check(StepPlan(None, None, None, config.mesh_shape, config.batch, config.accum, tp_rules=tp_rules))
+    except WorkbenchError as error:
+        unit = declared.batch_parts(config.mesh_shape) * config.accum
+        fixes = batch_fixes(config.batch, unit) if config.batch % unit else (MeshFix("use mode dp", mode="dp"),)
+        return TrainingVerdict("error", str(error), fixes)
+    return None
+
+
+def batch_fixes(batch: int, unit: int) -> tuple[MeshFix, ...]:
+    """A fix per multiple of ``unit`` next to ``batch`` (the one below first, if there is one).
+
+    Example:
+        >>> [fix.batch for fix in batch_fixes(100, 8)]
+        [96, 104]
+    """
+    lower, upper = batch // unit * unit, -(-batch // unit) * unit
+    return tuple(MeshFix(f"use batch {size}", batch=size) for size in dict.fromkeys((lower, upper)) if size)
+
+
+def _memory_refusal(config: TrainConfig, available: int | None) -> TrainingVerdict | None:
+    """``plan`` when this machine's memory cannot hold the run (registered models: yours is not sized here)."""
+    if config.model not in MODELS:
+        return None
+    fixed, per_example = _memory_need(config.model, tuple(sorted(config.model_options.items())), config.mode,
+                                      config.mesh, config.batch, config.accum, config.precision, config.optimizer)
+    need = fixed + per_example * config.batch
+    available = available_host_memory() if available is None else available
+    if need <= USABLE_FRACTION * available:
+        return None
+    unit = mode_class(config.mode).batch_parts(config.mesh_shape) * config.accum
+    fits = largest_batch_within(int(USABLE_FRACTION * available), fixed, per_example, unit)
+    fix = (f"use a batch of at most {fits:,}", (MeshFix(f"use batch {fits}", batch=fits),)) if fits else (
+        "no batch fits: use a smaller model or more memory", ())
+    message = (f"plan and verify only: a batch of {config.batch:,} needs about {format_bytes(int(need))} of this "
+               f"machine's memory for its data and the step, and {format_bytes(available)} is available; "
+               f"{fix[0]}")
+    return TrainingVerdict("plan", message, fix[1])
+
+
+@functools.lru_cache(maxsize=64)
+def _memory_need(model: str, options: tuple, mode: str, mesh: str, batch: int, accum: int, precision: str,
+                 optimizer: str) -> tuple[float, float]:
+    """(bytes that do not grow with the batch, bytes per example) this machine holds to train the config.
+
+    Devices that keep their buffers in host memory (simulated CPU devices) add the planned step's peak, once
+    per device the mode computes on; the state part of it does not grow with the batch, the rest does. The
+    host holds :data:`HOST_BATCH_COPIES` copies of each global batch besides.
+    """
+    from .planning import plan_training
+
+    from .model_layout import default_data
+
+    examples = abstract_batch(model_config_for_data(model, load_dataset(default_data(model)), **dict(options)), 1)
+    per_example = float(HOST_BATCH_COPIES * batch_bytes(examples))
+    if not devices_share_host_memory():
+        return 0.0, per_example
+    plan = plan_training(model, dict(options), mesh, mode, optimizer=optimizer, global_batch=max(batch // accum, 1),
+                         precision=precision, hardware="cpu")
+    used = 1 if mode_class(mode).one_device else MeshShape.parse(mesh).size
+    state = plan.total_bytes
+    growing = max(plan.peak_bytes - state, 0) * accum / batch  # the microbatch's activations, per example of the batch
+    return float(state * used), per_example + growing * used
+
+
+__all__ = ["LEVELS", "TrainingVerdict", "batch_fixes", "mesh_within", "training_verdict"]
