@@ -28,6 +28,7 @@ import traitlets
 import workbench as wb
 
 DEFAULTS = wb.TrainConfig()  # the engine's defaults, for options the user has not set
+KEPT_LAYOUTS = 4  # layouts a selection keeps: the inspector's and the spec editor's, before and after a change
 
 LABEL_WIDTH = "130px"  # room for every control's label ("Checkpoint every") beside its box, none cut
 
@@ -200,20 +201,32 @@ class Selection(traitlets.HasTraits):
                 self.options = {**self.options, "batch": fix.batch}
 
     def model_layout(self, batch: int | None = None):
-        """The :class:`workbench.ModelLayout` of the current choices.
+        """The :class:`workbench.ModelLayout` of the current choices (one global batch of ``batch`` examples,
+        default the Global batch option).
 
-        The last one is kept: every widget showing the selection asks for it after each change, and a
+        The last few are kept: every widget showing the selection asks for one after each change, and a
         512-device transformer layout is worth computing once.
         """
         key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)), tuple(sorted(self.model_options.items())),
                self.options.get("optimizer", DEFAULTS.optimizer), batch or self.options.get("batch", DEFAULTS.batch))
-        if getattr(self, "_layout_key", None) != key:
-            self._layout = wb.model_layout(
+        kept = self.__dict__.setdefault("_layouts", {})
+        if key not in kept:
+            kept[key] = wb.model_layout(
                 self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),
                 optimizer=key[5], batch=key[6],
             )
-            self._layout_key = key
-        return self._layout
+            while len(kept) > KEPT_LAYOUTS:
+                kept.pop(next(iter(kept)))
+        return kept[key]
+
+    def smallest_batch(self) -> int:
+        """The smallest global batch the mode splits on the mesh (a layout of the parameters needs no more).
+
+        Example:
+            >>> Selection(mesh="data=4,model=2", mode="dp").smallest_batch()
+            4
+        """
+        return wb.mode_class(self.mode).batch_parts(self.mesh_shape())
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""

@@ -109,7 +109,7 @@ class ModeSelector(widgets.VBox):
         for name, box in self._inputs.items():
             box.observe(guard(lambda c, n=name: None if self._quiet else self.set_option(n, c["new"])), names="value")
         self.selection.observe(guard(lambda c: self._follow_selection()), names=["mode", "options"])
-        self.selection.observe(guard(lambda c: self._explain()), names=["mesh", "mode"])
+        self.selection.observe(guard(lambda c: self._explain()), names=["mesh", "mode", "options"])
         self._explain()
 
     # --- actions (also the public API) --------------------------------------------------------------

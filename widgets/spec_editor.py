@@ -65,8 +65,8 @@ class SpecEditor(widgets.VBox):
         self.selection.observe(guard(lambda c: self._relayout()), names="mesh")
         self.selection.observe(rules_guard(lambda c: self._show_rules()), names=["mesh", "mode", "model", "rules"])
         self._spec = wb.parse_spec(spec)
-        self._relayout()
-        self._show_rules()
+        guard(self._relayout)()
+        rules_guard(self._show_rules)()  # a selection nothing runs (tp on data=8) says why here too, never raises
 
     @property
     def layout(self) -> wb.ArrayLayout | None:
@@ -141,7 +141,7 @@ class SpecEditor(widgets.VBox):
             rules = [(rule.pattern, wb.format_spec(rule.spec)) for rule in table.rules]
             candidate = Selection(**{k: getattr(self.selection, k) for k in ("mesh", "model", "model_options",
                                                                              "mode", "options")}, rules=rules)
-            candidate.model_layout()  # raises for a rule that does not fit a leaf, naming it
+            candidate.model_layout(batch=candidate.smallest_batch())  # raises for a rule that does not fit a leaf
         except wb.WorkbenchError as error:
             self.rules_status.show(str(error), "error")
             return False
@@ -154,7 +154,9 @@ class SpecEditor(widgets.VBox):
         self._show_rules()
 
     def _show_rules(self) -> None:
-        layout = self.selection.model_layout()
+        # The rule table is the parameters' business: laid out with a batch the mode always splits, it is shown
+        # even while the Global batch option does not split (the verdict in the other tabs says so).
+        layout = self.selection.model_layout(batch=self.selection.smallest_batch())
         if not self.selection.rules:
             self.rules_text.value = layout.rules.to_text()
         rows = []

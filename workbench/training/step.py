@@ -89,12 +89,15 @@ class BuiltStep:
 
 
 def check_mesh_for_training(config: TrainConfig, devices: Any = None) -> None:
-    """The mode x mesh verdict and the device count (of ``devices``, else the local ones), before any
-    data or model is loaded."""
+    """The mode x mesh verdict, the batch split and the device count (of ``devices``, else the local ones),
+    in that order (the order :func:`workbench.training_verdict` says them in), before any data or model is
+    loaded."""
     fit = mesh_fit(config.mode, config.mesh)
     if not fit.ok:
         raise MeshError(fit.message)
-    if not mode_class(config.mode).one_device:
+    declared = mode_class(config.mode)
+    declared.check_batch_split(StepPlan(None, None, None, fit.mesh, config.batch, config.accum))
+    if not declared.one_device:
         training_mesh(fit.mesh, devices)  # a mesh larger than the machine: says how to get the devices
 
 

@@ -237,6 +237,11 @@ class ParallelMode(abc.ABC):
                 f"mode {cls.name!r} splits layers over the 'model' axis, but this model has no splittable layer pair "
                 "(a single linear layer has none): choose mlp, cnn or transformer, or a data-parallel mode"
             )
+        cls.check_batch_split(plan)
+
+    @classmethod
+    def check_batch_split(cls, plan: StepPlan) -> None:
+        """WorkbenchError unless ``plan``'s global batch splits into its microbatches of this mode's parts."""
         parts = cls.batch_parts(plan.mesh)
         where = "1 device" if cls.batch_axis is None and cls.one_device else (
             "the whole batch on each device" if cls.batch_axis is None else f"{parts} parts over {cls.batch_axis!r}")

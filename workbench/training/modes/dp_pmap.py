@@ -52,7 +52,13 @@ class PmapDataParallel(ParallelMode):
 
     def __init__(self, plan: StepPlan):
         super().__init__(plan)
-        self.devices = jax.devices()[: self.data_parallel_size]
+        size = self.data_parallel_size
+        if size > len(jax.devices()):  # pmap's own error for this is a cryptic squeeze
+            raise MeshError(
+                f"mode 'dp-pmap' maps over {size} devices but JAX has {len(jax.devices())}: "
+                f"use --mesh data={len(jax.devices())} or fewer"
+            )
+        self.devices = jax.devices()[:size]
         self.mesh = build_mesh({DATA_AXIS: len(self.devices)}, axis_types="auto", devices=self.devices)
         # Metrics and eval sums are identical on every device after pmean/psum: return one copy.
         self._steps = {
@@ -63,16 +69,6 @@ class PmapDataParallel(ParallelMode):
             for diagnostics in (False, True)
         }  # pmap compiles on first call: an unused variant costs nothing; the stacked state is donated
         self._eval = jax.pmap(self._local_eval, axis_name=DATA_AXIS, devices=self.devices, out_axes=None)
-
-    @classmethod
-    def check(cls, plan: StepPlan) -> None:
-        super().check(plan)
-        size = cls.batch_parts(plan.mesh)
-        if size > len(jax.devices()):  # pmap's own error for this is a cryptic squeeze
-            raise MeshError(
-                f"mode 'dp-pmap' maps over {size} devices but JAX has {len(jax.devices())}: "
-                f"use --mesh data={len(jax.devices())} or fewer"
-            )
 
     def _local_step(self, state: TrainState, shard: Any, diagnostics: bool):
         sums = step_sums(self.plan, state.params, state.other, shard)  # this device's local gradient
