@@ -174,6 +174,35 @@ def test_a_complete_run_fills_every_figure(make_dashboard):
     assert "40 / 40" in dashboard.progress_label.value
 
 
+def test_each_replica_is_drawn_in_the_colour_of_the_devices_it_holds(make_dashboard):
+    selection = Selection(mesh="data=4,model=2", mode="dp-tp", model_options=dict(SMALL_MODEL),
+                          options={**QUIET, "steps": 10, "sync_every": 5})
+    dashboard = make_dashboard(selection)
+    dashboard.start()
+    assert dashboard.wait(120)["steps"] == 10 and not errors(dashboard)
+    replicas = [t for t in dashboard.grad_norm_figure.data if t.name.startswith("replica ")]
+    assert [t.name for t in replicas] == [f"replica {r} (devices {2 * r}, {2 * r + 1})" for r in range(4)]
+    assert [t.line.color for t in replicas] == [wb.device_color(2 * r) for r in range(4)]  # replica 1: device 2's
+    assert all(len(t.y) == 2 for t in replicas)  # steps 5 and 10
+
+
+def test_the_plots_say_what_will_appear_until_they_have_points_and_sync_off_is_said(make_dashboard):
+    dashboard = make_dashboard(dp_selection(steps=10))  # sync_every=0: the sync plots stay empty all run
+    plots = (dashboard._loss, dashboard._throughput, dashboard._grad, dashboard._divergence)
+    assert all(plot.empty and plot._frame.layout.display == "none" for plot in plots)  # no empty axes
+    assert "appear here once a run starts" in dashboard._loss.placeholder.value
+    dashboard.start()
+    assert dashboard.wait(120)["steps"] == 10
+    poll(lambda: not dashboard._loss.empty)
+    dashboard._draw()
+    assert dashboard._loss._frame.layout.display is None and dashboard._loss.placeholder.layout.display == "none"
+    for plot in (dashboard._grad, dashboard._divergence):
+        assert plot.empty and plot._frame.layout.display == "none"
+        assert "off for this run (sync_every=0)" in plot.placeholder.value
+    dashboard.reset()
+    assert all(plot._frame.layout.display == "none" for plot in plots)  # cleared: no axes left without data
+
+
 @pytest.mark.parametrize(
     ("options", "engine_says"),
     [({"batch": 60}, "global batch 60 does not split"), ({"lr": -1}, "lr=-1 must be a number > 0")],

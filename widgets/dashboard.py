@@ -136,6 +136,7 @@ class TrainingDashboard(widgets.VBox):
         self._total = 0
         self._steps_per_s: float | None = None
         self._replicas = 0  # replica traces shown in the gradient-norm figure
+        self._replica_devices: list[list[int]] | None = None  # the devices each replica holds, as last drawn
         self._overlays = 0  # overlay traces in the loss figure (shown or hidden, never removed)
         self._refreshing = False
 
@@ -565,7 +566,7 @@ class TrainingDashboard(widgets.VBox):
             self._loss.append("eval", step, data["eval_loss"])
         elif kind == "sync":
             norms = data["per_replica_grad_norms"]
-            self._show_replicas(len(norms))
+            self._show_replicas(len(norms), data.get("replica_devices"))
             for replica, norm in enumerate(norms):
                 self._grad.append(f"replica {replica}", step, norm)
             self._grad.append("synced", step, data["synced_grad_norm"])
@@ -724,18 +725,23 @@ class TrainingDashboard(widgets.VBox):
         self._throttle.reset()
         self._draw()
 
-    def _show_replicas(self, count: int) -> None:
-        """One trace per replica in its device's colour; made once, hidden when a run has fewer."""
-        if count == self._replicas:
+    def _show_replicas(self, count: int, devices: list[list[int]] | None = None) -> None:
+        """One trace per replica, in the colour of the first device it holds (its index's colour when the replicas
+        are shards of one device) and named with its devices when it holds several; made once, hidden when a run
+        has fewer."""
+        if (count, devices) == (self._replicas, self._replica_devices):
             return
         for replica in range(count):
             name = f"replica {replica}"
             if not self._grad.has_trace(name):
                 self._grad.add_trace(name, color=wb.device_color(replica), width=1.5)
+            held = devices[replica] if devices else [replica]
+            label = name if len(held) == 1 else f"{name} (devices {', '.join(map(str, held))})"
+            self._grad.style(name, name=label, line={"color": wb.device_color(held[0])})
         for name in self._grad.names:
             if name.startswith("replica "):
                 self._grad.style(name, visible=int(name.split()[1]) < count)
-        self._replicas = count
+        self._replicas, self._replica_devices = count, devices
 
     def _on_runs_selected(self, change: dict) -> None:
         if not self._refreshing:

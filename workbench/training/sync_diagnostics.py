@@ -40,6 +40,7 @@ class SyncReport:
     per_replica_batch: float
     global_batch: float
     noise_scale: float | None
+    replica_devices: list[list[int]] | None = None  # each replica's device ids (None: replicas are not devices)
 
     @property
     def suggested_batch(self) -> int | None:
@@ -208,4 +209,5 @@ def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) ->
         global_batch=big_batch,
         noise_scale=noise_scale(float(np.mean(np.square(local_norms[real]))) if real.any() else 0.0, small_batch,
                                 float(synced_norm) ** 2, big_batch),
+        replica_devices=getattr(mode, "replica_devices", lambda: None)(),  # a user's own step may not say
     )

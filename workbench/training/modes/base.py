@@ -252,6 +252,23 @@ class ParallelMode(abc.ABC):
         """How many parts each global batch is split into across devices (1: not split)."""
         return self.batch_parts(self.plan.mesh)
 
+    def replica_devices(self) -> list[list[int]] | None:
+        """The ids of the devices that hold each replica's rows of the batch, in replica order (replica ``r`` is
+        coordinate ``r`` of the batch axis: on ``data=4,model=2``, replica 1 is devices 2 and 3); None when the
+        replicas are not devices (one-device modes, which loop over shards).
+
+        Example:
+            >>> build_mode("dp-tp", StepPlan(g, loss, tx, "data=4,model=2", 64)).replica_devices()  # doctest: +SKIP
+            [[0, 1], [2, 3], [4, 5], [6, 7]]
+        """
+        mesh = getattr(self, "mesh", None)
+        if self.one_device or self.batch_axis is None or mesh is None or self.batch_axis not in mesh.axis_names:
+            return None
+        axis = mesh.axis_names.index(self.batch_axis)
+        devices = np.asarray(mesh.devices)
+        rows = devices.swapaxes(0, axis).reshape(devices.shape[axis], -1)  # one row of devices per replica
+        return [[int(device.id) for device in row] for row in rows]
+
     @property
     def batch_spec(self) -> PartitionSpec:
         return PartitionSpec(self.batch_axis) if self.batch_axis else PartitionSpec()
