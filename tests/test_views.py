@@ -216,6 +216,23 @@ def test_tree_table_lists_leaves_totals_and_unused_rules():
     assert "rule 1: typo => data" in table
 
 
+def test_a_wide_tree_table_fits_a_notebook_line_and_lists_each_reason_once():
+    leaves = {f"opt_state/0/mu/block_{i}/kernel": jax.ShapeDtypeStruct((64, 128), jnp.float32) for i in range(3)}
+    leaves["opt_state/0/count"] = jax.ShapeDtypeStruct((), jnp.int32)
+    leaves["opt_state/0/mu/head/bias"] = jax.ShapeDtypeStruct((10,), jnp.float32)
+    table = tree_table(layout_tree(leaves, "data=8", "shard"))
+    lines = table.splitlines()
+    # JupyterLab at 1,400 px beside its file browser shows ~110 characters, and wraps longer lines mid-word.
+    assert max(len(line) for line in lines) <= 110
+    why = lines[lines.index("why:") + 1:]
+    reasons = [line.split(". ", 1)[1] for line in why[:3]]
+    assert reasons == ["replicated: scalar", "dimension 1 (128) sharded over 'data'",
+                       "replicated: no dimension of (10,) is divisible by 'data' (8)"]
+    kernel = next(line for line in lines if line.startswith("opt_state/0/mu/block_0"))
+    assert kernel.split()[-1] == "2"  # the row names its reason by number
+    assert tree_table(layout_tree(leaves, "data=8", "shard"), width=200).splitlines()[0].endswith("why")
+
+
 # --- tiling_picture --------------------------------------------------------------------------------
 
 
@@ -458,7 +475,11 @@ def test_layout_figure_of_a_1024_device_mesh():
     layout = layout_array((1024, 1024), BIG_MESH, "data, model")
     figure = layout_figure(layout)
     tiling, grid = figure.data
-    assert np.shape(tiling.z) == (64, 16) and np.shape(grid.z) == (64, 16)
+    # The array keeps a cell per block; the mesh is summarised: 16 x 16 cells of 4 neighbouring devices each.
+    assert np.shape(tiling.z) == (64, 16) and np.shape(grid.z) == (16, 16)
+    assert "1,024 devices: a cell per 4 neighbours" in figure.layout.annotations[1].text
+    assert "4 devices: 0,16,32,48" in grid.hovertext[0][0] and "data=0..3, model=0" in grid.hovertext[0][0]
+    assert grid.customdata[15][15] == 60 * 16 + 15 and list(figure.layout.yaxis2.ticktext)[-1] == "data=60"
     cells = heatmap_cells(tiling)
     assert sorted(d for d, _, _ in cells) == list(range(1024))
     last = next(h for d, _, h in cells if d == 1023)

@@ -31,6 +31,8 @@ DEFAULTS = wb.TrainConfig()  # the engine's defaults, for options the user has n
 KEPT_LAYOUTS = 4  # layouts a selection keeps: the inspector's and the spec editor's, before and after a change
 
 LABEL_WIDTH = "130px"  # room for every control's label ("Checkpoint every") beside its box, none cut
+# Toggle buttons as narrow as their words: ipywidgets' default width pushed a two-button toggle under its label.
+TOGGLE_STYLE = {"button_width": "72px", "description_width": LABEL_WIDTH}
 
 LEVEL_STYLES = {
     "info": ("#0072B2", "ℹ"),   # Okabe-Ito blue

@@ -219,7 +219,8 @@ class ShardingInspector(widgets.VBox):
         self.status = StatusArea()
         self.summary = widgets.HTML()
         self.verdict = MeshVerdict(self.selection, status=self.status)
-        self.tree_picker = widgets.ToggleButtons(options=TREES, value="params", description="tree")
+        self.tree_picker = widgets.ToggleButtons(options=TREES, value="params", description="tree",
+                                                 style={"button_width": "120px"})
         self.leaf_picker = widgets.Dropdown(description="array", layout=widgets.Layout(width="460px"))
         self.table = widgets.HTML()
         self.figure = FigureWidget()

@@ -22,7 +22,7 @@ import jax
 
 import workbench as wb
 
-from .common import Selection, StatusArea, guarded
+from .common import TOGGLE_STYLE, Selection, StatusArea, guarded
 
 PRESETS = {
     "1-D: data": "data=8",
@@ -103,7 +103,7 @@ class MeshPicker(widgets.VBox):
                                       placeholder="e.g. data=4,model=2")
         self.mesh_text.add_class("wb-mesh-text")
         self.axis_types = widgets.ToggleButtons(options=["auto", "explicit"], value=self.selection.axis_types,
-                                                description="Axis types",
+                                                description="Axis types", style=TOGGLE_STYLE,
                                                 tooltips=["the compiler chooses collectives (training)",
                                                           "sharding is part of each array's type"])
         self.axes_box = widgets.VBox()

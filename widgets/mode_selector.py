@@ -24,7 +24,7 @@ import ipywidgets as widgets
 
 import workbench as wb
 
-from .common import LABEL_WIDTH, Quiet, Selection, StatusArea, guarded
+from .common import LABEL_WIDTH, TOGGLE_STYLE, Quiet, Selection, StatusArea, guarded
 from .mesh_verdict import MeshVerdict
 
 # The training options this tab edits, with TrainConfig's own defaults (written once, there).
@@ -78,7 +78,8 @@ class ModeSelector(widgets.VBox):
         self.batch = widgets.IntText(value=options["batch"], description="Global batch")
         self.steps = widgets.IntText(value=options["steps"], description="Steps")
         self.accum = widgets.IntText(value=options["accum"], description="Accumulate")
-        self.precision = widgets.ToggleButtons(options=["fp32", "bf16"], value=options["precision"], description="Precision")
+        self.precision = widgets.ToggleButtons(options=["fp32", "bf16"], value=options["precision"], description="Precision",
+                                               style=TOGGLE_STYLE)
         self.faults = widgets.Text(value=", ".join(options["faults"]), description="Teaching faults",
                                    continuous_update=False, placeholder="none; e.g. psum (comma-separated)",
                                    layout=widgets.Layout(width="460px"))
@@ -90,8 +91,8 @@ class ModeSelector(widgets.VBox):
             value=options["checkpoint_every"], min=0, max=10**9, description="Checkpoint every",
             tooltip="save the state every K steps into runs/<name>/checkpoints/ (0: off; the Save button saves now)")
         self.fault_help = widgets.HTML()
-        for box in (self.model, self.mode, self.optimizer, self.lr, self.batch, self.steps, self.accum, self.precision,
-                    self.faults, self.processes, self.checkpoint_every):
+        for box in (self.model, self.mode, self.optimizer, self.lr, self.batch, self.steps, self.accum, self.faults,
+                    self.processes, self.checkpoint_every):
             box.style.description_width = LABEL_WIDTH  # ipywidgets' default cuts "Learning rate" to "Learning r…"
         self._inputs = {"optimizer": self.optimizer, "lr": self.lr, "batch": self.batch, "steps": self.steps,
                         "accum": self.accum, "precision": self.precision, "faults": self.faults,

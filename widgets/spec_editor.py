@@ -46,7 +46,7 @@ class SpecEditor(widgets.VBox):
         self.rules_text = widgets.Textarea(rows=6, layout=widgets.Layout(width="100%"),
                                            placeholder="regex => spec, one per line; e.g. kernel$ => None, data")
         self.apply_rules_button = widgets.Button(description="Apply rules", button_style="primary")
-        self.mode_rules_button = widgets.Button(description="Use the mode's rules")
+        self.mode_rules_button = widgets.Button(description="Use the mode's rules", layout=widgets.Layout(width="auto"))
         self.matches = widgets.HTML()
         self.layout_value: wb.ArrayLayout | None = None
         super().__init__([
@@ -168,7 +168,9 @@ class SpecEditor(widgets.VBox):
         origin = "custom rules" if self.selection.rules else f"the standard specs of mode {self.selection.mode!r}"
         self.matches.value = ("<table style='font-size:12px'><tr><th align='left'>rule</th><th align='left'>"
                               f"leaves it matched</th></tr>{''.join(rows)}</table>")
-        self.rules_status.show(f"{self.selection.model} on {self.selection.mesh}: {origin}", "ok")
+        # ✓ only where the selection trains here: the rules are valid on a 4,096-device mesh, the run is not.
+        level = "ok" if self.selection.verdict().level == "ok" else "info"
+        self.rules_status.show(f"{self.selection.model} on {self.selection.mesh}: {origin}", level)
 
 
 def _same_spec(text: str, spec) -> bool:

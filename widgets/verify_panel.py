@@ -124,6 +124,8 @@ class VerifyPanel(widgets.VBox):
         self.table.add_class("wb-verify-table")
         self.figure = FigureWidget()
         self.figure.add_class("wb-verify-figure")
+        # Hidden until a result: before one there is nothing to draw, and empty axes say nothing.
+        self._figure_frame = widgets.Box([self.figure], layout=widgets.Layout(display="none", width="100%"))
         self.collectives = widgets.HTML()
 
         # Every callback is guarded: JupyterLab would hide its errors.
@@ -143,7 +145,7 @@ class VerifyPanel(widgets.VBox):
         super().__init__([intro, widgets.HBox([self.target, self.chip]),
                           widgets.HBox([self.verify_button, self.cancel_button]), self.readiness, self.progress,
                           self.status,
-                          self.stale, self.table, self.figure, self.collectives], **kwargs)
+                          self.stale, self.table, self._figure_frame, self.collectives], **kwargs)
         self.add_class("wb-verify-panel")
 
     # --- public actions ---------------------------------------------------------------------------------
@@ -249,6 +251,7 @@ class VerifyPanel(widgets.VBox):
         self.plan, self._shown_key = verified, key
         self.table.value = comparison_table_html(comparison)
         replace_figure(self.figure, figure)
+        self._figure_frame.layout.display = None
         listing = html.escape(compiled.collectives_text())
         self.collectives.value = ("<details><summary>collectives in the compiled step, with the layer and code "
                                   f"each came from</summary><pre>{listing}</pre></details>")

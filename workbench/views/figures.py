@@ -36,6 +36,7 @@ from .text import describe_array, format_coords, format_device_ids, format_index
 
 MAX_HOLDERS_IN_HOVER = 8  # a fully replicated array on 1,024 devices would otherwise list 1,024 per cell
 MAX_TICKS = 16
+MAX_MESH_CELLS = 16  # rows and columns of the mesh panel: a larger mesh is drawn in blocks of neighbours
 # Cell labels are drawn only while they fit, else they overlap into a smudge (hover still names every
 # device): lines of text down a panel of the default height, characters across a full-width one.
 MAX_LABEL_LINES = 16
@@ -183,37 +184,65 @@ def _tiling_trace(
     )
 
 
-def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict]:
-    """The device mesh as a grid trace, with x and y axis settings (ticks naming axes and coordinates)."""
+def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict, str]:
+    """The device mesh as a grid trace, with x and y axis settings (ticks naming axes and coordinates), and
+    the words the panel's title adds.
+
+    Up to :data:`MAX_MESH_CELLS` rows and columns every device has its cell. A larger mesh (512 devices are
+    64 rows of 8) would be stripes too thin to read or click, so each cell then stands for a block of
+    neighbouring devices (the title says how many): its colour is its first device's, its hover names the
+    block's devices and coordinates, and a click picks its first device.
+    """
     names, sizes = layout.mesh.names, layout.mesh.sizes
     rows, columns = sizes[0], math.prod(sizes[1:])
+    row_block, column_block = math.ceil(rows / MAX_MESH_CELLS), math.ceil(columns / MAX_MESH_CELLS)
+    grid_rows, grid_columns = math.ceil(rows / row_block), math.ceil(columns / column_block)
     devices = layout.devices
     shard = f"shard {format_shape(layout.shard_shape)}, {format_bytes_exact(layout.bytes_per_device)}"
-    ids, hover = [], []
-    for row in range(rows):
-        cells = devices[row * columns : (row + 1) * columns]  # row-major: the first axis varies slowest
-        ids.append([d.device_id for d in cells])
-        hover.append(
-            [f"<b>device {d.device_id}</b><br>{format_coords(d.coords)}<br>holds {format_index(d.index)}<br>{shard}" for d in cells]
-        )
+    ids, hover, labels = [], [], []
+    for row in range(grid_rows):
+        ids.append([]), hover.append([]), labels.append([])
+        for column in range(grid_columns):
+            cell = [devices[r * columns + c]  # row-major: the first axis varies slowest
+                    for r in range(row * row_block, min((row + 1) * row_block, rows))
+                    for c in range(column * column_block, min((column + 1) * column_block, columns))]
+            first = cell[0]
+            ids[-1].append(first.device_id)
+            if len(cell) == 1:
+                hover[-1].append(f"<b>device {first.device_id}</b><br>{format_coords(first.coords)}<br>"
+                                 f"holds {format_index(first.index)}<br>{shard}")
+                labels[-1].append(str(first.device_id))
+            else:
+                spans = ", ".join(_span(name, [d.coords[name] for d in cell]) for name in names)
+                hover[-1].append(f"<b>{len(cell)} devices: {format_device_ids([d.device_id for d in cell])}</b>"
+                                 f"<br>{spans}<br>each: {shard}")
+                labels[-1].append("")
     colors = [[palette_index(d) for d in row] for row in ids]
-    labels = [[str(d) for d in row] for row in ids]
-    trace = _color_heatmap(colors, ids, list(range(columns + 1)), list(range(rows + 1)), hover, labels)
+    trace = _color_heatmap(colors, ids, list(range(grid_columns + 1)), list(range(grid_rows + 1)), hover, labels)
 
-    def ticks(count: int, label) -> dict:
+    def ticks(count: int, block: int, label) -> dict:
         step = max(1, math.ceil(count / MAX_TICKS))
         chosen = sorted(set(range(0, count, step)) | {count - 1})
-        return dict(tickmode="array", tickvals=[n + 0.5 for n in chosen], ticktext=[label(n) for n in chosen])
+        return dict(tickmode="array", tickvals=[n + 0.5 for n in chosen], ticktext=[label(n * block) for n in chosen])
 
     other_axes = names[1:]
     column_coords = [devices[c].coords for c in range(columns)]
     x_axis = dict(
         title=" × ".join(other_axes) if other_axes else "",
-        **ticks(columns, lambda c: ", ".join(f"{a}={column_coords[c][a]}" for a in other_axes)),
+        **ticks(grid_columns, column_block, lambda c: ", ".join(f"{a}={column_coords[c][a]}" for a in other_axes)),
     )
     # Row labels on the right: on the left they would crowd the last array panel.
-    y_axis = dict(title=names[0], side="right", autorange="reversed", **ticks(rows, lambda r: f"{names[0]}={r}"))
-    return trace, x_axis, y_axis
+    y_axis = dict(title=names[0], side="right", autorange="reversed",
+                  **ticks(grid_rows, row_block, lambda r: f"{names[0]}={r}"))
+    blocks = row_block * column_block
+    note = f"<br><sup>{layout.mesh.size:,} devices: a cell per {blocks} neighbours</sup>" if blocks > 1 else ""
+    return trace, x_axis, y_axis, note
+
+
+def _span(name: str, coords: list[int]) -> str:
+    """``data=4..7`` (or ``data=4`` when all equal): the coordinates a block of devices spans on one axis."""
+    low, high = min(coords), max(coords)
+    return f"{name}={low}" if low == high else f"{name}={low}..{high}"
 
 
 def _replication_words(layout: ArrayLayout) -> str:
@@ -260,7 +289,8 @@ def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: 
     specs[0].append({"rowspan": panel_rows})
     for row in specs[1:]:
         row.append(None)
-    titles = [p.title for p in panels[:panel_columns]] + [f"device mesh {layout.mesh}"]
+    grid, grid_x, grid_y, grid_note = _mesh_grid(layout)
+    titles = [p.title for p in panels[:panel_columns]] + [f"device mesh {layout.mesh}{grid_note}"]
     titles += [p.title for p in panels[panel_columns:]]
     figure = make_subplots(
         rows=panel_rows,
@@ -279,7 +309,6 @@ def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: 
         bottom_of_column = number + panel_columns >= len(panels)
         figure.update_xaxes(x_axis if bottom_of_column else {**x_axis, "title": ""}, row=row + 1, col=column + 1)
         figure.update_yaxes(y_axis if column == 0 else {**y_axis, "title": ""}, row=row + 1, col=column + 1)
-    grid, grid_x, grid_y = _mesh_grid(layout)
     figure.add_trace(grid, row=1, col=panel_columns + 1)
     figure.update_xaxes(grid_x, row=1, col=panel_columns + 1)
     figure.update_yaxes(grid_y, row=1, col=panel_columns + 1)
@@ -294,7 +323,7 @@ def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: 
     figure.update_layout(
         title=dict(text=title, x=0.01),
         height=max(380, 260 * panel_rows + 140),
-        width=1100,
+        autosize=True,  # as wide as the output it sits in: a fixed width cut the mesh off beside a sidebar
         margin=dict(t=110 if total > len(panels) else 90),
         plot_bgcolor="white",
     )

@@ -141,30 +141,37 @@ def layout_table(layout: ArrayLayout, *, max_devices: int | None = 16) -> str:
 # --- a whole tree -----------------------------------------------------------------------------------
 
 
-def tree_table(tree: TreeLayout) -> str:
+TABLE_WIDTH = 100  # characters: what a notebook output shows beside a sidebar without wrapping
+
+
+def tree_table(tree: TreeLayout, width: int = TABLE_WIDTH) -> str:
     """A text table of a pytree's layout: one row per leaf, then per-device totals and unused rules.
+
+    Lines stay within ``width`` characters where the columns allow (a notebook wraps longer output lines
+    mid-word): when each leaf's reason does not fit beside it, the reasons are numbered and listed once below.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> state = {"w": jax.ShapeDtypeStruct((16, 3), jnp.float32)}
-        >>> print(tree_table(layout_tree(state, "data=8", "shard")).splitlines()[2])
-        w     [16, 3]  float32  data, None  [2, 3]               24 B            1  dimension 0 (16) sharded over 'data'
+        >>> for line in tree_table(layout_tree(state, "data=8", "shard")).splitlines()[2:6]:
+        ...     print(line)
+        w     [16, 3]  float32  data, None  [2, 3]             24 B       1    1
+        <BLANKLINE>
+        why:
+          1. dimension 0 (16) sharded over 'data'
     """
-    headers = ["path", "shape", "dtype", "spec", "shard shape", "bytes/device", "replication", "reason"]
+    headers = ["path", "shape", "dtype", "spec", "shard shape", "per device", "copies", "why"]
     rows = [
-        [
-            row["path"],
-            format_shape(row["shape"]),
-            row["dtype"],
-            row["spec"],
-            format_shape(row["shard_shape"]),
-            format_bytes(row["bytes_per_device"]),
-            str(row["replication"]),
-            row["reason"],
-        ]
+        [row["path"], format_shape(row["shape"]), row["dtype"], row["spec"], format_shape(row["shard_shape"]),
+         format_bytes(row["bytes_per_device"]), str(row["replication"]), row["reason"]]
         for row in tree.rows()
     ]
     lines = align_columns(headers, rows, right=[5, 6])
+    if max(map(len, lines), default=0) > width:  # the reasons, once each, under the table
+        reasons = list(dict.fromkeys(row[-1] for row in rows))
+        numbered = [[*row[:-1], str(reasons.index(row[-1]) + 1)] for row in rows]
+        lines = align_columns(headers, numbered, right=[5, 6, 7])
+        lines += ["", "why:"] + [f"  {number}. {reason}" for number, reason in enumerate(reasons, 1)]
     lines += [
         "",
         f"per device   {format_bytes_exact(tree.bytes_per_device)} on each of {tree.mesh.size:,} devices ({tree.mesh})",
