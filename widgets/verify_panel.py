@@ -37,6 +37,8 @@ WATCHED = ["mesh", "model", "mode", "rules", "model_options", "options"]
 COMPILED_FIELDS = ("model", "model_options", "mode", "mesh", "batch", "accum", "precision", "optimizer", "faults")
 RATIO_BAND = (0.85, 1.15)  # ratios outside it are highlighted: the plan is off by more than 15%
 _CELL = "padding:2px 8px;white-space:nowrap"
+# The notes wrap within the panel: unwrapped, the table scrolled inside the output's own scroll area.
+NOTE_STYLE = "color:#555;white-space:normal;min-width:18em"
 
 
 def comparison_table_html(comparison: wb.PlanComparison) -> str:
@@ -57,7 +59,7 @@ def comparison_table_html(comparison: wb.PlanComparison) -> str:
         off = row.ratio is not None and not RATIO_BAND[0] <= row.ratio <= RATIO_BAND[1]
         cells = [(row.figure, "left", ""), (_value(row.analytic, row.unit), "right", ""),
                  (_value(row.compiler, row.unit), "right", ""), (ratio, "right", warn if off else ""),
-                 (row.note, "left", "color:#555")]
+                 (row.note, "left", NOTE_STYLE)]
         body.append("<tr>" + "".join(f'<td style="{_CELL};text-align:{align};{style}">{html.escape(text)}</td>'
                                      for text, align, style in cells) + "</tr>")
     return (f'<table class="wb-verify-rows" style="border-collapse:collapse;font-family:monospace;font-size:12px">'
@@ -254,7 +256,8 @@ class VerifyPanel(widgets.VBox):
         self._figure_frame.layout.display = None
         listing = html.escape(compiled.collectives_text())
         self.collectives.value = ("<details><summary>collectives in the compiled step, with the layer and code "
-                                  f"each came from</summary><pre>{listing}</pre></details>")
+                                  "each came from</summary>"
+                                  f'<pre style="overflow-x:auto;max-width:100%">{listing}</pre></details>')
         self.progress.value = level_html(
             f"compiled for {compiled.target} ({compiled.device_kind}, {compiled.devices:,} devices) in "
             f"{wb.format_seconds(compiled.compile_seconds)}, {job.elapsed:.0f} s in all", "ok")

@@ -81,9 +81,7 @@ def _shown(value: float | None, unit: str, missing: str = "not modelled") -> str
 
 
 def _peak_words(compiled: CompiledStep) -> str:
-    if compiled.peak_bytes == compiled.summed_peak_bytes:
-        return compiled.peak_source
-    return f"{compiled.peak_source} ({format_bytes(compiled.summed_peak_bytes)} as {PEAK_FORMULA})"
+    return compiled.peak_source
 
 
 def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
