@@ -271,6 +271,9 @@ class VerifyPanel(widgets.VBox):
                  f"{'fits' if fits else 'does NOT fit'} {plan.hardware.name}'s {wb.format_bytes(plan.device_memory)}; "
                  f"the plan said {wb.format_bytes(plan.peak_bytes)}"
                  + (f" (plan / compiler {peak.ratio:.2f})" if peak.ratio is not None else ""))
+        if compiled.peak_bytes < wb.PLAN_ACCURACY_FROM_BYTES and peak.ratio is not None:
+            words += (f"; a step under {wb.format_bytes(wb.PLAN_ACCURACY_FROM_BYTES)} per device is outside where the plan "
+                      "holds ±15%: small buffers the compiler packs or drops dominate it")
         if self.selection.rules:
             words += "; it compiled the mode's standard specs, not your rules"
         accum = self.selection.options.get("accum", 1)

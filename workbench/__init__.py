@@ -45,6 +45,7 @@ from .analysis.timeline import read_timeline as read_timeline
 from .analysis.memory_comparison import MemoryComparison as MemoryComparison
 from .analysis.compiled_step import CompiledStep as CompiledStep
 from .analysis.compile_target import topologies_for as topologies_for
+from .analysis.plan_comparison import PLAN_ACCURACY_FROM_BYTES as PLAN_ACCURACY_FROM_BYTES
 from .analysis.plan_comparison import PlanComparison as PlanComparison
 from .analysis.verification import VerificationJob as VerificationJob
 from .analysis.verification import VerifySettings as VerifySettings
