@@ -556,6 +556,8 @@ class TrainingDashboard(widgets.VBox):
         kind, step, data = event.kind, event.step, event.data
         if kind == "start":
             self._total, self._step = data.get("steps") or 0, 0
+            if data.get("sync_every") is not None:  # a watched run's own schedule, said in the empty sync plots
+                self._describe_sync(data["sync_every"])
         elif kind == "metrics":
             self._step = step
             self._loss.append("train", step, data["loss"])

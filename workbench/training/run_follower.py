@@ -178,7 +178,7 @@ class RunFollower:
             if config is None:
                 return  # closed before the run appeared
             self._emit("start", 0, mode=config.get("mode"), mesh=config.get("mesh"), steps=config.get("steps"),
-                       run_dir=str(self.run_path))
+                       sync_every=config.get("sync_every"), run_dir=str(self.run_path))
             self._follow_lines()
         except Exception as error:  # noqa: BLE001 - the follow fails, the kernel lives on
             if not isinstance(error, RunError):

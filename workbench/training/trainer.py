@@ -519,7 +519,7 @@ class _Loop:
         config = self.config
         resumed = {"resumed_from_step": self.start.step} if self.start.placed else {}
         self.trainer._emit("start", self.start.step, mode=config.mode, mesh=config.mesh, steps=config.steps,
-                           run_dir=str(self.writer.path), **resumed)
+                           sync_every=config.sync_every, run_dir=str(self.writer.path), **resumed)
         self.state = self.start.state if self.start.placed else self.mode.place_state(self.start.state)
         self.start.state = None  # placed: the initial copy is not needed any more
         if config.checkpoint_every:
