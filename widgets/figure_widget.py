@@ -1,4 +1,5 @@
-"""FigureWidget: plotly's ``go.FigureWidget`` that draws whenever its view is made, in JupyterLab and in Voila.
+"""FigureWidget: plotly's ``go.FigureWidget`` that draws whenever its view is made, in JupyterLab and in Voila,
+and whose 5 MB front end reaches the browser once per page, not once per figure.
 
 plotly keeps a figure's traces and layout for the browser in two synced traits, ``_widget_data`` and
 ``_widget_layout``, but assigns them only when the widget is built or displayed on its own; every later
@@ -12,6 +13,13 @@ It happens in JupyterLab too when the page is reloaded, or a figure sits in a bo
 The fix is at the one place a late view reads from: :meth:`FigureWidget.get_state` answers with the figure
 as it is now. Live updates are untouched (still one small message each).
 
+plotly's FigureWidget is an anywidget, and anywidget sends a widget's front-end module (``_esm``) with every
+instance: plotly's is 5 MB (plotly.js inside), and the browser evaluates it again for each figure. The workbench
+has seven figures on the page (35 MB before anything draws), and the first Profile made two more: 4.5 of its
+5.7 s from click to drawn. Here ``_esm`` is a small loader (:data:`LOADER`) instead: the first figure of a page
+asks the kernel for plotly's module (an anywidget command, the bytes as one binary buffer), every figure shares
+that one evaluated module, and plotly's own front end then runs unchanged.
+
 Example:
     >>> figure = FigureWidget()
     >>> _ = figure.add_scatter(x=[1, 2], y=[3, 4])
@@ -22,16 +30,81 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
+import pathlib
 from typing import Any
 
+import plotly
 import plotly.graph_objects as go
+from anywidget.experimental import command
 
 # The synced traits plotly only refreshes on construction and display, and where the figure really is.
 _CURRENT = {"_widget_data": ("_data",), "_widget_layout": ("_layout_obj", "_props")}
 
 
+BUNDLE = pathlib.Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"  # plotly's own front end
+BUNDLE_TIMEOUT_MS = 120_000  # a busy kernel (training on two cores) may take a while to answer
+
+# The front end every FigureWidget sends. JupyterLab handles a kernel's messages one after another and waits
+# for a widget's initialize, so initialize cannot wait for the kernel's answer (it would wait behind itself):
+# it only asks, once per page, for plotly's module. Each figure's first render waits for the module, starts
+# plotly's own model on it, asks the kernel to resend the figure as it is now (what changed meanwhile was not
+# seen by plotly), and then lets plotly render.
+LOADER = """
+const KEY = Symbol.for("sharding-workbench.plotly-figure-widget");
+const TIMEOUT = { signal: AbortSignal.timeout(%(timeout)d) };
+function plotlyModule(experimental) {
+  if (!globalThis[KEY]) {
+    globalThis[KEY] = experimental.invoke("_send_bundle", {}, TIMEOUT).then(async ([, buffers]) => {
+      const url = URL.createObjectURL(new Blob([buffers[0]], { type: "text/javascript" }));
+      try { return await import(/* webpackIgnore: true */ url); } finally { URL.revokeObjectURL(url); }
+    });
+    globalThis[KEY].catch(() => { delete globalThis[KEY]; });  // a failed fetch is tried again by the next figure
+  }
+  return globalThis[KEY];
+}
+export default () => {
+  let started;
+  return {
+    initialize(context) {
+      const module = plotlyModule(context.experimental);
+      started = (async () => {
+        const figure = (await module).default();
+        await figure.initialize(context);
+        await context.experimental.invoke("_resend_figure", {}, TIMEOUT);
+        return figure;
+      })();
+      started.catch((error) => console.error("[sharding-workbench] plotly figure:", error));
+    },
+    async render(context) {
+      return (await started).render(context);
+    },
+  };
+};
+""" % {"timeout": BUNDLE_TIMEOUT_MS}
+
+
+@functools.cache
+def _bundle_bytes() -> bytes:
+    return BUNDLE.read_bytes()
+
+
 class FigureWidget(go.FigureWidget):
-    """A ``go.FigureWidget`` whose state, when a browser asks for it, is the figure as it is now."""
+    """A ``go.FigureWidget`` whose state, when a browser asks for it, is the figure as it is now, and whose
+    front end is plotly's, fetched once per page (:data:`LOADER`)."""
+
+    _esm = LOADER
+
+    @command
+    def _send_bundle(self, _message: Any, _buffers: list[bytes]) -> tuple[dict, list[bytes]]:
+        """plotly's front-end module, for the loader of the first figure on a page."""
+        return {"bytes": len(_bundle_bytes())}, [_bundle_bytes()]
+
+    @command
+    def _resend_figure(self, _message: Any, _buffers: list[bytes]) -> tuple[dict, list[bytes]]:
+        """The figure as it is now, sent before the answer: plotly's model starts from it."""
+        self.send_state(list(_CURRENT))
+        return {}, []
 
     def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
         state = super().get_state(key, drop_defaults)
