@@ -12,7 +12,7 @@ import pytest
 
 import workbench as wb
 from widgets.common import Selection
-from widgets.dashboard import TrainingDashboard
+from widgets.dashboard import UNTIL_STOPPED, TrainingDashboard
 from widgets.live_plot import BoundedSeries, LivePlot, Throttle
 
 SMALL_MODEL = {"hidden": 16}
@@ -172,6 +172,19 @@ def test_a_complete_run_fills_every_figure(make_dashboard):
     assert ys(dashboard.divergence_figure, "replica divergence") == [0.0] * 4
     assert dashboard.progress.value == dashboard.progress.max == 40
     assert "40 / 40" in dashboard.progress_label.value
+
+
+def test_until_stopped_trains_until_stop_and_says_so_instead_of_a_count(make_dashboard):
+    dashboard = make_dashboard(dp_selection(steps=20))
+    dashboard.until_stopped.value = True
+    dashboard.start()
+    assert dashboard.trainer.config.steps == UNTIL_STOPPED
+    assert poll(lambda: dashboard._step >= 30)  # past the Steps option: it goes on
+    dashboard._draw()
+    assert "until stopped" in dashboard.progress_label.value and "ETA" not in dashboard.progress_label.value
+    dashboard.stop()
+    assert dashboard.wait(60) is not None and dashboard.trainer.status == "stopped"
+    assert dashboard.status.last[1].startswith("stopped ")
 
 
 def test_each_replica_is_drawn_in_the_colour_of_the_devices_it_holds(make_dashboard):

@@ -27,7 +27,9 @@ import traitlets
 
 import workbench as wb
 
-DEFAULTS = wb.TrainConfig()  # the engine's defaults, for options the user has not set
+# The widgets' defaults, for options the user has not set: the engine's, with runs long enough (about 10 s of
+# the mlp on 8 simulated devices) to try Pause, Stop and Profile before they end.
+DEFAULTS = wb.TrainConfig(steps=2_000)
 KEPT_LAYOUTS = 4  # layouts a selection keeps: the inspector's and the spec editor's, before and after a change
 
 LABEL_WIDTH = "130px"  # room for every control's label ("Checkpoint every") beside its box, none cut
@@ -236,5 +238,5 @@ class Selection(traitlets.HasTraits):
 
     def _config(self, **overrides: Any) -> wb.TrainConfig:
         fields = {"model": self.model, "data": wb.default_data(self.model), "mode": self.mode, "mesh": self.mesh,
-                  "model_options": dict(self.model_options), **self.options, **overrides}
+                  "steps": DEFAULTS.steps, "model_options": dict(self.model_options), **self.options, **overrides}
         return wb.TrainConfig(**fields)

@@ -54,6 +54,7 @@ from .mesh_verdict import MeshVerdict
 from .profile_panel import ProfilePanel
 
 DEFAULT_SYNC_EVERY = wb.TrainConfig().sync_every
+UNTIL_STOPPED = 10**9  # the steps of a run trained "until stopped": more than anyone waits for
 REDRAW_INTERVAL_S = 0.25  # a few redraws per second: smooth to the eye, nothing to training
 STOP_TIMEOUT_S = 10.0  # how long Reset/close/another dashboard's Start wait for a run to stop
 
@@ -178,6 +179,10 @@ class TrainingDashboard(widgets.VBox):
         self.reset_button = widgets.Button(description="Reset", icon="undo", tooltip="stop and clear the plots")
         self.check_button = widgets.Button(description="Check", icon="check",
                                            tooltip="compare the mode's update with the one-device reference")
+        self.until_stopped = widgets.Checkbox(value=False, description="until stopped", indent=False,
+                                              layout=widgets.Layout(width="auto"),
+                                              tooltip="train until Stop, whatever the Steps option says")
+        self.until_stopped.add_class("wb-until-stopped")
         self.start_button.add_class("wb-start")
         self.stop_button.add_class("wb-stop")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="40%"))
@@ -206,8 +211,8 @@ class TrainingDashboard(widgets.VBox):
             layout=widgets.Layout(width="100%", grid_template_columns="repeat(2, minmax(0, 1fr))", grid_gap="4px"),
         )
         return [
-            widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.reset_button,
-                          self.check_button, self.save_button]),
+            widgets.HBox([self.start_button, self.until_stopped, self.pause_button, self.stop_button,
+                          self.reset_button, self.check_button, self.save_button]),
             self.verdict,
             widgets.HBox([self.progress, self.progress_label], layout=widgets.Layout(width="100%")),
             self._status,
@@ -331,6 +336,8 @@ class TrainingDashboard(widgets.VBox):
         """
         if self._active():
             raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it first")
+        if self.until_stopped.value and "steps" not in overrides:
+            overrides["steps"] = UNTIL_STOPPED
         config = self._trainable_config(**overrides)  # bad input stops here, before anything changes
         self._stop_watching()  # the watched run goes on: only this dashboard stops following it
         self._stop_other_dashboards()
@@ -341,7 +348,8 @@ class TrainingDashboard(widgets.VBox):
         self._pause_requested = False
         self._set_buttons("running")
         # Shown before the thread starts: the thread's own messages (compiled, finished) must come after it.
-        self._status.show(f"starting {config.mode} on {config.mesh}, {config.steps:,} steps", "info")
+        length = "until stopped" if config.steps >= UNTIL_STOPPED else f"{config.steps:,} steps"
+        self._status.show(f"starting {config.mode} on {config.mesh}, {length}", "info")
         try:
             return trainer.start()  # checks the mode/mesh/batch combination before the thread starts
         except Exception:
@@ -622,6 +630,11 @@ class TrainingDashboard(widgets.VBox):
         total = max(self._total, 1)
         self.progress.max = total
         self.progress.value = min(self._step, total)
+        if self._total >= UNTIL_STOPPED:  # no end to count down to: the bar shows nothing, the label says why
+            self.progress.max, self.progress.value = 1, 0
+            rate = f" · {self._steps_per_s:,.1f} steps/s" if self._steps_per_s else ""
+            self.progress_label.value = html.escape(f"step {self._step:,} · until stopped{rate}")
+            return
         text = f"step {self._step:,} / {self._total:,}"
         if self._steps_per_s and (self._active() or self._watching()):
             remaining = max(self._total - self._step, 0) / self._steps_per_s

@@ -24,13 +24,13 @@ import ipywidgets as widgets
 
 import workbench as wb
 
-from .common import LABEL_WIDTH, TOGGLE_STYLE, Quiet, Selection, StatusArea, guarded
+from .common import DEFAULTS, LABEL_WIDTH, TOGGLE_STYLE, Quiet, Selection, StatusArea, guarded
 from .mesh_verdict import MeshVerdict
 
-# The training options this tab edits, with TrainConfig's own defaults (written once, there).
-DEFAULT_OPTIONS = {name: getattr(wb.TrainConfig(), name)
+# The training options this tab edits, with the widgets' defaults (the engine's, written once there).
+DEFAULT_OPTIONS = {name: getattr(DEFAULTS, name)
                    for name in ("optimizer", "lr", "batch", "steps", "accum", "precision", "faults", "processes",
-                              "checkpoint_every")}
+                                "checkpoint_every")}
 
 
 def describe_mode(name: str) -> str:
