@@ -68,6 +68,15 @@ def test_checkpoints_are_saved_every_k_steps_keeping_the_newest(runs):
     assert info.meta["state"] == state_signature(runs["full"].state)
 
 
+def test_reading_checkpoints_says_nothing_but_other_orbax_warnings_still_show(runs, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="absl"):
+        latest_checkpoint(runs["cut"])  # opens the folder read-only: Orbax said so twice, in red, every time
+        logging.getLogger("absl").warning("a warning a user must act on")
+    assert [record.getMessage() for record in caplog.records] == ["a warning a user must act on"]
+
+
 def test_a_resumed_run_equals_the_uninterrupted_run(runs, tmp_path):
     run_dir = _copy(runs, tmp_path)
     resumed = Trainer.resuming(run_dir)

@@ -17,6 +17,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import os
 import re
 from pathlib import Path
@@ -111,8 +113,22 @@ class CheckpointInfo:
         return self.meta["config"]
 
 
+# What Orbax says (through absl's logger, as red stderr in a notebook cell and a red Log Console badge) every
+# time the workbench opens checkpoints only to read them: it asked for that, so there is nothing to act on.
+_READ_ONLY_NOTICES = ("CheckpointManagerOptions.read_only=True", "Given directory is read only")
+
+
+class _ReadOnlyNotices(logging.Filter):
+    """Drops Orbax's notices that a checkpoint folder opened to read is read-only; every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_READ_ONLY_NOTICES)
+
+
 def _manager(run_path: Path, keep: int | None = None, *, read_only: bool = False):
     import orbax.checkpoint as ocp
+
+    _quiet_read_only_notices()
 
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=not read_only, read_only=read_only, enable_async_checkpointing=not read_only,
@@ -120,6 +136,11 @@ def _manager(run_path: Path, keep: int | None = None, *, read_only: bool = False
     )
     return ocp.CheckpointManager(checkpoints_folder(run_path).absolute(), options=options,
                                  item_names=(STATE_ITEM, META_ITEM))
+
+
+@functools.cache
+def _quiet_read_only_notices() -> None:
+    logging.getLogger("absl").addFilter(_ReadOnlyNotices())  # once: the filter stays for the process
 
 
 class CheckpointWriter:
