@@ -185,6 +185,7 @@ class TrainingDashboard(widgets.VBox):
         self.until_stopped.add_class("wb-until-stopped")
         self.start_button.add_class("wb-start")
         self.stop_button.add_class("wb-stop")
+        self.check_button.add_class("wb-check")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="40%"))
         self.progress_label = widgets.HTML(value="no run yet", layout=widgets.Layout(width="60%"))
         self.runs_select = widgets.SelectMultiple(options=[], rows=4, description="compare",
@@ -200,6 +201,7 @@ class TrainingDashboard(widgets.VBox):
             description="Resume run", icon="history",
             tooltip="continue the selected run from its latest checkpoint, with this mode and mesh")
         self.check_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
+        self.check_panel.add_class("wb-check-panel")
         self.layout_panel = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
         self.verdict = MeshVerdict(self.selection, status=self._status)
         self.profile_panel = ProfilePanel(lambda: self._trainer)

@@ -40,7 +40,7 @@ MAX_MESH_CELLS = 16  # rows and columns of the mesh panel: a larger mesh is draw
 # Cell labels are drawn only while they fit, else they overlap into a smudge (hover still names every
 # device): lines of text down a panel of the default height, characters across a full-width one.
 MAX_LABEL_LINES = 16
-MAX_LABEL_CHARACTERS = 90
+MAX_LABEL_CHARACTERS = 56  # a 650-px figure beside JupyterLab's sidebar: 12-px labels need ~7 px a character
 WHOLE_ARRAY_FONT_SIZE = 20  # the one label of a fully replicated array is the figure's message: make it big
 PANEL_COLUMNS = 4
 BAR_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
