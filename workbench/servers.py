@@ -28,6 +28,11 @@ from .errors import WorkbenchError
 
 HOST = "127.0.0.1"  # loopback only: the kernels run arbitrary code for whoever reaches the port
 APP_NOTEBOOK = "app.ipynb"  # in the widgets package
+# The front-end extensions the app loads: Voila's own widget manager, built against the JupyterLab 4.2 that
+# Voila bundles, and anywidget (plotly's figures). JupyterLab's widget manager, its mime renderers and Voila's
+# preview button are built against JupyterLab 4.5-4.6 and are not needed in the app: loaded, they asked for
+# @jupyterlab/services ^7.6.2 and got Voila's 7.2.5 (console warnings on every page).
+APP_EXTENSIONS = ["@voila-dashboards/widgets-manager8", "@jupyter-widgets/jupyterlab-manager", "anywidget"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +127,7 @@ def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = Fal
     notebook = app_notebook()
     argv = (sys.executable, "-m", "voila", str(notebook), f"--Voila.ip={HOST}", f"--port={port}",
             "--Voila.port_retries=0", "--strip_sources=True",
+            *(f"--VoilaConfiguration.extension_allowlist={name}" for name in APP_EXTENSIONS),
             *([] if open_browser else ["--no-browser"]), *([f"--token={token}"] if token else []), *extra)
     env = {"WORKBENCH_RUN_ROOT": str(pathlib.Path(run_root).expanduser().resolve())}
     url = f"http://{HOST}:{port}/" + (f"?token={token}" if token else "")
