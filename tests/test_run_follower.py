@@ -92,7 +92,8 @@ def test_a_run_written_line_by_line_in_another_thread_is_followed_as_it_grows(tm
     assert any(not finished for finished in seen_while_running)  # events came while the run was writing
 
     events = follower.history
-    assert events[0].data == {"mode": "dp", "mesh": "data=2", "steps": 30, "run_dir": str(tmp_path / "live")}
+    assert events[0].data == {"mode": "dp", "mesh": "data=2", "steps": 30, "sync_every": None,  # the run's config names none
+                              "run_dir": str(tmp_path / "live")}
     assert events[1].kind == "compiled" and events[1].step == 1
     assert events[-1].kind == "end" and events[-1].step == 30 and follower.status == "finished"
     body = events[2:-1]

@@ -83,6 +83,18 @@ def test_unknown_faults_and_a_mesh_larger_than_the_machine_are_never_ok():
     assert [fix.mesh for fix in wasteful.fixes] == ["data=8"]  # shrunk for the mode, not to data=1,model=8
 
 
+def test_model_options_the_data_contradicts_are_planned_and_verified_but_never_trained():
+    # notebook 03 verifies a transformer sized for a real vocabulary; only the trainer needs data that fits it
+    config = wb.TrainConfig(model="transformer", data="text", model_options={"vocab": 1024}, mesh="data=8", batch=64)
+    verdict = wb.training_verdict(config)
+    assert verdict.level == "plan" and "vocab=1024 does not fit data 'text'" in verdict.message
+    assert wb.check_verifiable(config, "cpu").model_options == {"vocab": 1024}
+    with pytest.raises(wb.WorkbenchError, match="vocab=1024 does not fit data 'text'"):
+        build_step(config)
+    other_kind = wb.training_verdict(wb.TrainConfig(model="transformer", data="digits", mesh="data=8"))
+    assert other_kind.level == "plan" and "trains on language data, but data 'digits'" in other_kind.message
+
+
 @pytest.mark.parametrize(("mesh", "mode", "batch"), [
     ("data=8", "dp", 64), ("data=4096", "dp", 256), ("data=4096", "dp", 4096), ("data=8", "dp", 100),
     ("data=4,model=2", "dp", 64), ("data=8", "tp", 64),

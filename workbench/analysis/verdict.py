@@ -113,8 +113,8 @@ def training_verdict(config: TrainConfig, *, devices: int | None = None,
         return TrainingVerdict("plan", message, (MeshFix(f"use mesh {smaller}", mesh=str(smaller)),), notes)
     try:
         memory = _memory_refusal(config, available_memory)
-    except WorkbenchError as error:  # a model option the data contradicts: the trainer says the same
-        return TrainingVerdict("error", str(error))
+    except WorkbenchError as error:  # data the model or its options contradict: the trainer refuses, the compiler does not
+        return TrainingVerdict("plan", f"plan and verify only: {error}", (), notes)
     if memory is not None:
         return dataclasses.replace(memory, notes=notes)
     return TrainingVerdict(fit.level, fit.message, fit.fixes)
@@ -178,7 +178,8 @@ def _memory_refusal(config: TrainConfig, available: int | None) -> TrainingVerdi
     """``plan`` when this machine's memory cannot hold the run (registered models: yours is not sized here)."""
     if config.model not in MODELS:
         return None
-    fixed, per_example = _memory_need(config.model, tuple(sorted(config.model_options.items())), config.mode,
+    data = (config.data, tuple(sorted(config.data_options.items())), config.seed)
+    fixed, per_example = _memory_need(config.model, tuple(sorted(config.model_options.items())), data, config.mode,
                                       config.mesh, config.batch, config.accum, config.precision, config.optimizer)
     need = fixed + per_example * config.batch
     available = available_host_memory() if available is None else available
@@ -195,19 +196,20 @@ def _memory_refusal(config: TrainConfig, available: int | None) -> TrainingVerdi
 
 
 @functools.lru_cache(maxsize=64)
-def _memory_need(model: str, options: tuple, mode: str, mesh: str, batch: int, accum: int, precision: str,
-                 optimizer: str) -> tuple[float, float]:
+def _memory_need(model: str, options: tuple, data: tuple, mode: str, mesh: str, batch: int, accum: int,
+                 precision: str, optimizer: str) -> tuple[float, float]:
     """(bytes that do not grow with the batch, bytes per example) this machine holds to train the config.
 
     Devices that keep their buffers in host memory (simulated CPU devices) add the planned step's peak, once
     per device the mode computes on; the state part of it does not grow with the batch, the rest does. The
-    host holds :data:`HOST_BATCH_COPIES` copies of each global batch besides.
+    host holds :data:`HOST_BATCH_COPIES` copies of each global batch besides. ``data`` is (name, options,
+    seed); the model is sized from it as the trainer sizes it, so a model the data contradicts raises here.
     """
     from .planning import plan_training
 
-    from .model_layout import default_data
-
-    examples = abstract_batch(model_config_for_data(model, load_dataset(default_data(model)), **dict(options)), 1)
+    name, data_options, seed = data
+    dataset = load_dataset(name, seed=seed, **dict(data_options))
+    examples = abstract_batch(model_config_for_data(model, dataset, **dict(options)), 1)
     per_example = float(HOST_BATCH_COPIES * batch_bytes(examples))
     if not devices_share_host_memory():
         return 0.0, per_example
