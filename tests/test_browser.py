@@ -24,9 +24,11 @@ import time
 import urllib.error
 import urllib.request
 
+import psutil
 import pytest
 
 import workbench as wb
+from widgets.common import DEFAULTS
 from workbench.servers import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -108,6 +110,8 @@ def served(argv: list[str], env: dict[str, str], port: int, ready: str, log: pat
             time.sleep(0.5)
         yield process
     finally:
+        # Jupyter starts each kernel in a session of its own: the server's process group does not hold them.
+        family = _descendants(process.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -116,6 +120,18 @@ def served(argv: list[str], env: dict[str, str], port: int, ready: str, log: pat
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=15)
+        for child in family + _descendants(process.pid):  # a kernel the server did not shut down, and its children
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(family, timeout=15)
+
+
+def _descendants(pid: int) -> list:
+    """Every process below ``pid`` now (none once it has exited)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
 
 
 @pytest.fixture(scope="module")
@@ -408,6 +424,75 @@ def test_workbench_app_serves_the_widgets_without_code_and_draws_everything(brow
             assert errors == [], errors
         finally:
             page.close()
+
+
+CLASS_SIZE = 5
+CLASS_DEVICES = 2
+CLASS_PREHEATED = 2
+
+
+def test_a_class_of_five_on_one_server_each_in_a_browser_of_its_own(browser, tmp_path):
+    """`workbench app --devices 2 --preheat 2` serves five students at once on this machine: every page opens
+    in a kernel of its own (two started ahead), on 2 simulated devices, and all five train the default run at
+    once, each curve drawn to its last step. One browser process per student, as in a class (a browser holds 6 connections per host)."""
+    home = tmp_path / "class"
+    port = free_port()
+    argv = [sys.executable, "-m", "workbench", "app", "--port", str(port), "--no-browser", "--run-dir",
+            str(home / "runs"), "--devices", str(CLASS_DEVICES), "--preheat", str(CLASS_PREHEATED), "--cull-idle", "30"]
+    log = home / "app.log"
+    with served(argv, _isolated_env(home), port, "/login", log, cwd=home) as server:
+        _wait_for(lambda: f"is filled with {CLASS_PREHEATED} kernel" in log.read_text(), 180, "the preheated kernels")
+        assert "not recognized" not in log.read_text()  # Voila and Jupyter took every option
+        students = [browser.browser_type.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+                    for _ in range(CLASS_SIZE)]
+        try:
+            started = time.monotonic()
+            pages = [student.new_page(viewport={"width": 1400, "height": 1000}) for student in students]
+            for page in pages:  # every student asks at once
+                page.goto(f"http://127.0.0.1:{port}/?token={TOKEN}", wait_until="commit", timeout=120_000)
+            opened = []
+            for page in pages:
+                page.locator(".lm-TabBar-tab", has_text="1 · Mesh").wait_for(timeout=300_000)
+                opened.append(time.monotonic() - started)
+            kernels = [p for p in _descendants(server.pid) if "ipykernel" in " ".join(p.cmdline())]
+            assert len(kernels) >= CLASS_SIZE  # a kernel each (and the pool refilled behind them)
+            for page in pages:  # the mesh a student starts from is every device their kernel has
+                assert page.locator(".wb-mesh-text input").input_value() == f"data={CLASS_DEVICES}"
+                _tab(page, "5 · Train")
+                page.locator(".wb-start").click()  # the default run (2,000 steps), all five at once
+            for page in pages:
+                page.locator(".wb-status:visible", has_text="finished ").first.wait_for(timeout=300_000)
+            trained = time.monotonic() - started
+            memory = [_tree_rss(kernel) for kernel in kernels]
+            last_steps = [page.evaluate("""() => { const h = document.querySelector('.js-plotly-plot.wb-loss-figure, '
+                + '.wb-loss-figure .js-plotly-plot'); const x = h && h.data && h.data[0].x;
+                return x ? x[x.length - 1] : 0; }""") for page in pages]
+            assert last_steps == [DEFAULTS.steps] * CLASS_SIZE, last_steps  # every curve drawn to its end
+            (ARTIFACTS / "class.txt").write_text(
+                f"{CLASS_SIZE} students, {CLASS_DEVICES} devices each, {CLASS_PREHEATED} preheated: "
+                f"pages open after {', '.join(f'{s:.0f}' for s in opened)} s, all {DEFAULTS.steps:,} steps trained "
+                f"and drawn after {trained:.0f} s; kernel memory after training "
+                f"{', '.join(f'{m / 2**20:.0f}' for m in memory)} MiB\n")
+        finally:
+            for student in students:
+                student.close()
+
+
+def _wait_for(condition, timeout_s: float, what) -> None:
+    """Wait until ``condition()``; ``what`` (text, or a function giving it) says what did not happen."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what() if callable(what) else what}: not within {timeout_s} s")
+        time.sleep(1)
+
+
+def _tree_rss(process) -> int:
+    """Resident memory of ``process`` and its children (0 once it is gone)."""
+    try:
+        return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+    except psutil.Error:
+        return 0
 
 
 def _choose(root, mesh: str | None = None, mode: str | None = None) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from workbench.cli.main import main
 from workbench.errors import WorkbenchError
-from workbench.servers import HOST, app_launch, checked_port, free_port, lab_launch, project_notebooks
+from workbench.servers import HOST, Classroom, app_launch, checked_port, free_port, lab_launch, project_notebooks
 
 
 def test_lab_launch_is_loopback_with_a_token_kept_out_of_argv(monkeypatch, tmp_path):
@@ -52,8 +52,28 @@ def test_ports_are_checked():
     (["lab", "--port", "eighty"], "invalid int value"),
     (["lab", "--notebook-dir", "/no/such/folder"], "notebook folder '/no/such/folder' does not exist"),
     (["app", "--port", "-1"], "port -1 is not a TCP port"),
+    (["app", "--devices", "0"], "devices=0 per student is not a count from 1 to 64: use e.g. --devices 4"),
+    (["app", "--devices", "two"], "invalid int value: 'two'"),
+    (["app", "--cull-idle", "-5"], "cull_idle_minutes=-5.0 is not a number of minutes >= 0"),
+    (["app", "--preheat", "100"], "preheat=100 is not a number of kernels from 0 to 64"),
 ])
 def test_bad_server_options_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("error: ") and err.count("\n") == 1 and message in err
+
+
+def test_a_class_is_served_with_its_devices_culling_and_preheated_kernels(tmp_path):
+    # Each student's kernel imports workbench, which gives JAX the devices WORKBENCH_CPU_DEVICES names.
+    launch = app_launch(port=0, open_browser=False, run_root=tmp_path,
+                        classroom=Classroom(devices=2, cull_idle_minutes=30, preheat=3))
+    assert launch.env["WORKBENCH_CPU_DEVICES"] == "2"
+    argv = launch.argv
+    assert "--MappingKernelManager.cull_idle_timeout=1800" in argv and "--MappingKernelManager.cull_connected=False" in argv
+    assert "--VoilaConfiguration.preheat_kernel=True" in argv and "--VoilaConfiguration.default_pool_size=3" in argv
+    quiet = app_launch(port=0, classroom=Classroom(cull_idle_minutes=0))
+    assert quiet.env["WORKBENCH_CPU_DEVICES"] == "8"  # every mode and mesh of the notebooks
+    assert not any("cull" in a or "preheat" in a for a in quiet.argv)  # never culled, nothing started ahead
+    for bad in (True, 2.5, 65):
+        with pytest.raises(WorkbenchError, match="per student is not a count from 1 to 64"):
+            Classroom(devices=bad)

@@ -145,7 +145,8 @@ class Selection(traitlets.HasTraits):
     :meth:`verdict` says whether they train here, and :meth:`apply_fix` applies one of its fixes.
 
     Attributes:
-        mesh: mesh text, e.g. ``"data=8"``; may be larger than the local devices (planning).
+        mesh: mesh text, e.g. ``"data=8"``; may be larger than the local devices (planning). Default: every
+            device this machine has, over ``data``.
         axis_types: ``"auto"`` or ``"explicit"``.
         model, model_options: a registered model and overrides of its preset.
         mode: a parallel mode.
@@ -154,13 +155,20 @@ class Selection(traitlets.HasTraits):
             accum, precision, faults, ...).
     """
 
-    mesh = traitlets.Unicode("data=8")
+    mesh = traitlets.Unicode()
     axis_types = traitlets.Unicode("auto")
     model = traitlets.Unicode("mlp")
     model_options = traitlets.Dict()
     mode = traitlets.Unicode("dp")
     rules = traitlets.List()
     options = traitlets.Dict()
+
+    @traitlets.default("mesh")
+    def _every_local_device(self) -> str:
+        # What this machine trains on: 8 simulated devices on a laptop, 2 for a student of a large class, 1 GPU.
+        import jax
+
+        return f"data={jax.device_count()}"
 
     def mesh_shape(self) -> wb.MeshShape:
         return wb.parse_mesh(self.mesh)

@@ -28,14 +28,16 @@ class Workbench(widgets.VBox):
     """The mesh picker, mode selector, spec editor, sharding inspector and training dashboard, as tabs.
 
     Args:
-        model, mesh, mode: where to start (any registered model, mesh text, parallel mode).
+        model, mesh, mode: where to start (any registered model, mesh text, parallel mode); the mesh defaults to
+            every device this machine has, over ``data``.
         run_root: where training runs are written (``runs/`` by default).
         selection: share an existing selection instead (e.g. with another widget).
     """
 
-    def __init__(self, model: str = "mlp", mesh: str = "data=8", mode: str = "dp", *, run_root: str = "runs",
+    def __init__(self, model: str = "mlp", mesh: str | None = None, mode: str = "dp", *, run_root: str = "runs",
                  selection: Selection | None = None, **kwargs):
-        self.selection = selection or Selection(model=model, mesh=str(mesh), mode=mode)
+        chosen = {"model": model, "mode": mode, **({"mesh": str(mesh)} if mesh is not None else {})}
+        self.selection = selection or Selection(**chosen)
         self.mesh_picker = MeshPicker(self.selection)
         self.mode_selector = ModeSelector(self.selection)
         self.spec_editor = SpecEditor(self.selection)

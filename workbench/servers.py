@@ -116,10 +116,59 @@ def app_notebook() -> pathlib.Path:
     return pathlib.Path(spec.origin).parent / APP_NOTEBOOK
 
 
+@dataclasses.dataclass(frozen=True)
+class Classroom:
+    """How ``workbench app`` serves a class from one machine: every student's page is a kernel of its own.
+
+    Attributes:
+        devices: simulated CPU devices per student kernel (8: every mode and mesh of the notebooks; 4 or 2
+            hold more students in the same memory, see the README's sizing).
+        cull_idle_minutes: a kernel whose page was closed and that has done nothing for this long is shut
+            down, its memory given back (0: never). A connected page is never culled.
+        preheat: kernels started, and the app's page computed in them, before anyone asks, so a student's
+            page opens at once (each holds a kernel's memory while it waits).
+
+    Example:
+        >>> Classroom(devices=0)
+        Traceback (most recent call last):
+        ...
+        workbench.errors.WorkbenchError: devices=0 per student is not a count from 1 to 64: use e.g. --devices 4
+    """
+
+    devices: int = 8
+    cull_idle_minutes: float = 60.0
+    preheat: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or not 1 <= self.devices <= 64:
+            raise WorkbenchError(f"devices={self.devices!r} per student is not a count from 1 to 64: use e.g. "
+                                 "--devices 4")
+        if not isinstance(self.cull_idle_minutes, (int, float)) or self.cull_idle_minutes < 0:
+            raise WorkbenchError(f"cull_idle_minutes={self.cull_idle_minutes!r} is not a number of minutes >= 0: use "
+                                 "e.g. --cull-idle 30 (0: never)")
+        if isinstance(self.preheat, bool) or not isinstance(self.preheat, int) or not 0 <= self.preheat <= 64:
+            raise WorkbenchError(f"preheat={self.preheat!r} is not a number of kernels from 0 to 64: use e.g. "
+                                 "--preheat 2")
+
+    def voila_options(self) -> tuple[str, ...]:
+        """Voila's and Jupyter's options for these settings."""
+        options = []
+        if self.cull_idle_minutes:
+            options += [f"--MappingKernelManager.cull_idle_timeout={round(self.cull_idle_minutes * 60)}",
+                        "--MappingKernelManager.cull_interval=60", "--MappingKernelManager.cull_connected=False"]
+        if self.preheat:
+            options += ["--VoilaConfiguration.preheat_kernel=True",
+                        f"--VoilaConfiguration.default_pool_size={self.preheat}"]
+        return tuple(options)
+
+
 def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = False,
-               run_root: str | os.PathLike = "runs", extra: tuple[str, ...] = ()) -> Launch:
+               run_root: str | os.PathLike = "runs", extra: tuple[str, ...] = (),
+               classroom: Classroom = Classroom()) -> Launch:
     """The workbench as a standalone web app (Voila): widgets only, no code; 127.0.0.1 and a token
-    unless ``no_token`` is asked for. Runs go to ``run_root`` (relative to the working directory)."""
+    unless ``no_token`` is asked for. Runs go to ``run_root`` (relative to the working directory); each
+    student's kernel has ``classroom.devices`` simulated devices, idle kernels are culled and some may be
+    started ahead (:class:`Classroom`)."""
     if importlib.util.find_spec("voila") is None:
         raise WorkbenchError("voila is not installed: run 'make lab' (or pip install -e .) to install it")
     port = checked_port(port)
@@ -128,8 +177,10 @@ def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = Fal
     argv = (sys.executable, "-m", "voila", str(notebook), f"--Voila.ip={HOST}", f"--port={port}",
             "--Voila.port_retries=0", "--strip_sources=True",
             *(f"--VoilaConfiguration.extension_allowlist={name}" for name in APP_EXTENSIONS),
+            *classroom.voila_options(),
             *([] if open_browser else ["--no-browser"]), *([f"--token={token}"] if token else []), *extra)
-    env = {"WORKBENCH_RUN_ROOT": str(pathlib.Path(run_root).expanduser().resolve())}
+    env = {"WORKBENCH_RUN_ROOT": str(pathlib.Path(run_root).expanduser().resolve()),
+           "WORKBENCH_CPU_DEVICES": str(classroom.devices)}  # read by each kernel's import of workbench
     url = f"http://{HOST}:{port}/" + (f"?token={token}" if token else "")
     return Launch(argv, env, url, port, token)
 
@@ -142,5 +193,5 @@ def run_server(launch: Launch, what: str) -> None:
     os.execve(launch.argv[0], list(launch.argv), {**os.environ, **launch.env})
 
 
-__all__ = ["HOST", "Launch", "app_launch", "app_notebook", "checked_port", "free_port", "lab_launch",
+__all__ = ["HOST", "Classroom", "Launch", "app_launch", "app_notebook", "checked_port", "free_port", "lab_launch",
            "project_notebooks", "run_server"]

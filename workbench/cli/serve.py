@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..servers import Classroom
 from .exit_codes import EXIT_OK
 
 
@@ -30,6 +31,12 @@ def add_server_parsers(commands) -> None:
     app.add_argument("--no-token", action="store_true",
                      help="serve without a token (anyone who can reach the port on this machine can use it)")
     app.add_argument("--run-dir", default="runs", help="where training runs are written (default: runs)")
+    app.add_argument("--devices", type=int, default=Classroom.devices,
+                     help="simulated CPU devices per student (default 8; 4 or 2 fit more students in the same memory)")
+    app.add_argument("--cull-idle", type=float, default=Classroom.cull_idle_minutes, metavar="MINUTES",
+                     help="shut down a student's kernel this long after its page closed (default 60; 0: never)")
+    app.add_argument("--preheat", type=int, default=Classroom.preheat, metavar="N",
+                     help="kernels started ahead with the app computed, so pages open at once (default 0)")
 
 
 def _add_port_options(parser, default_port: int) -> None:
@@ -53,6 +60,7 @@ def lab_command(args) -> int:
 def app_command(args) -> int:
     from ..servers import app_launch, run_server
 
-    launch = app_launch(args.port, not args.no_browser, args.no_token, args.run_dir)
+    launch = app_launch(args.port, not args.no_browser, args.no_token, args.run_dir,
+                        classroom=Classroom(args.devices, args.cull_idle, args.preheat))
     run_server(launch, "Sharding Workbench app")
     return EXIT_OK
