@@ -328,6 +328,7 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
         page.wait_for_function("(n) => document.querySelector('.js-plotly-plot.wb-loss-figure, .wb-loss-figure .js-plotly-plot').data[0].x.length > n",
                                arg=len(first), timeout=90_000)
         _shot(dashboard, "06-training-live")
+        assert _overflowing_plots(dashboard) == [], "plots wider than the notebook beside the file browser"
 
         # Profile, timed in the page from the click to the timeline drawn (held in bench/bench_profile.py: the
         # widget path; the figure kept here is what the browser adds).
@@ -366,6 +367,17 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
         assert _execute_in_kernel(page, "assert dashboard.trainer.status == 'stopped'") == "ok"  # the kernel answers
     finally:
         page.close()
+
+
+def _overflowing_plots(output) -> list[str]:
+    """The titles of the plots in ``output`` whose drawing reaches past its right edge (clipped)."""
+    return output.evaluate("""(output) => {
+        const edge = output.getBoundingClientRect().right + 1;
+        return [...output.querySelectorAll('.js-plotly-plot')]
+            .filter(plot => plot.offsetParent !== null)  // shown
+            .filter(plot => [...plot.querySelectorAll('.main-svg')].some(svg => svg.getBoundingClientRect().right > edge))
+            .map(plot => (plot.layout && plot.layout.title && plot.layout.title.text) || 'untitled');
+    }""")
 
 
 def _plot_points(page, css: str) -> list[int]:

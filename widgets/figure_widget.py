@@ -43,6 +43,7 @@ _CURRENT = {"_widget_data": ("_data",), "_widget_layout": ("_layout_obj", "_prop
 
 
 BUNDLE = pathlib.Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"  # plotly's own front end
+RESPONSIVE = {"responsive": True}  # plotly's config: a figure follows its element's width (see LOADER)
 BUNDLE_TIMEOUT_MS = 120_000  # a busy kernel (training on two cores) may take a while to answer
 
 # The front end every FigureWidget sends. JupyterLab handles a kernel's messages one after another and waits
@@ -77,7 +78,22 @@ export default () => {
       started.catch((error) => console.error("[sharding-workbench] plotly figure:", error));
     },
     async render(context) {
-      return (await started).render(context);
+      // plotly's view under anywidget sizes itself once, when drawn: a figure drawn in a hidden tab, or in
+      // a notebook narrowed by its sidebar, kept plotly's 700 px default. Its responsive handler (config
+      // "responsive") resizes it to its element, here whenever the element's size changes.
+      const element = context.el;
+      element.style.width = "100%%";  // the figure spans its container, and shrinks with it (a flex item
+      element.style.minWidth = "0";  // would otherwise keep its drawing's width and overflow)
+      const remove = (await started).render(context);
+      let width = element.clientWidth;
+      const observer = new ResizeObserver(() => {
+        if (element.clientWidth !== width && element._responsiveChartHandler) {
+          width = element.clientWidth;
+          element._responsiveChartHandler();
+        }
+      });
+      observer.observe(element);
+      return () => { observer.disconnect(); if (typeof remove === "function") remove(); };
     },
   };
 };
@@ -94,6 +110,10 @@ class FigureWidget(go.FigureWidget):
     front end is plotly's, fetched once per page (:data:`LOADER`)."""
 
     _esm = LOADER
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._config = {**RESPONSIVE, **(self._config or {})}
 
     @command
     def _send_bundle(self, _message: Any, _buffers: list[bytes]) -> tuple[dict, list[bytes]]:

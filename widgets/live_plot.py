@@ -166,7 +166,7 @@ class LivePlot:
             xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": y_title}},
             legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
         ))
-        self.figure._config = TOOLBAR  # a short toolbar, on hover, clear of the title
+        self.figure._config = {**self.figure._config, **TOOLBAR}  # a short toolbar, on hover, clear of the title
         self.placeholder = widgets.HTML()
         self.placeholder.add_class("wb-plot-placeholder")
         self._frame = widgets.Box([self.figure], layout=widgets.Layout(width="100%"))
