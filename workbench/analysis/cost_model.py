@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from ..errors import WorkbenchError
@@ -38,6 +39,10 @@ class Hardware:
             or one spread over several links goes faster, so ring times here are conservative.
         latency_s: seconds per ring step (link hop plus software overhead): a rough figure.
         description: where each figure comes from.
+        devices_per_host: chips that share the fast links (a GPU host's NVLink domain); None: one domain
+            (a TPU slice's ICI spans it whole).
+        host_bandwidth: bytes/s one chip sends to another host, one direction (its share of the network:
+            InfiniBand or Ethernet); a collective whose group spans hosts is priced on it, the slower link.
     """
 
     name: str
@@ -46,6 +51,8 @@ class Hardware:
     bandwidth: float
     latency_s: float
     description: str
+    devices_per_host: int | None = None
+    host_bandwidth: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The figures as JSON-ready values."""
@@ -53,9 +60,11 @@ class Hardware:
 
     def summary(self) -> str:
         """One line: ``tpu-v5p: 459 TFLOP/s bf16, 95.0 GiB, 100 GB/s per link one way, 1 us/step``."""
+        across = (f", {self.host_bandwidth / 1e9:g} GB/s across hosts of {self.devices_per_host}"
+                  if self.host_bandwidth else "")
         return (
             f"{self.name}: {self.peak_flops / 1e12:g} TFLOP/s bf16, {self.memory_bytes / GiB:.1f} GiB, "
-            f"{self.bandwidth / 1e9:g} GB/s per link one way, {self.latency_s * 1e6:g} us/step"
+            f"{self.bandwidth / 1e9:g} GB/s per link one way{across}, {self.latency_s * 1e6:g} us/step"
         )
 
 
@@ -87,16 +96,43 @@ HARDWARE: dict[str, Hardware] = {
             "Latency ~1 us per hop: rough.",
         ),
         Hardware(
+            "a100-80gb", 312e12, 80 * GiB, 300e9, 3e-6,
+            "NVIDIA A100 SXM4 80GB datasheet: 312 TFLOP/s dense bf16 (624 with sparsity), 80 GB HBM2e at 2.0 TB/s; "
+            "NVLink 3 at 600 GB/s bidirectional per GPU through NVSwitch, i.e. 300 GB/s per direction, within an "
+            "8-GPU HGX host. Across hosts: one 200 Gb/s HDR InfiniBand port per GPU (DGX A100), 25 GB/s one way. "
+            "Latency ~3 us per ring step: rough.",
+            devices_per_host=8, host_bandwidth=25e9,
+        ),
+        Hardware(
             "h100-nvlink", 989e12, 80 * GiB, 450e9, 3e-6,
             "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense bf16 (1,979 with sparsity), 80 GB HBM3; NVLink 4 at "
-            "900 GB/s bidirectional per GPU (18 links) through NVSwitch, i.e. 450 GB/s per direction. Latency "
-            "~3 us per ring step (NCCL small-message figures): rough. Within one 8-GPU NVLink domain only.",
+            "900 GB/s bidirectional per GPU (18 links) through NVSwitch, i.e. 450 GB/s per direction, within an "
+            "8-GPU HGX host. Across hosts: one 400 Gb/s NDR InfiniBand port per GPU (DGX H100), 50 GB/s one way. "
+            "Latency ~3 us per ring step (NCCL small-message figures): rough.",
+            devices_per_host=8, host_bandwidth=50e9,
         ),
         Hardware(
             "h100-pcie", 756e12, 80 * GiB, 64e9, 5e-6,
             "NVIDIA H100 PCIe datasheet: 756 TFLOP/s dense bf16 (1,513 with sparsity), 80 GB HBM2e; PCIe Gen5 x16 "
-            "at 128 GB/s bidirectional, i.e. ~64 GB/s per direction (no NVLink bridge). Latency ~5 us per ring "
-            "step: rough.",
+            "at 128 GB/s bidirectional, i.e. ~64 GB/s per direction (no NVLink bridge), within a host of 8. "
+            "Across hosts: a 200 Gb/s NIC per GPU assumed (PCIe servers vary), 25 GB/s one way. Latency ~5 us per "
+            "ring step: rough.",
+            devices_per_host=8, host_bandwidth=25e9,
+        ),
+        Hardware(
+            "h200", 989e12, 141 * 10**9, 450e9, 3e-6,
+            "NVIDIA H200 SXM datasheet: 989 TFLOP/s dense bf16 (as H100 SXM), 141 GB HBM3e at 4.8 TB/s; NVLink 4 "
+            "at 900 GB/s bidirectional, 450 GB/s per direction, within an 8-GPU HGX host. Across hosts: 400 Gb/s "
+            "NDR InfiniBand per GPU, 50 GB/s one way. Latency ~3 us per ring step: rough.",
+            devices_per_host=8, host_bandwidth=50e9,
+        ),
+        Hardware(
+            "b200", 2250e12, 180 * 10**9, 900e9, 3e-6,
+            "NVIDIA DGX B200 datasheet: 72 PFLOP/s FP8 training for 8 GPUs, i.e. 2,250 TFLOP/s dense bf16 per "
+            "GPU; 180 GB HBM3e at 8 TB/s (XLA's spec: 191.5 GB); NVLink 5 at 1.8 TB/s bidirectional, 900 GB/s "
+            "per direction, within 8 GPUs. Across hosts: 400 Gb/s ConnectX-7 per GPU, 50 GB/s one way. Latency "
+            "~3 us per ring step: rough.",
+            devices_per_host=8, host_bandwidth=50e9,
         ),
         Hardware(
             "cpu", 1e11, 16 * GiB, 10e9, 1e-5,
@@ -132,16 +168,20 @@ def _check_number(what: str, value: Any, example: str, *, integer: bool = False,
         raise WorkbenchError(f"{what}={value!r} must be {kind} >= {minimum}: use e.g. {what}={example}")
 
 
-def collective_time(kind: str, nbytes: float, group_size: int, hw: str | Hardware) -> float:
+def collective_time(kind: str, nbytes: float, group_size: int, hw: str | Hardware, *,
+                    spans_hosts: bool = False) -> float:
     """Seconds for one ring collective of ``nbytes`` (the full array per device) over ``group_size`` devices.
 
     ``kind`` is ``"all-reduce"``, ``"all-gather"`` or ``"reduce-scatter"`` (formulas in the module
-    docstring). A group of one device costs nothing.
+    docstring). A group of one device costs nothing. A group that ``spans_hosts`` runs at the speed of its
+    slowest link: the hardware's :attr:`~Hardware.host_bandwidth` where it has one.
 
     Example:
-        >>> hw = Hardware("toy", 1e12, 2**30, 1e9, 1e-6, "")
+        >>> hw = Hardware("toy", 1e12, 2**30, 1e9, 1e-6, "", devices_per_host=8, host_bandwidth=1e8)
         >>> collective_time("all-gather", 8e9, 8, hw)  # 7/8 * 8 s + 7 us
         7.000007
+        >>> collective_time("all-gather", 8e9, 8, hw, spans_hosts=True)  # ten times slower links
+        70.000007
     """
     if kind not in COLLECTIVES:
         raise WorkbenchError(f"unknown collective {kind!r}: choose one of {', '.join(COLLECTIVES)}")
@@ -151,8 +191,31 @@ def collective_time(kind: str, nbytes: float, group_size: int, hw: str | Hardwar
     if group_size == 1:
         return 0.0
     steps = group_size - 1
-    one_pass = nbytes * steps / group_size / hw.bandwidth + steps * hw.latency_s
+    bandwidth = hw.host_bandwidth if spans_hosts and hw.host_bandwidth else hw.bandwidth
+    one_pass = nbytes * steps / group_size / bandwidth + steps * hw.latency_s
     return 2 * one_pass if kind == "all-reduce" else one_pass
+
+
+def group_spans_hosts(mesh: Any, axes: tuple[str, ...], devices_per_host: int | None) -> bool:
+    """Whether a collective over ``axes`` of ``mesh`` (a MeshShape) reaches devices of several hosts.
+
+    Devices fill hosts in the mesh's order (its last axis fastest, as jax.make_mesh lays them out), so a
+    group stays in a host when every axis it runs over, with the axes after it, fits in one.
+
+    Example:
+        >>> from workbench.layout.mesh import MeshShape
+        >>> mesh = MeshShape(("data", "model"), (64, 8))
+        >>> group_spans_hosts(mesh, ("model",), 8), group_spans_hosts(mesh, ("data",), 8)
+        (False, True)
+    """
+    if not devices_per_host:
+        return False
+    sizes = dict(zip(mesh.names, mesh.sizes))
+    for axis in axes:
+        inner = math.prod(sizes[name] for name in mesh.names[mesh.names.index(axis):])
+        if sizes[axis] > 1 and inner > devices_per_host:
+            return True
+    return False
 
 
 def compute_time(flops: float, hw: str | Hardware, utilisation: float = DEFAULT_UTILISATION) -> float:

@@ -33,6 +33,7 @@ from .cost_model import (
     collective_time,
     compute_bound_test,
     compute_time,
+    group_spans_hosts,
     hardware as lookup_hardware,
 )
 from ..errors import MeshError, WorkbenchError, nearest_multiples
@@ -579,7 +580,8 @@ def _step_collectives(
         if nbytes > 0 and group > 1 and count > 0:
             what = need.what.split(":")[0]
             collectives.append(PlannedCollective(need.kind, what, int(nbytes), (need.axis,), group, count,
-                                                 collective_time(need.kind, nbytes, group, hw)))
+                                                 collective_time(need.kind, nbytes, group, hw, spans_hosts=(
+                                                     group_spans_hosts(mesh, (need.axis,), hw.devices_per_host)))))
     whole = [leaf for leaf in params_layout.leaves if not _split_over(leaf, DATA_AXIS)]
     if mode_cls.state_placement == "shard" and whole and not custom:
         notes.append(f"{len(whole)} parameter(s) have no dimension divisible by data={mesh.axis_size(DATA_AXIS)} "
