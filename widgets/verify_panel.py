@@ -1,7 +1,7 @@
 """VerifyPanel: "Verify with the compiler" for the selection's step, in the background, on any mesh up to 2,048 devices.
 
 A click starts the engine's :func:`workbench.start_verification` of the selection's step (its model and
-options, mode, mesh, batch, precision, accumulation, optimizer) for ``cpu`` or a TPU topology, and returns:
+options, mode, mesh, batch, precision, accumulation, optimizer) for ``cpu``, a TPU topology or GPUs, and returns:
 a background thread redraws the progress and elapsed seconds, Cancel kills the child at once, and the
 outcome is the engine's comparison (table, :func:`workbench.comparison_figure`, collectives) or its error,
 inline, the last result kept. A result whose selection has changed since is marked stale.
@@ -80,7 +80,8 @@ class VerifyPanel(widgets.VBox):
         timeout: seconds the whole compile may take before its child is stopped (default: the engine's).
 
     Attributes:
-        target: ``cpu`` or a TPU topology (``tpu:v5p:8x8x8``); offers those with the mesh's device count.
+        target: ``cpu``, a TPU topology (``tpu:v5p:8x8x8``) or GPUs (``gpu:h100:512``); offers those with the
+            mesh's device count.
         chip: the hardware preset whose memory the plan is judged against (a TPU target uses its own).
         verify_button, cancel_button: start; stop at once (the child process is killed).
         progress: the compile's latest message and elapsed seconds.
@@ -142,8 +143,9 @@ class VerifyPanel(widgets.VBox):
         self._offer_targets()
         self._judge()
         intro = widgets.HTML("<b>Verify with the compiler</b>: compile this step for the mesh (up to 2,048 simulated "
-                             "devices, or a TPU topology with the <code>tpu</code> extra), nothing allocated, and set "
-                             "the compiler's figures beside the plan's.")
+                             "devices, a TPU topology with the <code>tpu</code> extra, or NVIDIA GPUs, e.g. "
+                             "<code>gpu:h100:512</code>, with the <code>gpu-compile</code> extra; no GPU needed), "
+                             "nothing allocated, and set the compiler's figures beside the plan's.")
         super().__init__([intro, widgets.HBox([self.target, self.chip]),
                           widgets.HBox([self.verify_button, self.cancel_button]), self.readiness, self.progress,
                           self.status,
@@ -320,7 +322,8 @@ class VerifyPanel(widgets.VBox):
         self.verify_button.disabled = self.running
 
     def _offer_targets(self) -> None:
-        self.target.options = ("cpu", *wb.topologies_for(self.selection.mesh_shape().size))
+        devices = self.selection.mesh_shape().size
+        self.target.options = ("cpu", *wb.topologies_for(devices), *wb.gpu_targets_for(devices))
 
     def _mark_stale(self) -> None:
         if not self.is_stale:

@@ -21,7 +21,10 @@ _configure_compilation_cache()  # before the first compile, so a second process 
 from .analysis.cost_model import HARDWARE as HARDWARE
 from .analysis.cost_model import Hardware as Hardware
 from .analysis.cost_model import collective_time as collective_time
+from .analysis.cost_model import group_spans_hosts as group_spans_hosts
 from .analysis.cost_model import hardware as hardware
+from .analysis.gpu_target import GPU_CHIPS as GPU_CHIPS
+from .analysis.gpu_target import gpu_targets_for as gpu_targets_for
 from .analysis.ledger import CommLedger as CommLedger
 from .analysis.ledger import ledger_for_mode as ledger_for_mode
 from .analysis.ledger import ledger_table as ledger_table

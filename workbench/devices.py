@@ -71,16 +71,21 @@ def _accelerator_requested() -> bool:
     return bool(platforms) and "cpu" not in platforms.split(",")
 
 
-def _libtpu_without_accelerators() -> bool:
-    """libtpu is installed (the ``tpu`` extra, for compiling against TPU topologies) on a machine with no TPU
-    chip and no GPU, and JAX was left to pick its platforms: it would start libtpu anyway, which prints a
-    screenful of warnings about hostnames and accelerator types before falling back to the CPU."""
+# Compilers installed to compile for accelerators this machine need not have: libtpu (the ``tpu`` extra) and
+# XLA:GPU's CUDA plugin (the ``gpu-compile`` extra).
+COMPILER_PLUGINS = ("libtpu", "jax_cuda12_plugin")
+
+
+def _compilers_without_accelerators() -> bool:
+    """libtpu or the CUDA plugin is installed (to compile for TPU topologies or GPUs) on a machine with no TPU
+    chip and no GPU, and JAX was left to pick its platforms: it would start them anyway, and they print a
+    screenful of warnings (hostnames, accelerator types, a CUDA that fails) before JAX falls back to the CPU."""
     import importlib.util
 
     if os.environ.get("JAX_PLATFORMS", "").strip():
         return False
     try:
-        if importlib.util.find_spec("libtpu") is None:
+        if not any(importlib.util.find_spec(plugin) is not None for plugin in COMPILER_PLUGINS):
             return False
         from jax._src import hardware_utils  # what JAX itself asks before starting libtpu's cloud set-up
 
@@ -106,9 +111,9 @@ def configure_cpu_devices() -> DeviceSetup:
     import jax
 
     requested = _requested_count()
-    if _libtpu_without_accelerators():
+    if _compilers_without_accelerators():
         try:
-            jax.config.update("jax_platforms", "cpu")  # the CPU is all there is: don't start libtpu
+            jax.config.update("jax_platforms", "cpu")  # the CPU is all there is: don't start libtpu or CUDA
         except RuntimeError:
             pass
     if _accelerator_requested():

@@ -4,7 +4,7 @@ Run as ``python -m workbench.analysis.compile_child`` by :mod:`workbench.analysi
 sets the simulated device count in the environment first (JAX fixes it when it starts). It reads one
 JSON request line on stdin, writes JSON lines on its own channel (the original stdout): ``{"progress":
 text}`` as it goes, then ``{"result": CompiledStep.to_json()}`` or ``{"error": {"type", "message"}}``.
-Everything else anything prints (libtpu's start-up noise, warnings) goes to stderr, which the parent
+Everything else anything prints (libtpu's or the CUDA plugin's start-up noise, warnings) goes to stderr, which the parent
 keeps out of sight. It exits at once when its stdin closes: the parent went away.
 """
 
@@ -53,6 +53,28 @@ def _topology_devices(target, mesh) -> list:
         return devices
 
 
+def _gpu_devices(target, mesh) -> list:
+    """``target``'s compile-only GPUs, host by host: consecutive mesh positions of the innermost axis share a host."""
+    from jax.experimental import topologies
+
+    from ..errors import WorkbenchError
+    from .gpu_target import gpu_chip, gpu_topology
+
+    chip, count = target.generation, target.chips
+    try:
+        topology = topologies.get_topology_desc(platform="cuda", target_config=gpu_chip(chip).target_config(),
+                                                topology=gpu_topology(chip, count))
+    except Exception as error:  # noqa: BLE001 - the plugin raises a runtime error with its reason
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise WorkbenchError(f"XLA:GPU does not accept {target}: {reason}") from None
+    devices = sorted(topology.devices, key=lambda device: device.id)
+    if len(devices) != mesh.size:
+        from .compile_target import mesh_mismatch
+
+        raise mesh_mismatch(mesh, target, len(devices))
+    return devices
+
+
 def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[str, Any]:
     """Build the step ``request`` describes, compile it and return ``CompiledStep.to_json()``."""
     from ..training.config import TrainConfig
@@ -67,6 +89,9 @@ def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[s
     if target.kind == "tpu":
         say(progress=f"starting libtpu for topology {target.topology}")
         devices = _topology_devices(target, config.mesh_shape)
+    elif target.kind == "gpu":
+        say(progress=f"starting XLA:GPU for {target.chips:,} {target.generation} GPUs (no GPU needed)")
+        devices = _gpu_devices(target, config.mesh_shape)
     say(progress="tracing the model and laying out the step (nothing is allocated)")
     step = build_abstract_step(config, seq_len=request.get("seq_len"), devices=devices)
     built = time.perf_counter()

@@ -1,9 +1,10 @@
-"""Where a step is compiled to check a plan: simulated CPU devices, or a TPU topology through libtpu.
+"""Where a step is compiled to check a plan: simulated CPU devices, a TPU topology through libtpu, or NVIDIA
+GPUs through XLA:GPU's deviceless compile (:mod:`.gpu_target`).
 
-:func:`parse_target` reads ``"cpu"`` or ``"tpu:v5p:8x8x8"`` into a :class:`CompileTarget`, and
+:func:`parse_target` reads ``"cpu"``, ``"tpu:v5p:8x8x8"`` or ``"gpu:h100:512"`` into a :class:`CompileTarget`, and
 :func:`check_target` judges it against the planned mesh before any process starts: too many CPU devices,
-an unknown TPU generation, libtpu missing, or a chip count that differs from the mesh's each raise one
-:class:`~workbench.errors.WorkbenchError` saying what to do. A TPU target names its hardware preset
+an unknown TPU generation or GPU, libtpu or the CUDA plugin missing, or a chip count that differs from the
+mesh's each raise one :class:`~workbench.errors.WorkbenchError` saying what to do. A target names its hardware preset
 (:data:`~workbench.analysis.cost_model.HARDWARE`), so the plan prices what the compiler compiled for.
 
 Example:
@@ -22,6 +23,7 @@ from typing import Any
 
 from ..errors import MeshError, WorkbenchError
 from ..layout.mesh import DATA_AXIS, MeshShape
+from .gpu_target import GPU_CHIPS, gpu_chip, gpu_compiler_problem, gpu_topology
 
 # XLA:CPU compiled a sharded step for 2048 simulated devices (1.9 s) and failed at 8192 ("Multiprocess
 # computations aren't implemented on the CPU backend"): JAX 0.10.2, measured.
@@ -40,6 +42,7 @@ DEVICES_PER_CHIP = {"v4": 2}  # a v4 chip shows as two devices (its two TensorCo
 INSTALL_LIBTPU = ("compiling for a TPU topology needs libtpu, which this environment lacks: "
                   "pip install -e '.[tpu]' in the workbench's folder (or pip install 'jax[tpu]'), then try again")
 _TOPOLOGY = re.compile(r"^(?P<generation>[a-z0-9]+):(?P<shape>\d+(?:x\d+){1,2})$")
+_GPUS = re.compile(r"^(?P<chip>[a-z0-9-]+):(?P<count>\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +50,10 @@ class CompileTarget:
     """What a verification compiles for.
 
     Attributes:
-        kind: ``"cpu"`` (XLA:CPU on simulated devices) or ``"tpu"`` (the TPU compiler, via libtpu).
-        topology: libtpu's topology name, e.g. ``"v5p:8x8x8"``; None for ``cpu``.
+        kind: ``"cpu"`` (XLA:CPU on simulated devices), ``"tpu"`` (the TPU compiler, via libtpu) or ``"gpu"``
+            (XLA:GPU, deviceless).
+        topology: libtpu's topology name, e.g. ``"v5p:8x8x8"``, or ``"<chip>:<count>"`` for GPUs, e.g.
+            ``"h100:512"``; None for ``cpu``.
     """
 
     kind: str
@@ -60,16 +65,18 @@ class CompileTarget:
 
     @property
     def chips(self) -> int | None:
-        """Chips in the topology (the product of its shape); None for ``cpu``."""
+        """Chips in the topology (the product of its shape, or the GPU count); None for ``cpu``."""
         return math.prod(int(n) for n in self.topology.split(":")[1].split("x")) if self.topology else None
 
     @property
     def hardware(self) -> str | None:
         """The cost model's preset for these chips; None for ``cpu`` (the plan keeps its own)."""
+        if self.kind == "gpu":
+            return GPU_CHIPS[self.generation].hardware
         return TPU_GENERATIONS[self.generation] if self.topology else None
 
     def __str__(self) -> str:
-        return "cpu" if self.kind == "cpu" else f"tpu:{self.topology}"
+        return "cpu" if self.kind == "cpu" else f"{self.kind}:{self.topology}"
 
 
 def topologies_for(devices: int) -> tuple[str, ...]:
@@ -84,12 +91,14 @@ def topologies_for(devices: int) -> tuple[str, ...]:
 
 
 def _known_topologies() -> str:
-    return (f"write cpu, or tpu:<generation>:<shape> with a generation of {', '.join(TPU_GENERATIONS)}, "
-            f"e.g. {', '.join('tpu:' + example for example in TOPOLOGY_EXAMPLES)}")
+    return (f"write cpu, tpu:<generation>:<shape> with a generation of {', '.join(TPU_GENERATIONS)}, "
+            f"e.g. {', '.join('tpu:' + example for example in TOPOLOGY_EXAMPLES)}, or gpu:<chip>:<count> with a "
+            f"chip of {', '.join(GPU_CHIPS)}, e.g. gpu:h100:512")
 
 
 def parse_target(value: Any) -> CompileTarget:
-    """A :class:`CompileTarget` from ``"cpu"`` or ``"tpu:<generation>:<shape>"`` (a target is returned as is).
+    """A :class:`CompileTarget` from ``"cpu"``, ``"tpu:<generation>:<shape>"`` or ``"gpu:<chip>:<count>"`` (a
+    target is returned as is).
 
     Raises :class:`~workbench.errors.WorkbenchError` listing the known names for anything else.
 
@@ -108,6 +117,12 @@ def parse_target(value: Any) -> CompileTarget:
             return CompileTarget("tpu", text[len("tpu:"):])
         if match:
             raise WorkbenchError(f"unknown TPU generation {match['generation']!r} in {value!r}: {_known_topologies()}")
+    if text.startswith("gpu:"):
+        match = _GPUS.match(text[len("gpu:"):])
+        if match:
+            gpu_chip(match["chip"])
+            gpu_topology(match["chip"], int(match["count"]))  # a count that is not whole hosts: which ones are
+            return CompileTarget("gpu", f"{match['chip']}:{int(match['count'])}")
     raise WorkbenchError(f"unknown compile target {value!r}: {_known_topologies()}")
 
 
@@ -141,6 +156,9 @@ def fitting_mesh(mesh: MeshShape, devices: int) -> MeshShape | None:
 def mesh_mismatch(mesh: MeshShape, target: CompileTarget, devices: int) -> MeshError:
     """The error for a mesh whose device count differs from the topology's, naming a mesh that fits."""
     fit = fitting_mesh(mesh, devices)
+    if target.kind == "gpu":
+        return MeshError(f"mesh {mesh} has {mesh.size:,} devices but {target} has {devices:,} GPUs: plan on --mesh "
+                         f"{fit}, or verify on gpu:{target.generation}:{mesh.size}")
     return MeshError(
         f"mesh {mesh} has {mesh.size:,} devices but TPU topology {target.topology} has {devices:,}: "
         f"plan on --mesh {fit}, or pick a topology with {mesh.size:,} chips"
@@ -170,6 +188,11 @@ def check_target(target: CompileTarget, mesh: MeshShape) -> None:
         return
     if target.generation != "v4" and target.chips != mesh.size:
         raise mesh_mismatch(mesh, target, target.chips)
+    if target.kind == "gpu":
+        problem = gpu_compiler_problem()
+        if problem is not None:
+            raise WorkbenchError(problem)
+        return
     if not libtpu_installed():
         raise WorkbenchError(INSTALL_LIBTPU)
 

@@ -41,6 +41,7 @@ from ..child_processes import REAP_TIMEOUT_S, child_environment, stop_process_gr
 from ..errors import VerificationError, WorkbenchError
 from .compile_target import CompileTarget, check_target, parse_target
 from .compiled_step import CompiledStep
+from .gpu_target import DEVICELESS_XLA_FLAGS
 from .verdict import training_verdict
 
 DEFAULT_TIMEOUT_S = 900.0  # the 1.3B model on 512 devices compiles in well under a minute on 2 cores
@@ -91,11 +92,14 @@ def _child_environment(config: Any, target: CompileTarget) -> dict[str, str]:
     """The child's environment: CPU only, the mesh's device count, no compilation cache."""
     from ..training.modes import mode_class
 
-    devices = 1 if target.kind == "tpu" or mode_class(config.mode).one_device else config.mesh_shape.size
+    devices = 1 if target.kind in ("tpu", "gpu") or mode_class(config.mode).one_device else config.mesh_shape.size
     # Compile for real: a cached program would report a stale compile time (and op metadata, which the cache key
     # leaves out), and a 512-device program is not worth keeping. libtpu locks /tmp/libtpu_lockfile for one
     # process at a time; compiling for a topology uses no chip.
-    return child_environment(devices, WORKBENCH_COMPILATION_CACHE="off", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    env = child_environment(devices, WORKBENCH_COMPILATION_CACHE="off", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+    if target.kind == "gpu":  # XLA:GPU cannot time kernels without the GPU (JAX starts with these flags)
+        env["XLA_FLAGS"] = f"{env['XLA_FLAGS']} {DEVICELESS_XLA_FLAGS}".strip()
+    return env
 
 
 def _close(*streams: Any) -> None:

@@ -5,8 +5,8 @@ it fits the chip's memory, the collectives a step runs with their ring-model tim
 and the layout as a ``(regex, PartitionSpec)`` table to paste into a training script. Nothing is
 allocated and no accelerator is needed: a 512-chip plan of a 1B-parameter model takes well under 2 s.
 
-``--verify cpu`` (or ``--verify tpu:v5p:8x8x8``, with the ``tpu`` extra) also compiles the real step for
-the mesh in a child process and prints the compiler's figures beside the plan's (``compiler`` in the JSON).
+``--verify cpu`` (or ``--verify tpu:v5p:8x8x8`` with the ``tpu`` extra, ``--verify gpu:h100:512`` with the
+``gpu-compile`` extra) also compiles the real step for the mesh in a child process and prints the compiler's figures beside the plan's (``compiler`` in the JSON).
 
 With ``--json`` stdout holds exactly one JSON object (see :meth:`workbench.analysis.planning.TrainingPlan.to_json`).
 Bad input, or a step that cannot be compiled, prints one line ``error: ...`` on stderr and exits with status 2.
@@ -58,8 +58,9 @@ def add_plan_parser(commands) -> None:
                       help="your own rule table instead of the mode's layout: a text file of 'regex => spec' lines")
     plan.add_argument("--verify", default=None, metavar="TARGET",
                       help="also compile the real step for the mesh and show the compiler's figures beside the plan's: "
-                      "cpu (simulated devices, up to 2048) or tpu:<generation>:<shape>, e.g. tpu:v5p:8x8x8 "
-                      "(needs pip install -e '.[tpu]')")
+                      "cpu (simulated devices, up to 2048), tpu:<generation>:<shape>, e.g. tpu:v5p:8x8x8 "
+                      "(needs pip install -e '.[tpu]'), or gpu:<chip>:<count>, e.g. gpu:h100:512, compiled by XLA:GPU "
+                      "without a GPU (needs pip install -e '.[gpu-compile]')")
     plan.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 

@@ -1,0 +1,147 @@
+"""GPUs as compile targets: ``gpu:<chip>:<count>`` read and judged before any process starts, the chips'
+target descriptions loaded by XLA:GPU, the real step compiled without a GPU, and collectives priced on the
+slower link when their group spans hosts.
+
+The compile tests need XLA:GPU's CUDA plugin (the ``gpu-compile`` extra): skipped without it, except in CI
+(``CI=true``), where ``.ci/run`` installs it and they must run.
+"""
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import workbench as wb
+from workbench.analysis import gpu_target
+from workbench.analysis.compile_target import check_target, parse_target
+from workbench.analysis.cost_model import collective_time, group_spans_hosts, hardware
+from workbench.analysis.gpu_target import GPU_CHIPS, gpu_compiler_problem, gpu_topology
+from workbench.cli.main import main
+from workbench.errors import MeshError, WorkbenchError
+from workbench.layout.mesh import MeshShape
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+SMALL_LM = {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 32}
+
+
+def test_gpu_targets_name_a_chip_and_whole_hosts():
+    target = parse_target(" GPU:h100:512 ")
+    assert (str(target), target.kind, target.chips, target.hardware) == ("gpu:h100:512", "gpu", 512, "h100-nvlink")
+    assert [parse_target(f"gpu:{chip}:8").hardware for chip in GPU_CHIPS] == [
+        "a100-80gb", "h100-nvlink", "h100-pcie", "h200", "b200"]
+    assert gpu_topology("h200", 1) == "1x1x1" and gpu_topology("h100", 4096) == "1x512x8"
+    with pytest.raises(WorkbenchError, match=r"unknown GPU 'h300': choose one of a100-80gb, h100, h100-pcie, h200, b200"):
+        parse_target("gpu:h300:8")
+    with pytest.raises(WorkbenchError, match=r"gpu:h100:12 is not a whole number of 8-GPU hosts: use gpu:h100:8 or "
+                                             r"gpu:h100:16"):
+        parse_target("gpu:h100:12")
+    with pytest.raises(WorkbenchError, match=r"gpu:<chip>:<count> with a chip of a100-80gb"):
+        parse_target("gpu:h100")
+
+
+def test_a_mesh_that_is_not_the_gpu_count_names_one_that_is():
+    with pytest.raises(MeshError, match=r"mesh data=64,model=8 has 512 devices but gpu:h100:64 has 64 GPUs: plan on "
+                                        r"--mesh data=8,model=8, or verify on gpu:h100:512"):
+        check_target(parse_target("gpu:h100:64"), MeshShape(("data", "model"), (64, 8)))
+
+
+def test_without_the_plugin_or_with_another_version_one_line_gives_the_exact_command(monkeypatch):
+    versions = {"jaxlib": "0.10.2", "jax-cuda12-plugin": None, "nvidia-cuda-nvcc-cu12": "12.9.86"}
+    monkeypatch.setattr(gpu_target, "_version", versions.get)
+    gpu_compiler_problem.cache_clear()
+    try:
+        assert gpu_compiler_problem() == (
+            "compiling for GPUs needs XLA:GPU's CUDA plugin, which this environment lacks: pip install "
+            "'jax[cuda12-local]==0.10.2' nvidia-cuda-nvcc-cu12 (or pip install -e '.[gpu-compile]' in the "
+            "workbench's folder)")
+        versions["jax-cuda12-plugin"] = "0.10.1"
+        gpu_compiler_problem.cache_clear()
+        with pytest.raises(WorkbenchError, match=r"the CUDA plugin is 0.10.1 and jaxlib 0.10.2: they must match; pip "
+                                                 r"install 'jax\[cuda12-local\]==0.10.2'"):
+            check_target(parse_target("gpu:h100:8"), MeshShape(("data",), (8,)))
+    finally:
+        gpu_compiler_problem.cache_clear()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--verify", "gpu:h300:8"], "unknown GPU 'h300'"),
+    (["--verify", "gpu:h100:12"], "is not a whole number of 8-GPU hosts"),
+    (["--verify", "gpu:h100:16"], "mesh data=8 has 8 devices but gpu:h100:16 has 16 GPUs"),
+])
+def test_bad_gpu_targets_exit_2_with_one_line(capsys, argv, message):
+    assert main(["plan", "--model", "mlp", "--mesh", "data=8", "--mode", "dp", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: ") and err.count("\n") == 1 and message in err
+
+
+# --- two link levels -------------------------------------------------------------------------------------
+
+
+@given(st.lists(st.sampled_from([1, 2, 4, 8, 16]), min_size=1, max_size=3), st.sampled_from([2, 4, 8]))
+def test_a_group_spans_hosts_exactly_when_its_devices_do(sizes, per_host):
+    mesh = MeshShape(tuple(f"a{i}" for i in range(len(sizes))), tuple(sizes))
+    strides = [1] * len(sizes)
+    for i in range(len(sizes) - 2, -1, -1):
+        strides[i] = strides[i + 1] * sizes[i + 1]
+    for axis, (size, stride) in enumerate(zip(sizes, strides)):
+        # The devices of one group: the axis runs, the others stay at 0; devices fill hosts in mesh order.
+        hosts = {(position * stride) // per_host for position in range(size)}
+        assert group_spans_hosts(mesh, (mesh.names[axis],), per_host) == (len(hosts) > 1)
+
+
+def test_a_collective_across_hosts_is_priced_on_the_network_and_one_within_on_nvlink():
+    h100 = hardware("h100-nvlink")
+    within = collective_time("all-reduce", 1e9, 8, h100)
+    across = collective_time("all-reduce", 1e9, 8, h100, spans_hosts=True)
+    assert across / within == pytest.approx(h100.bandwidth / h100.host_bandwidth, rel=0.01)  # 9x: 450 vs 50 GB/s
+    plan = wb.plan_training("transformer", {"d_model": 1024, "n_layers": 4, "n_heads": 16, "vocab": 32000},
+                            "data=64,model=8", "dp-tp", hardware="h100-nvlink")
+    for collective in plan.collectives:  # model=8 is the host's NVLink domain; data=64 spans 64 hosts
+        spans = collective.axes == ("data",)
+        assert collective.time_each_s == pytest.approx(collective_time(
+            collective.kind, collective.bytes, collective.group_size, h100, spans_hosts=spans), rel=1e-9)
+    assert {c.axes for c in plan.collectives} == {("data",), ("model",)}
+
+
+# --- XLA:GPU without a GPU --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gpu_compiler():
+    problem = gpu_compiler_problem()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"the GPU compile tests must run in CI: {problem}")
+        pytest.skip(problem)
+
+
+@pytest.mark.slow
+def test_every_chip_description_is_accepted_by_this_jaxlib(gpu_compiler):
+    import subprocess
+    import sys
+
+    code = ("from jax.experimental import topologies\n"
+            "from workbench.analysis.gpu_target import GPU_CHIPS\n"
+            "for chip in GPU_CHIPS.values():\n"
+            "    devices = topologies.get_topology_desc(platform='cuda', target_config=chip.target_config(),\n"
+            "                                           topology='1x2x8').devices\n"
+            "    print(chip.name, len(devices), devices[0].device_kind)\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [f"{chip.name} 16 {chip.description}" for chip in GPU_CHIPS.values()]
+
+
+@pytest.mark.slow
+def test_plan_verified_by_xla_gpu_without_a_gpu(gpu_compiler):
+    plan = wb.plan_training("transformer", SMALL_LM, "data=8,model=2", "dp-tp", verify="gpu:h100:16")
+    assert plan.hardware.name == "h100-nvlink"  # the preset follows the chip
+    compiled = plan.compiled
+    assert compiled.target == "gpu:h100:16" and compiled.devices == 16
+    assert compiled.device_kind == "NVIDIA H100 80GB HBM3"
+    assert compiled.peak_bytes >= compiled.argument_bytes > 0
+    layers = {layer for c in compiled.collectives if c.axes == ("model",) for layer in c.layers}
+    assert {"blocks/0/mlp/down", "blocks/1/attn/out"} <= layers
+    assert {c.axes for c in compiled.collectives} >= {("data",), ("model",)}

@@ -1,0 +1,133 @@
+"""Compiling for NVIDIA GPUs without one: XLA:GPU's deviceless compile, for ``--verify gpu:<chip>:<count>``.
+
+XLA:GPU compiles for a GPU it is only told about: the CUDA plugin (``jax-cuda12-plugin``, the ``gpu-compile``
+extra) takes a target description (a ``GpuTargetConfigProto`` in text form, one per chip in
+:data:`GPU_CHIPS`, shipped in ``gpu_targets/``) and a topology of hosts, and gives compile-only devices in a
+process that runs on the CPU. ptxas (``nvidia-cuda-nvcc-cu12``) turns the kernels into GPU code; no driver, no
+cuDNN. On a real H200 this compile gave the real compile's peak to the byte (JAX_NOTES).
+
+Example:
+    >>> chip = GPU_CHIPS["h100"]
+    >>> chip.description, gpu_topology("h100", 512)
+    ('NVIDIA H100 80GB HBM3', '1x64x8')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import pathlib
+
+from ..errors import WorkbenchError
+
+TARGET_CONFIGS = pathlib.Path(__file__).parent / "gpu_targets"
+# A compile without the GPU cannot time kernels: autotuning off picks XLA's default kernels, whose buffers
+# are the same (the memory and collectives the workbench reads do not depend on the choice).
+DEVICELESS_XLA_FLAGS = "--xla_gpu_autotune_level=0"
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuChip:
+    """An NVIDIA GPU the workbench compiles for.
+
+    Attributes:
+        name: the name in ``gpu:<name>:<count>``.
+        description: the device name XLA reports.
+        hardware: the cost model's preset (:data:`~workbench.analysis.cost_model.HARDWARE`).
+        gpus_per_host: GPUs in one host's NVLink domain (an HGX/DGX board: 8).
+    """
+
+    name: str
+    description: str
+    hardware: str
+    gpus_per_host: int = 8
+
+    @property
+    def config_path(self) -> pathlib.Path:
+        return TARGET_CONFIGS / f"{self.name}.txtpb"
+
+    def target_config(self) -> str:
+        """The chip's ``GpuTargetConfigProto`` text, as XLA reads it."""
+        return self.config_path.read_text()
+
+
+GPU_CHIPS: dict[str, GpuChip] = {chip.name: chip for chip in (
+    GpuChip("a100-80gb", "NVIDIA A100-SXM4-80GB", "a100-80gb"),
+    GpuChip("h100", "NVIDIA H100 80GB HBM3", "h100-nvlink"),
+    GpuChip("h100-pcie", "NVIDIA H100 PCIe", "h100-pcie"),
+    GpuChip("h200", "NVIDIA H200 141GB HBM3e", "h200"),
+    GpuChip("b200", "NVIDIA B200", "b200"),
+)}
+
+
+def gpu_chip(name: str) -> GpuChip:
+    """The chip called ``name``; WorkbenchError listing the known ones otherwise."""
+    if name not in GPU_CHIPS:
+        raise WorkbenchError(f"unknown GPU {name!r}: choose one of {', '.join(GPU_CHIPS)} (e.g. gpu:h100:512)")
+    return GPU_CHIPS[name]
+
+
+def gpu_topology(chip: str, count: int) -> str:
+    """XLA's ``"<slices>x<hosts>x<gpus per host>"`` for ``count`` GPUs of ``chip``: one host of up to
+    ``gpus_per_host`` GPUs, or whole hosts.
+
+    Example:
+        >>> gpu_topology("h200", 4), gpu_topology("b200", 4096)
+        ('1x1x4', '1x512x8')
+        >>> gpu_topology("h100", 12)
+        Traceback (most recent call last):
+        ...
+        workbench.errors.WorkbenchError: gpu:h100:12 is not a whole number of 8-GPU hosts: use gpu:h100:8 or gpu:h100:16 (or 1 to 8 GPUs on one host)
+    """
+    per_host = gpu_chip(chip).gpus_per_host
+    if count < 1:
+        raise WorkbenchError(f"gpu:{chip}:{count} has no GPUs: use a count from 1, e.g. gpu:{chip}:8")
+    if count <= per_host:
+        return f"1x1x{count}"
+    if count % per_host:
+        lower, upper = count // per_host * per_host, -(-count // per_host) * per_host
+        raise WorkbenchError(f"gpu:{chip}:{count} is not a whole number of {per_host}-GPU hosts: use gpu:{chip}:{lower} "
+                             f"or gpu:{chip}:{upper} (or 1 to {per_host} GPUs on one host)")
+    return f"1x{count // per_host}x{per_host}"
+
+
+def gpu_targets_for(devices: int) -> tuple[str, ...]:
+    """The ``gpu:<chip>:<count>`` targets a mesh of ``devices`` compiles for (none when ``devices`` is not one
+    host's worth or whole hosts).
+
+    Example:
+        >>> gpu_targets_for(16)
+        ('gpu:a100-80gb:16', 'gpu:h100:16', 'gpu:h100-pcie:16', 'gpu:h200:16', 'gpu:b200:16')
+        >>> gpu_targets_for(12)
+        ()
+    """
+    return tuple(f"gpu:{chip.name}:{devices}" for chip in GPU_CHIPS.values()
+                 if devices <= chip.gpus_per_host or devices % chip.gpus_per_host == 0)
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def gpu_compiler_problem() -> str | None:
+    """None when XLA:GPU can compile here without a GPU; else one line with the exact command that fixes it."""
+    jaxlib = _version("jaxlib")
+    install = (f"pip install 'jax[cuda12-local]=={jaxlib}' nvidia-cuda-nvcc-cu12 (or pip install -e '.[gpu-compile]' "
+               "in the workbench's folder)")
+    plugin = _version("jax-cuda12-plugin")
+    if plugin is None:
+        return f"compiling for GPUs needs XLA:GPU's CUDA plugin, which this environment lacks: {install}"
+    if plugin != jaxlib:
+        return f"the CUDA plugin is {plugin} and jaxlib {jaxlib}: they must match; {install}"
+    if _version("nvidia-cuda-nvcc-cu12") is None:
+        return f"compiling for GPUs needs ptxas (the nvidia-cuda-nvcc-cu12 wheel), which this environment lacks: {install}"
+    return None
+
+
+__all__ = ["DEVICELESS_XLA_FLAGS", "GPU_CHIPS", "GpuChip", "gpu_chip", "gpu_compiler_problem", "gpu_targets_for",
+           "gpu_topology"]
