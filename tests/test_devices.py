@@ -104,3 +104,30 @@ def test_steps_queued_far_ahead_of_the_devices_finish_instead_of_aborting_in_the
     flags = "--xla_cpu_collective_call_warn_stuck_timeout_seconds=5 --xla_cpu_collective_call_terminate_timeout_seconds=10"
     done = _python(code, XLA_FLAGS=flags)
     assert float(done.stdout.strip()) < 0.1 * 64 * 16  # trained: 300 steps ran
+
+
+def test_the_default_run_trains_on_every_device_the_machine_has():
+    # A machine with one device (one GPU, or a student's kernel with --devices 1) trains its defaults.
+    code = ("import workbench as wb\n"
+            "config = wb.TrainConfig(steps=3, batch=32)\n"
+            "print(config.mesh, wb.Trainer(config, run_root=__import__('tempfile').mkdtemp()).run()['steps'])\n")
+    assert _python(code, WORKBENCH_CPU_DEVICES="1").stdout.split() == ["data=1", "3"]
+    assert wb.TrainConfig().mesh == "data=8"  # these tests' 8 simulated devices
+
+
+def test_a_mesh_larger_than_an_accelerator_machine_gets_fixes_that_work_there(monkeypatch):
+    import jax
+
+    from workbench.devices import more_devices_hint
+
+    assert more_devices_hint(16) == "or set WORKBENCH_CPU_DEVICES=16 before importing workbench (restart the kernel)"
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # simulated CPU devices need JAX_PLATFORMS=cpu there
+    hint = more_devices_hint(16)
+    assert "--verify gpu:h100:16" in hint and "JAX_PLATFORMS=cpu WORKBENCH_CPU_DEVICES=16" in hint
+
+
+def test_join_without_a_mesh_is_refused_before_jax_starts(capsys):
+    from workbench.cli.main import main
+
+    assert main(["train", "--join", "auto", "--name", "run"]) == 2
+    assert "--join needs --mesh" in capsys.readouterr().err

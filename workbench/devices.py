@@ -207,6 +207,37 @@ def local_devices_text(count: int | None = None) -> str:
     return f"{count} {platform.upper()}{'s' * (count != 1)} ({', '.join(kinds)})"
 
 
+def every_device_mesh() -> str:
+    """The mesh a run uses by default: every device JAX has here, over ``data`` (``data=8`` on the simulated
+    CPU devices, ``data=1`` on a machine with one GPU). Starts JAX's backend.
+
+    Example:
+        >>> every_device_mesh()  # doctest: +SKIP
+        'data=8'
+    """
+    import jax
+
+    return f"data={len(jax.devices())}"
+
+
+def more_devices_hint(size: int) -> str:
+    """How to get a mesh of ``size`` devices this machine lacks, as the end of a sentence: more simulated CPU
+    devices where JAX runs on the CPU; on a GPU or TPU machine (where simulated devices need JAX_PLATFORMS=cpu),
+    planning and verifying without the devices, or simulating on the CPU.
+
+    Example:
+        >>> more_devices_hint(16)  # doctest: +SKIP
+        'or set WORKBENCH_CPU_DEVICES=16 before importing workbench (restart the kernel)'
+    """
+    import jax
+
+    if jax.default_backend() == "cpu":
+        return f"or set WORKBENCH_CPU_DEVICES={size} before importing workbench (restart the kernel)"
+    return (f"plan and verify it without the devices (workbench plan --verify gpu:h100:{size}, or tpu:...), or "
+            f"simulate {size} CPU devices: JAX_PLATFORMS=cpu WORKBENCH_CPU_DEVICES={size} before importing workbench "
+            "(restart the kernel)")
+
+
 def describe_devices() -> dict:
     """A plain record of what JAX sees: backend, device count, and each device's id and kind.
 

@@ -16,8 +16,10 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+import types
 from collections.abc import Sequence
 
 from .exit_codes import EXIT_BAD_INPUT, EXIT_OK
@@ -95,7 +97,10 @@ def _add_train_parser(commands) -> None:
     from ..training.modes import MODES, PRECISIONS
     from ..training.config import OPTIMIZERS, TrainConfig
 
-    defaults = TrainConfig()
+    # The fields' own defaults, without building a config: a config's default mesh starts JAX's backend, which
+    # --join must leave to jax.distributed.initialize.
+    defaults = types.SimpleNamespace(**{field.name: field.default for field in dataclasses.fields(TrainConfig)
+                                        if field.default is not dataclasses.MISSING})
     train = commands.add_parser(
         "train",
         help="train a model in a parallel mode; metrics are written to runs/<name>/ as it goes",
@@ -104,7 +109,8 @@ def _add_train_parser(commands) -> None:
     )
     train.add_argument("--model", default=defaults.model, choices=MODELS, help=f"default {defaults.model}")
     train.add_argument("--data", default=defaults.data, help=f"regression, digits, text or tokens (default {defaults.data})")
-    train.add_argument("--mesh", default=defaults.mesh, help=f"e.g. data=8, model=2, data=4,model=2 (default {defaults.mesh})")
+    train.add_argument("--mesh", default=None, help="e.g. data=8, model=2, data=4,model=2 (default: every device here, "
+                       "over data)")
     train.add_argument("--mode", default=defaults.mode, choices=MODES, help=f"default {defaults.mode}")
     train.add_argument("--steps", type=int, default=defaults.steps, help=f"default {defaults.steps}")
     train.add_argument("--batch", type=int, default=defaults.batch, help=f"global batch size (default {defaults.batch})")

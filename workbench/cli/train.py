@@ -36,8 +36,14 @@ def _config_from_args(args):
     from ..training.models import parse_model_options
     from ..training.config import TrainConfig
 
+    from ..errors import WorkbenchError
+
+    if args.mesh is None and getattr(args, "join", None) is not None:
+        raise WorkbenchError("--join needs --mesh: the mesh over every process's devices, e.g. --mesh data=16 for two "
+                             "hosts of 8")
+    mesh = {} if args.mesh is None else {"mesh": args.mesh}  # default: every device here, over data
     return TrainConfig(
-        model=args.model, data=args.data, mode=args.mode, mesh=args.mesh, steps=args.steps, batch=args.batch,
+        model=args.model, data=args.data, mode=args.mode, **mesh, steps=args.steps, batch=args.batch,
         lr=args.lr, optimizer=args.optimizer, accum=args.accum, precision=args.precision, seed=args.seed,
         log_every=args.log_every, eval_every=args.eval_every, sync_every=args.sync_every,
         drop_remainder=args.drop_remainder, processes=args.processes,

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import MeshError
+from ..devices import more_devices_hint
 
 AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Words the spec parser reads as "not sharded": an axis with one of these names could not be named.
@@ -197,7 +198,7 @@ def build_mesh(mesh: Any, *, axis_types: str | Sequence[str] = "explicit", devic
                 f"mesh {shape} needs {shape.size} devices but JAX has {len(devices)} "
                 f"({devices[0].platform}): choose sizes that multiply to {len(devices)}, pass "
                 f"devices=jax.devices()[:{shape.size}] for a smaller mesh, plan on abstract_mesh('{shape}'), "
-                f"or set WORKBENCH_CPU_DEVICES={shape.size} before importing workbench (restart the kernel)"
+                f"{more_devices_hint(shape.size)}"
             )
     devices = list(devices)
     if shape.size != len(devices):

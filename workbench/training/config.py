@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ..devices import every_device_mesh
 from ..errors import WorkbenchError
 from ..layout.mesh import MeshShape, parse_mesh
 
@@ -126,7 +127,8 @@ class TrainConfig:
             are set from the data).
         data, data_options: a registered data set and its options.
         mode: a parallel mode (see :data:`workbench.training.modes.MODES`).
-        mesh: mesh text, e.g. ``"data=8"`` or ``"data=4,model=2"``; ``single`` ignores its size.
+        mesh: mesh text, e.g. ``"data=8"`` or ``"data=4,model=2"``; ``single`` ignores its size. Default: every
+            device JAX has here, over ``data`` (``data=8`` on the simulated CPU devices, ``data=1`` on one GPU).
         steps: optimizer updates to run.
         batch: global batch size (all devices, all microbatches).
         lr, optimizer: learning rate and ``sgd``/``adam``/``adamw``.
@@ -151,7 +153,7 @@ class TrainConfig:
     model: str = "mlp"
     data: str = "digits"
     mode: str = "dp"
-    mesh: str = "data=8"
+    mesh: str = dataclasses.field(default_factory=every_device_mesh)
     steps: int = 300
     batch: int = 256
     lr: float = 1e-3

@@ -26,6 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..process_share import ProcessShare, batch_share, global_arrays
 from ...errors import MeshError, WorkbenchError, nearest_multiples
+from ...devices import local_devices_text, more_devices_hint
 from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, parse_mesh
 from ...layout.rules import RuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
@@ -117,8 +118,8 @@ def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh:
     available = len(jax.devices())
     if shape.size > available:
         raise MeshError(
-            f"mesh {shape} needs {shape.size} devices but JAX has {available}: use a smaller mesh, or set "
-            f"WORKBENCH_CPU_DEVICES={shape.size} before importing workbench (restart the kernel)"
+            f"mesh {shape} needs {shape.size} devices but JAX has {local_devices_text()}: use a smaller mesh, "
+            f"{more_devices_hint(shape.size)}"
         )
     return build_mesh(shape, axis_types="auto", devices=jax.devices()[: shape.size])
 
