@@ -231,23 +231,69 @@ class _Raw:
     end: float
 
 
+_GPU_PROCESS = re.compile(r"^/device:GPU:(\d+)$")
+
+
+def _process_names(events: Sequence[dict[str, Any]]) -> dict[Any, str]:
+    return {event.get("pid"): str(event.get("args", {}).get("name", "")) for event in events
+            if isinstance(event, dict) and event.get("ph") == "M" and event.get("name") == "process_name"}
+
+
+def _launch_runs(events: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """GPU traces: the run each kernel launch belongs to, by its ``correlation_id``.
+
+    A GPU's kernels carry no run: their launch on the host does (``cuGraphLaunch``, ``cuLaunchKernel``, with the
+    kernel's correlation id), inside the host's ``Execute`` event of one run (``run_id``). Launches outside
+    every run are left out (their kernels then fall back to one run per correlation id).
+    """
+    runs = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), str(e["args"]["run_id"]))
+                  for e in events if isinstance(e, dict) and e.get("ph") == "X"
+                  and isinstance(e.get("args"), dict) and "run_id" in e["args"] and "ts" in e)
+    found: dict[str, str] = {}
+    for event in events:
+        args = event.get("args") if isinstance(event, dict) else None
+        if not isinstance(args, dict) or "correlation_id" not in args or "hlo_op" in args or "ts" not in event:
+            continue
+        at = float(event["ts"])
+        for start, end, run in runs:
+            if start <= at <= end:
+                found[str(args["correlation_id"])] = run
+                break
+    return found
+
+
 def _device_events(events: Sequence[dict[str, Any]], module: str | None) -> tuple[str, list[_Raw]]:
-    """The op events of the chosen program (``module``, else the one with the most op events)."""
+    """The op events of the chosen program (``module``, else the one with the most op events).
+
+    XLA:CPU's events name their device and run (``device_ordinal``, ``run_id``); a GPU's kernels lie on its
+    stream threads in process ``/device:GPU:N`` and are tied to their run through their launch
+    (:func:`_launch_runs`).
+    """
+    processes = _process_names(events)
+    launches: dict[str, str] | None = None
     by_module: dict[str, list[_Raw]] = defaultdict(list)
     for event in events:
         args = event.get("args") if isinstance(event, dict) else None
         if event.get("ph") != "X" or not isinstance(args, dict) or "hlo_op" not in args:
             continue
         try:
-            raw = _Raw(int(args["device_ordinal"]), str(args["run_id"]), str(args["hlo_op"]),
-                       float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0.0)))
+            start, end = float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0.0))
+            gpu = _GPU_PROCESS.match(processes.get(event.get("pid"), ""))
+            if "device_ordinal" in args or gpu is None:
+                raw = _Raw(int(args["device_ordinal"]), str(args["run_id"]), str(args["hlo_op"]), start, end)
+            else:
+                launches = _launch_runs(events) if launches is None else launches
+                correlation = str(args["correlation_id"])
+                raw = _Raw(int(gpu[1]), launches.get(correlation, f"launch {correlation}"), str(args["hlo_op"]),
+                           start, end)
         except (KeyError, TypeError, ValueError):
             continue  # a field missing or renamed: counted below only if nothing is left
         by_module[str(args.get("hlo_module", ""))].append(raw)
     if not by_module:
-        raise TraceFormatError("the trace holds no per-device HLO op events (args hlo_op, device_ordinal, run_id): "
-                               "this JAX writes another format; the raw files are kept: open them with xprof or "
-                               "the Perfetto UI")
+        raise TraceFormatError("the trace holds no per-device HLO op events (XLA:CPU's args hlo_op, device_ordinal, "
+                               "run_id, or kernels on a /device:GPU:N stream with hlo_op and correlation_id): this "
+                               "JAX writes another format; the raw files are kept: open them with xprof or the "
+                               "Perfetto UI")
     if module is None:
         module = max(by_module, key=lambda name: len(by_module[name]))
     elif module not in by_module:

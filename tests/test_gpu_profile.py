@@ -1,0 +1,41 @@
+"""A profile taken on a real GPU reads into the same timeline as a CPU one.
+
+The fixture ``tests/data/h200-profile-mlp.tar.gz`` is a run folder profiled on an NVIDIA H200 (JAX 0.11.2, the mlp
+in mode dp on data=1, 3 steps): its kernels lie on the GPU's stream threads (process ``/device:GPU:0``) with
+``hlo_op`` and ``correlation_id`` but no ``device_ordinal`` or ``run_id``; the steps are told apart by the
+host's launch of each (``cuGraphLaunch`` with the same correlation id) inside the host's ``Execute`` of its run.
+"""
+
+import collections
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import workbench as wb
+from workbench.views.profile_text import profile_text
+
+FIXTURE = Path(__file__).parent / "data" / "h200-profile-mlp.tar.gz"
+
+
+@pytest.fixture
+def h200_run(tmp_path):
+    with tarfile.open(FIXTURE) as archive:
+        archive.extractall(tmp_path, filter="data")
+    return tmp_path / "gpu-profile-mlp"
+
+
+def test_a_gpu_trace_reads_into_steps_of_kernels_on_their_device(h200_run):
+    report = wb.read_profile(h200_run)
+    assert report.timeline_error is None
+    timeline = report.timeline
+    assert timeline.module == "jit__step_fn" and timeline.devices == (0,)
+    per_step = collections.Counter(op.step for op in timeline.ops)
+    assert per_step == {0: 28, 1: 28, 2: 28}  # one CUDA-graph launch per step, 28 kernels each
+    assert [step.step for step in timeline.steps] == [0, 1, 2]
+    for step in timeline.steps:  # the kernels of one step, measured on the H200: 35-37 us apart
+        assert 30 < step.wall_us < 40
+    assert {op.layer for op in timeline.ops} >= {"hidden1", "hidden2", "output"}  # named from the step's HLO
+    assert all(op.kind == "compute" for op in timeline.ops)  # one GPU: no collectives
+    text = profile_text(report)
+    assert "training steps 2 to 4 (3 steps)" in text and "no timeline" not in text
