@@ -178,7 +178,7 @@ def _memory_refusal(config: TrainConfig, available: int | None) -> TrainingVerdi
     """``plan`` when this machine's memory cannot hold the run (registered models: yours is not sized here)."""
     if config.model not in MODELS:
         return None
-    data = (config.data, tuple(sorted(config.data_options.items())), config.seed)
+    data = (config.data, tuple(sorted(config.data_options.items())))  # the seed changes values, not sizes
     fixed, per_example = _memory_need(config.model, tuple(sorted(config.model_options.items())), data, config.mode,
                                       config.mesh, config.batch, config.accum, config.precision, config.optimizer)
     need = fixed + per_example * config.batch
@@ -202,13 +202,13 @@ def _memory_need(model: str, options: tuple, data: tuple, mode: str, mesh: str, 
 
     Devices that keep their buffers in host memory (simulated CPU devices) add the planned step's peak, once
     per device the mode computes on; the state part of it does not grow with the batch, the rest does. The
-    host holds :data:`HOST_BATCH_COPIES` copies of each global batch besides. ``data`` is (name, options,
-    seed); the model is sized from it as the trainer sizes it, so a model the data contradicts raises here.
+    host holds :data:`HOST_BATCH_COPIES` copies of each global batch besides. ``data`` is (name, options);
+    the model is sized from it as the trainer sizes it, so a model the data contradicts raises here.
     """
     from .planning import plan_training
 
-    name, data_options, seed = data
-    dataset = load_dataset(name, seed=seed, **dict(data_options))
+    name, data_options = data
+    dataset = load_dataset(name, **dict(data_options))
     examples = abstract_batch(model_config_for_data(model, dataset, **dict(options)), 1)
     per_example = float(HOST_BATCH_COPIES * batch_bytes(examples))
     if not devices_share_host_memory():
