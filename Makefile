@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 
-.PHONY: install lab test bench clean
+.PHONY: install lab test bench clean gpu-compile
 
 install: $(STAMP)
 
@@ -24,6 +24,18 @@ $(STAMP): pyproject.toml
 # JupyterLab on the notebooks, on loopback only, with Jupyter's token authentication on.
 lab: $(STAMP)
 	$(VENV)/bin/workbench lab --port $(LAB_PORT)
+
+# XLA:GPU's CUDA plugin (matched to the installed jaxlib) and ptxas, for `--verify gpu:<chip>:<count>` without a
+# GPU (~550 MB). Kept in .venv/gpu-compile, on the path of a GPU compile's child only: installed beside JAX, the
+# plugin would load into every JAX process and print CUDA's "no driver" noise there.
+GPU_COMPILE_DIR := $(VENV)/gpu-compile
+gpu-compile: $(GPU_COMPILE_DIR)/.installed
+
+$(GPU_COMPILE_DIR)/.installed: $(STAMP)
+	$(eval JAXLIB := $(shell $(PY) -c 'import jaxlib; print(jaxlib.__version__)'))
+	$(PY) -m pip install --quiet --no-deps --upgrade --target $(GPU_COMPILE_DIR) \
+		'jax-cuda12-plugin==$(JAXLIB)' 'jax-cuda12-pjrt==$(JAXLIB)' nvidia-cuda-nvcc-cu12
+	@touch $@
 
 test: $(STAMP)
 	$(PY) -m pytest

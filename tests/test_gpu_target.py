@@ -2,7 +2,7 @@
 target descriptions loaded by XLA:GPU, the real step compiled without a GPU, and collectives priced on the
 slower link when their group spans hosts.
 
-The compile tests need XLA:GPU's CUDA plugin (the ``gpu-compile`` extra): skipped without it, except in CI
+The compile tests need XLA:GPU's CUDA plugin (``make gpu-compile``): skipped without it, except in CI
 (``CI=true``), where ``.ci/run`` installs it and they must run.
 """
 
@@ -46,22 +46,37 @@ def test_a_mesh_that_is_not_the_gpu_count_names_one_that_is():
         check_target(parse_target("gpu:h100:64"), MeshShape(("data", "model"), (64, 8)))
 
 
-def test_without_the_plugin_or_with_another_version_one_line_gives_the_exact_command(monkeypatch):
-    versions = {"jaxlib": "0.10.2", "jax-cuda12-plugin": None, "nvidia-cuda-nvcc-cu12": "12.9.86"}
-    monkeypatch.setattr(gpu_target, "_version", versions.get)
+def test_without_the_plugin_or_with_another_version_one_line_gives_the_exact_command(monkeypatch, tmp_path):
+    monkeypatch.setenv(gpu_target.GPU_COMPILER_ENV, str(tmp_path))  # an empty folder: no plugin there
     gpu_compiler_problem.cache_clear()
     try:
+        jaxlib = gpu_target._version("jaxlib")
         assert gpu_compiler_problem() == (
-            "compiling for GPUs needs XLA:GPU's CUDA plugin, which this environment lacks: pip install "
-            "'jax[cuda12-local]==0.10.2' nvidia-cuda-nvcc-cu12 (or pip install -e '.[gpu-compile]' in the "
-            "workbench's folder)")
-        versions["jax-cuda12-plugin"] = "0.10.1"
+            f"compiling for GPUs needs XLA:GPU's CUDA plugin, which {tmp_path} lacks: run make gpu-compile in the "
+            f"workbench's folder (it runs: pip install --no-deps --target {tmp_path} 'jax-cuda12-plugin=={jaxlib}' "
+            f"'jax-cuda12-pjrt=={jaxlib}' nvidia-cuda-nvcc-cu12)")
+        for name, version in (("jax_cuda12_plugin", "0.0.1"), ("jax_cuda12_pjrt", "0.0.1")):  # another version
+            info = tmp_path / f"{name}-{version}.dist-info"
+            info.mkdir()
+            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
         gpu_compiler_problem.cache_clear()
-        with pytest.raises(WorkbenchError, match=r"the CUDA plugin is 0.10.1 and jaxlib 0.10.2: they must match; pip "
-                                                 r"install 'jax\[cuda12-local\]==0.10.2'"):
+        with pytest.raises(WorkbenchError, match=rf"the CUDA plugin in {tmp_path} is 0.0.1 and jaxlib {jaxlib}: they "
+                                                 r"must match; run make gpu-compile"):
             check_target(parse_target("gpu:h100:8"), MeshShape(("data",), (8,)))
     finally:
         gpu_compiler_problem.cache_clear()
+
+
+def test_the_plugin_stays_out_of_every_process_but_a_gpu_compile():
+    # Installed beside JAX, the plugin would load into every JAX process and print CUDA's "no driver" lines.
+    import importlib.util
+
+    assert importlib.util.find_spec("jax_cuda12_plugin") is None
+    from workbench.analysis.verification import _child_environment
+
+    env = _child_environment(wb.TrainConfig(mesh="data=16"), parse_target("gpu:h100:16"))
+    assert env["PYTHONPATH"].split(os.pathsep)[-1] == str(gpu_target.gpu_compiler_dir())
+    assert "--xla_gpu_autotune_level=0" in env["XLA_FLAGS"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -128,7 +143,7 @@ def test_every_chip_description_is_accepted_by_this_jaxlib(gpu_compiler):
             "                                           topology='1x2x8').devices\n"
             "    print(chip.name, len(devices), devices[0].device_kind)\n")
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+           "PYTHONPATH": os.pathsep.join([os.getcwd(), str(gpu_target.gpu_compiler_dir())])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == [f"{chip.name} 16 {chip.description}" for chip in GPU_CHIPS.values()]

@@ -144,7 +144,7 @@ class VerifyPanel(widgets.VBox):
         self._judge()
         intro = widgets.HTML("<b>Verify with the compiler</b>: compile this step for the mesh (up to 2,048 simulated "
                              "devices, a TPU topology with the <code>tpu</code> extra, or NVIDIA GPUs, e.g. "
-                             "<code>gpu:h100:512</code>, with the <code>gpu-compile</code> extra; no GPU needed), "
+                             "<code>gpu:h100:512</code>, after <code>make gpu-compile</code>; no GPU needed), "
                              "nothing allocated, and set the compiler's figures beside the plan's.")
         super().__init__([intro, widgets.HBox([self.target, self.chip]),
                           widgets.HBox([self.verify_button, self.cancel_button]), self.readiness, self.progress,

@@ -72,7 +72,7 @@ def _accelerator_requested() -> bool:
 
 
 # Compilers installed to compile for accelerators this machine need not have: libtpu (the ``tpu`` extra) and
-# XLA:GPU's CUDA plugin (the ``gpu-compile`` extra).
+# XLA:GPU's CUDA plugin (kept out of this environment by ``make gpu-compile``, but a user may install it here).
 COMPILER_PLUGINS = ("libtpu", "jax_cuda12_plugin")
 
 

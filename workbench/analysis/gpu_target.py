@@ -1,7 +1,7 @@
 """Compiling for NVIDIA GPUs without one: XLA:GPU's deviceless compile, for ``--verify gpu:<chip>:<count>``.
 
-XLA:GPU compiles for a GPU it is only told about: the CUDA plugin (``jax-cuda12-plugin``, the ``gpu-compile``
-extra) takes a target description (a ``GpuTargetConfigProto`` in text form, one per chip in
+XLA:GPU compiles for a GPU it is only told about: the CUDA plugin (``jax-cuda12-plugin``, kept apart in
+:func:`gpu_compiler_dir` by ``make gpu-compile``) takes a target description (a ``GpuTargetConfigProto`` in text form, one per chip in
 :data:`GPU_CHIPS`, shipped in ``gpu_targets/``) and a topology of hosts, and gives compile-only devices in a
 process that runs on the CPU. ptxas (``nvidia-cuda-nvcc-cu12``) turns the kernels into GPU code; no driver, no
 cuDNN. On a real H200 this compile gave the real compile's peak to the byte (JAX_NOTES).
@@ -17,11 +17,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.metadata
+import os
 import pathlib
+import sys
 
 from ..errors import WorkbenchError
 
 TARGET_CONFIGS = pathlib.Path(__file__).parent / "gpu_targets"
+GPU_COMPILER_ENV = "WORKBENCH_GPU_COMPILER"  # a folder holding the CUDA plugin and ptxas (see gpu_compiler_dir)
 # A compile without the GPU cannot time kernels: autotuning off picks XLA's default kernels, whose buffers
 # are the same (the memory and collectives the workbench reads do not depend on the choice).
 DEVICELESS_XLA_FLAGS = "--xla_gpu_autotune_level=0"
@@ -106,28 +109,49 @@ def gpu_targets_for(devices: int) -> tuple[str, ...]:
                  if devices <= chip.gpus_per_host or devices % chip.gpus_per_host == 0)
 
 
-def _version(distribution: str) -> str | None:
+def gpu_compiler_dir() -> pathlib.Path:
+    """Where the CUDA plugin and ptxas are kept: ``$WORKBENCH_GPU_COMPILER``, else ``gpu-compile/`` in this Python's
+    environment (``make gpu-compile`` fills it). Only a GPU compile's child process has it on its path: installed
+    beside JAX, the plugin loads into every JAX process and prints CUDA's start-up noise (no driver found) there."""
+    chosen = os.environ.get(GPU_COMPILER_ENV, "").strip()
+    return pathlib.Path(chosen).expanduser() if chosen else pathlib.Path(sys.prefix) / "gpu-compile"
+
+
+def _version(distribution: str, where: pathlib.Path | None = None) -> str | None:
+    """The installed version of ``distribution``: in folder ``where``, else in this environment."""
+    if where is not None:
+        found = [d.version for d in importlib.metadata.distributions(path=[str(where)])
+                 if (d.metadata["Name"] or "").lower().replace("_", "-") == distribution]
+        return found[0] if found else None
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
+def install_command(jaxlib: str | None = None) -> str:
+    """The command that puts the CUDA plugin matched to ``jaxlib`` (default: the installed one) and ptxas in
+    :func:`gpu_compiler_dir`."""
+    jaxlib = jaxlib or _version("jaxlib")
+    return (f"pip install --no-deps --target {gpu_compiler_dir()} 'jax-cuda12-plugin=={jaxlib}' "
+            f"'jax-cuda12-pjrt=={jaxlib}' nvidia-cuda-nvcc-cu12")
+
+
 @functools.cache
 def gpu_compiler_problem() -> str | None:
     """None when XLA:GPU can compile here without a GPU; else one line with the exact command that fixes it."""
+    where = gpu_compiler_dir()
     jaxlib = _version("jaxlib")
-    install = (f"pip install 'jax[cuda12-local]=={jaxlib}' nvidia-cuda-nvcc-cu12 (or pip install -e '.[gpu-compile]' "
-               "in the workbench's folder)")
-    plugin = _version("jax-cuda12-plugin")
+    install = f"run make gpu-compile in the workbench's folder (it runs: {install_command(jaxlib)})"
+    plugin = _version("jax-cuda12-plugin", where)
     if plugin is None:
-        return f"compiling for GPUs needs XLA:GPU's CUDA plugin, which this environment lacks: {install}"
-    if plugin != jaxlib:
-        return f"the CUDA plugin is {plugin} and jaxlib {jaxlib}: they must match; {install}"
-    if _version("nvidia-cuda-nvcc-cu12") is None:
-        return f"compiling for GPUs needs ptxas (the nvidia-cuda-nvcc-cu12 wheel), which this environment lacks: {install}"
+        return f"compiling for GPUs needs XLA:GPU's CUDA plugin, which {where} lacks: {install}"
+    if plugin != jaxlib or _version("jax-cuda12-pjrt", where) != jaxlib:
+        return f"the CUDA plugin in {where} is {plugin} and jaxlib {jaxlib}: they must match; {install}"
+    if _version("nvidia-cuda-nvcc-cu12", where) is None:
+        return f"compiling for GPUs needs ptxas (the nvidia-cuda-nvcc-cu12 wheel), which {where} lacks: {install}"
     return None
 
 
-__all__ = ["DEVICELESS_XLA_FLAGS", "GPU_CHIPS", "GpuChip", "gpu_chip", "gpu_compiler_problem", "gpu_targets_for",
-           "gpu_topology"]
+__all__ = ["DEVICELESS_XLA_FLAGS", "GPU_CHIPS", "GPU_COMPILER_ENV", "GpuChip", "gpu_chip", "gpu_compiler_dir",
+           "gpu_compiler_problem", "gpu_targets_for", "gpu_topology", "install_command"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import signal
 import subprocess
@@ -41,7 +42,7 @@ from ..child_processes import REAP_TIMEOUT_S, child_environment, stop_process_gr
 from ..errors import VerificationError, WorkbenchError
 from .compile_target import CompileTarget, check_target, parse_target
 from .compiled_step import CompiledStep
-from .gpu_target import DEVICELESS_XLA_FLAGS
+from .gpu_target import DEVICELESS_XLA_FLAGS, gpu_compiler_dir
 from .verdict import training_verdict
 
 DEFAULT_TIMEOUT_S = 900.0  # the 1.3B model on 512 devices compiles in well under a minute on 2 cores
@@ -99,6 +100,7 @@ def _child_environment(config: Any, target: CompileTarget) -> dict[str, str]:
     env = child_environment(devices, WORKBENCH_COMPILATION_CACHE="off", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
     if target.kind == "gpu":  # XLA:GPU cannot time kernels without the GPU (JAX starts with these flags)
         env["XLA_FLAGS"] = f"{env['XLA_FLAGS']} {DEVICELESS_XLA_FLAGS}".strip()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(gpu_compiler_dir())]))
     return env
 
 

@@ -6,7 +6,7 @@ and the layout as a ``(regex, PartitionSpec)`` table to paste into a training sc
 allocated and no accelerator is needed: a 512-chip plan of a 1B-parameter model takes well under 2 s.
 
 ``--verify cpu`` (or ``--verify tpu:v5p:8x8x8`` with the ``tpu`` extra, ``--verify gpu:h100:512`` with the
-``gpu-compile`` extra) also compiles the real step for the mesh in a child process and prints the compiler's figures beside the plan's (``compiler`` in the JSON).
+``make gpu-compile``) also compiles the real step for the mesh in a child process and prints the compiler's figures beside the plan's (``compiler`` in the JSON).
 
 With ``--json`` stdout holds exactly one JSON object (see :meth:`workbench.analysis.planning.TrainingPlan.to_json`).
 Bad input, or a step that cannot be compiled, prints one line ``error: ...`` on stderr and exits with status 2.
@@ -60,7 +60,7 @@ def add_plan_parser(commands) -> None:
                       help="also compile the real step for the mesh and show the compiler's figures beside the plan's: "
                       "cpu (simulated devices, up to 2048), tpu:<generation>:<shape>, e.g. tpu:v5p:8x8x8 "
                       "(needs pip install -e '.[tpu]'), or gpu:<chip>:<count>, e.g. gpu:h100:512, compiled by XLA:GPU "
-                      "without a GPU (needs pip install -e '.[gpu-compile]')")
+                      "without a GPU (needs make gpu-compile)")
     plan.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
