@@ -4,6 +4,7 @@ The answers tested last are the ones printed in the workshop notebook's collapsi
 read from the notebook itself, so a student who copies them passes.
 """
 
+import os
 import pathlib
 import re
 
@@ -356,6 +357,29 @@ def test_notebook_03s_answer_passes_on_its_own_layout():
                             hardware=parameters["HARDWARE"], device_memory=parameters["DEVICE_MEMORY"],
                             global_batch=parameters["VERIFY_BATCH"])
     assert check_fits_chip(answer["ANSWER_FITS"], plan, wb.start_plan_verification(plan, "cpu")).passed
+
+
+@pytest.mark.slow
+def test_notebook_03s_gpu_answer_passes_on_what_xla_gpu_compiles():
+    """Exercise 2's answer against XLA:GPU's compile of the layout it asks about: dp of the 1.3B transformer on
+    one host of 8 H100s (make gpu-compile; in CI it must run)."""
+    from workbench.analysis.gpu_target import gpu_compiler_problem
+
+    if (problem := gpu_compiler_problem()) is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the GPU exercise must be checked in CI: {problem}")
+        pytest.skip(problem)
+    notebook = nbformat.read(DEBUG_LAYOUTS, as_version=4)
+    parameters = {}
+    exec(next(c.source for c in notebook.cells if c.cell_type == "code"), parameters)
+    answer = {}
+    exec(answer_blocks(notebook)["fits-the-gpu"], answer)
+    plan = wb.plan_training("transformer", parameters["VERIFY_MODEL"], "data=8", "dp",
+                            hardware=parameters["GPU_HARDWARE"], global_batch=64)
+    job = wb.start_plan_verification(plan, f"gpu:{parameters['GPU_CHIP']}:8")
+    result = check_fits_chip(answer["ANSWER_FITS_GPU"], plan, job, name="fits-the-gpu")
+    assert result.passed and result.exercise == "fits-the-gpu", result.message
+    assert not check_fits_chip(False, plan, job, name="fits-the-gpu").passed
 
 
 # --- notebook 04: the shard shape of a restored leaf -------------------------------------------------------

@@ -303,9 +303,10 @@ def _compiled_for(plan: Any, compiled: Any) -> Any:
     return record
 
 
-def check_fits_chip(answer: Any, plan: Any, compiled: Any = None) -> ExerciseResult:
+def check_fits_chip(answer: Any, plan: Any, compiled: Any = None, *, name: str = "fits-the-chip") -> ExerciseResult:
     """Check a prediction of whether ``plan``'s step fits its chip: ``True`` if the compiler's peak per device
-    is at most ``plan.device_memory``, else ``False``. The compiler is the judge, not the plan's own figure.
+    is at most ``plan.device_memory``, else ``False``. The compiler is the judge, not the plan's own figure
+    (XLA:CPU's, libtpu's or XLA:GPU's, whichever compiled it). ``name`` names the exercise.
 
     ``compiled`` is the compiler's record of the same step: a :class:`~workbench.VerificationJob` (waited
     for, so the learner answers while it compiles), a :class:`~workbench.CompiledStep`, or None when
@@ -318,7 +319,6 @@ def check_fits_chip(answer: Any, plan: Any, compiled: Any = None) -> ExerciseRes
     """
     from .formatting import format_bytes
 
-    name = "fits-the-chip"
     if (result := _unanswered(name, answer)) is not None:
         return result
     if not isinstance(answer, (bool, np.bool_)):
