@@ -4,8 +4,8 @@ Run as ``python -m workbench.analysis.compile_child`` by :mod:`workbench.analysi
 sets the simulated device count in the environment first (JAX fixes it when it starts). It reads one
 JSON request line on stdin, writes JSON lines on its own channel (the original stdout): ``{"progress":
 text}`` as it goes, then ``{"result": CompiledStep.to_json()}`` or ``{"error": {"type", "message"}}``.
-Everything else anything prints (libtpu's or the CUDA plugin's start-up noise, warnings) goes to stderr, which the parent
-keeps out of sight. It exits at once when its stdin closes: the parent went away.
+Everything else anything prints (libtpu's or the CUDA plugin's start-up noise, warnings) goes to stderr,
+which the parent keeps out of sight. It exits at once when its stdin closes: the parent went away.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ it fits the chip's memory, the collectives a step runs with their ring-model tim
 and the layout as a ``(regex, PartitionSpec)`` table to paste into a training script. Nothing is
 allocated and no accelerator is needed: a 512-chip plan of a 1B-parameter model takes well under 2 s.
 
-``--verify cpu`` (or ``--verify tpu:v5p:8x8x8`` with the ``tpu`` extra, ``--verify gpu:h100:512`` with the
-``make gpu-compile``) also compiles the real step for the mesh in a child process and prints the compiler's figures beside the plan's (``compiler`` in the JSON).
+``--verify cpu`` (or ``--verify tpu:v5p:8x8x8`` with the ``tpu`` extra, ``--verify gpu:h100:512`` after
+``make gpu-compile``) also compiles the real step for the mesh in a child process and prints the compiler's
+figures beside the plan's (``compiler`` in the JSON).
 
 With ``--json`` stdout holds exactly one JSON object (see :meth:`workbench.analysis.planning.TrainingPlan.to_json`).
 Bad input, or a step that cannot be compiled, prints one line ``error: ...`` on stderr and exits with status 2.
