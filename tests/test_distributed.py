@@ -198,7 +198,7 @@ def test_a_data_set_reads_only_a_process_rows():
 def _hosts(tmp_path, env: dict[str, str], *options: str) -> tuple[list[int], list[str]]:
     """Two `workbench train --join` commands, as two hosts would run them: exit statuses and outputs."""
     port = free_port()
-    argv = [sys.executable, "-m", "workbench", "train", "--mode", "fsdp", "--steps", "4", "--batch", "64",
+    argv = [sys.executable, "-m", "workbench", "train", "--mode", "fsdp", "--mesh", "data=8", "--steps", "4", "--batch", "64",
             "--log-every", "2", "--eval-every", "0", "--sync-every", "0", "--processes", "2",
             "--join", f"127.0.0.1:{port}", "--name", "joined", "--run-dir", str(tmp_path), *options]
     hosts = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE,
