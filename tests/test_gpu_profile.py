@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import workbench as wb
-from workbench.views.profile_text import profile_text
+from workbench.analysis.memory_comparison import compare_memory
+from workbench.views.profile_text import memory_table, profile_text
 
 FIXTURE = Path(__file__).parent / "data" / "h200-profile-mlp.tar.gz"
 
@@ -39,3 +40,25 @@ def test_a_gpu_trace_reads_into_steps_of_kernels_on_their_device(h200_run):
     assert all(op.kind == "compute" for op in timeline.ops)  # one GPU: no collectives
     text = profile_text(report)
     assert "training steps 2 to 4 (3 steps)" in text and "no timeline" not in text
+
+
+def test_the_gpu_allocators_figures_stand_beside_the_arrays_counted(h200_run):
+    memory = wb.read_profile(h200_run).memory
+    [device] = memory.devices
+    # The H200's allocator agreed with the arrays counted and with the compiled peak: nothing to flag.
+    assert device.in_use == 384_000 and device.peak_in_use == 1_309_696  # compiled peak: 1,305,412 B (0.3% apart)
+    assert abs(device.in_use - device.live) < 0.02 * device.live and memory.flags == ()
+    header = memory_table(memory).splitlines()[0]
+    assert "allocator in use" in header and "allocator peak" in header
+
+
+def test_an_allocator_holding_more_than_the_arrays_or_the_compiled_peak_is_flagged():
+    compiled = {"argument_bytes": 1000, "output_bytes": 1000, "alias_bytes": 1000, "temp_bytes": 1000}
+    sample = {"by_device": {0: {"state": 900, "batch": 100}}, "in_use": {0: 1500}, "peak_in_use": {0: 4000}}
+    flags = compare_memory(None, compiled, [sample]).flags
+    assert len(flags) == 2
+    assert flags[0].startswith("device 0: the allocator has 1.5 KiB in use and the arrays counted are 1000 B (+500 B)")
+    assert "the allocator's peak is 3.9 KiB and the compiled step's 2.0 KiB" in flags[1]
+    cpu = {"by_device": {0: {"state": 900, "batch": 100}}, "in_use": None, "peak_in_use": None}
+    assert compare_memory(None, compiled, [cpu]).flags == ()  # XLA:CPU keeps no allocator figures
+    assert "allocator" not in memory_table(compare_memory(None, compiled, [cpu]))

@@ -98,6 +98,24 @@ def _flag(device: DeviceMemory) -> str | None:
     return f"{words}: {'; '.join(causes) if causes else 'the state or batch is larger than the layout predicts'}"
 
 
+def _allocator_flags(device: DeviceMemory) -> list[str]:
+    """Where the allocator's own figures (GPU, TPU) disagree with the arrays counted or the compiled peak by more
+    than :data:`FLAG_FRACTION`: the allocator is the truth for what the device holds."""
+    flags = []
+    if device.in_use is not None and abs(device.in_use - device.live) > FLAG_FRACTION * max(device.live, 1):
+        more = device.in_use - device.live
+        why = ("buffers no live array owns: the last step's outputs or temporaries still held, or the runtime's own"
+               if more > 0 else "arrays counted that the allocator does not hold (shared or not yet placed)")
+        flags.append(f"device {device.device}: the allocator has {format_bytes(device.in_use)} in use and the arrays "
+                     f"counted are {format_bytes(device.live)} ({more:+,} B): {why}")
+    if (device.peak_in_use is not None and device.compiled_peak
+            and abs(device.peak_in_use - device.compiled_peak) > FLAG_FRACTION * device.compiled_peak):
+        flags.append(f"device {device.device}: the allocator's peak is {format_bytes(device.peak_in_use)} and the "
+                     f"compiled step's {format_bytes(device.compiled_peak)}: the peak includes what else the process "
+                     "held (other programs, evaluation, arrays of the notebook)")
+    return flags
+
+
 def _total(sample: Mapping[str, Any], device: int) -> int:
     return sum(sample["by_device"].get(device, {}).values())
 
@@ -143,9 +161,7 @@ def compare_memory(predicted: StepMemory | None, compiled: Mapping[str, int] | N
             max(peaks) if peaks else None,
         )
         devices.append(row)
-        flag = _flag(row)
-        if flag:
-            flags.append(flag)
+        flags += [flag for flag in (_flag(row), *_allocator_flags(row)) if flag]
     return MemoryComparison(tuple(devices), tuple(flags), predicted_note, compiled_note)
 
 

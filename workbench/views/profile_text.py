@@ -140,16 +140,19 @@ def memory_table(memory: Any) -> str:
              0               -               -              -              -  1.8 KiB             -  state copy 900 B, state 900 B
         no predicted figure: your own model
     """
+    # An accelerator's allocator (GPU, TPU) reports what the device holds; XLA:CPU keeps no such figures.
+    allocator = any(d.in_use is not None or d.peak_in_use is not None for d in memory.devices)
     same: dict[tuple[str, ...], list[int]] = {}
     for d in memory.devices:
         change = d.live_vs_predicted
         cells = (_bytes(d.predicted_arguments), _bytes(d.predicted_peak), _bytes(d.compiled_arguments),
-                 _bytes(d.compiled_peak), format_bytes(d.live), "-" if change is None else f"{change:+.0%}", _roles(d))
+                 _bytes(d.compiled_peak), format_bytes(d.live), "-" if change is None else f"{change:+.0%}",
+                 *((_bytes(d.in_use), _bytes(d.peak_in_use)) if allocator else ()), _roles(d))
         same.setdefault(cells, []).append(d.device)
     rows = [[_device_ranges(devices), *cells] for cells, devices in same.items()]
     headers = ["device", "predicted args", "predicted peak", "compiled args", "compiled peak", "live", "vs predicted",
-               "live by role"]
-    lines = align_columns(headers, rows, right=range(7))
+               *(("allocator in use", "allocator peak") if allocator else ()), "live by role"]
+    lines = align_columns(headers, rows, right=range(len(headers) - 1))
     lines += [f"flag: {flag}" for flag in memory.flags] + missing_figures(memory)
     return "\n".join(lines)
 
