@@ -32,9 +32,9 @@ GPU_COMPILE_DIR := $(VENV)/gpu-compile
 gpu-compile: $(GPU_COMPILE_DIR)/.installed
 
 $(GPU_COMPILE_DIR)/.installed: $(STAMP)
-	$(eval JAXLIB := $(shell $(PY) -c 'import jaxlib; print(jaxlib.__version__)'))
+	JAXLIB=$$($(PY) -c 'import jaxlib; print(jaxlib.__version__)') && test -n "$$JAXLIB" && \
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(GPU_COMPILE_DIR) \
-		'jax-cuda12-plugin==$(JAXLIB)' 'jax-cuda12-pjrt==$(JAXLIB)' nvidia-cuda-nvcc-cu12
+		"jax-cuda12-plugin==$$JAXLIB" "jax-cuda12-pjrt==$$JAXLIB" nvidia-cuda-nvcc-cu12
 	@touch $@
 
 test: $(STAMP)
