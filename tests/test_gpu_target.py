@@ -48,23 +48,18 @@ def test_a_mesh_that_is_not_the_gpu_count_names_one_that_is():
 
 def test_without_the_plugin_or_with_another_version_one_line_gives_the_exact_command(monkeypatch, tmp_path):
     monkeypatch.setenv(gpu_target.GPU_COMPILER_ENV, str(tmp_path))  # an empty folder: no plugin there
-    gpu_compiler_problem.cache_clear()
-    try:
-        jaxlib = gpu_target._version("jaxlib")
-        assert gpu_compiler_problem() == (
-            f"compiling for GPUs needs XLA:GPU's CUDA plugin, which {tmp_path} lacks: run make gpu-compile in the "
-            f"workbench's folder (it runs: pip install --no-deps --target {tmp_path} 'jax-cuda12-plugin=={jaxlib}' "
-            f"'jax-cuda12-pjrt=={jaxlib}' nvidia-cuda-nvcc-cu12)")
-        for name, version in (("jax_cuda12_plugin", "0.0.1"), ("jax_cuda12_pjrt", "0.0.1")):  # another version
-            info = tmp_path / f"{name}-{version}.dist-info"
-            info.mkdir()
-            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
-        gpu_compiler_problem.cache_clear()
-        with pytest.raises(WorkbenchError, match=rf"the CUDA plugin in {tmp_path} is 0.0.1 and jaxlib {jaxlib}: they "
-                                                 r"must match; run make gpu-compile"):
-            check_target(parse_target("gpu:h100:8"), MeshShape(("data",), (8,)))
-    finally:
-        gpu_compiler_problem.cache_clear()
+    jaxlib = gpu_target._version("jaxlib")
+    assert gpu_compiler_problem() == (
+        f"compiling for GPUs needs XLA:GPU's CUDA plugin, which {tmp_path} lacks: run make gpu-compile in the "
+        f"workbench's folder (it runs: pip install --no-deps --target {tmp_path} 'jax-cuda12-plugin=={jaxlib}' "
+        f"'jax-cuda12-pjrt=={jaxlib}' nvidia-cuda-nvcc-cu12)")
+    for name, version in (("jax_cuda12_plugin", "0.0.1"), ("jax_cuda12_pjrt", "0.0.1")):  # another version
+        info = tmp_path / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
+    with pytest.raises(WorkbenchError, match=rf"the CUDA plugin in {tmp_path} is 0.0.1 and jaxlib {jaxlib}: they "
+                                             r"must match; run make gpu-compile"):
+        check_target(parse_target("gpu:h100:8"), MeshShape(("data",), (8,)))
 
 
 def test_the_plugin_stays_out_of_every_process_but_a_gpu_compile():

@@ -1,8 +1,8 @@
 """Compiling for NVIDIA GPUs without one: XLA:GPU's deviceless compile, for ``--verify gpu:<chip>:<count>``.
 
 XLA:GPU compiles for a GPU it is only told about: the CUDA plugin (``jax-cuda12-plugin``, kept apart in
-:func:`gpu_compiler_dir` by ``make gpu-compile``) takes a target description (a ``GpuTargetConfigProto`` in text form, one per chip in
-:data:`GPU_CHIPS`, shipped in ``gpu_targets/``) and a topology of hosts, and gives compile-only devices in a
+:func:`gpu_compiler_dir` by ``make gpu-compile``) takes a target description (a ``GpuTargetConfigProto`` in
+text form, one per chip in :data:`GPU_CHIPS`, shipped in ``gpu_targets/``) and a topology of hosts, and gives compile-only devices in a
 process that runs on the CPU. ptxas (``nvidia-cuda-nvcc-cu12``) turns the kernels into GPU code; no driver, no
 cuDNN. On a real H200 this compile gave the real compile's peak to the byte (JAX_NOTES).
 
@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.metadata
 import os
 import pathlib
@@ -137,9 +136,11 @@ def install_command(jaxlib: str | None = None) -> str:
             f"'jax-cuda12-pjrt=={jaxlib}' nvidia-cuda-nvcc-cu12")
 
 
-@functools.cache
 def gpu_compiler_problem() -> str | None:
-    """None when XLA:GPU can compile here without a GPU; else one line with the exact command that fixes it."""
+    """None when XLA:GPU can compile here without a GPU; else one line with the exact command that fixes it.
+
+    Read afresh each time (a few package records): ``make gpu-compile`` run while a kernel is open counts at once.
+    """
     where = gpu_compiler_dir()
     jaxlib = _version("jaxlib")
     install = f"run make gpu-compile in the workbench's folder (it runs: {install_command(jaxlib)})"
