@@ -48,3 +48,16 @@ def _listening_addresses(port: int) -> set[str]:
 def listening_addresses():
     """``port -> set of local addresses listening there``: servers and coordinators must listen on loopback only."""
     return _listening_addresses
+
+
+@pytest.fixture(scope="session")
+def gpu_compiler():
+    """XLA:GPU's CUDA plugin for deviceless GPU compiles (``make gpu-compile``): a test that needs it is skipped
+    without it, except in CI (``CI=true``), where ``.ci/run`` installs it and such tests must run."""
+    from workbench.analysis.gpu_target import gpu_compiler_problem
+
+    problem = gpu_compiler_problem()
+    if problem is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the GPU compile tests must run in CI: {problem}")
+        pytest.skip(problem)

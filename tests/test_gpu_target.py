@@ -117,15 +117,6 @@ def test_a_collective_across_hosts_is_priced_on_the_network_and_one_within_on_nv
 # --- XLA:GPU without a GPU --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def gpu_compiler():
-    problem = gpu_compiler_problem()
-    if problem is not None:
-        if IN_CI:
-            pytest.fail(f"the GPU compile tests must run in CI: {problem}")
-        pytest.skip(problem)
-
-
 @pytest.mark.slow
 def test_every_chip_description_is_accepted_by_this_jaxlib(gpu_compiler):
     import subprocess

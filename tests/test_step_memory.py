@@ -88,15 +88,19 @@ def test_without_an_example_batch_the_peak_is_not_modelled_and_says_why():
 
 @pytest.mark.parametrize("mode,mesh", [("fsdp", "data=64,model=8"), ("dp-tp", "data=64,model=8"),
                                        ("fsdp-whole-tree", "data=64")])
-def test_deep_transformers_extend_two_simulated_blocks_exactly(mode, mesh):
+def test_deep_transformers_extend_two_simulated_blocks(mode, mesh):
     # Identical blocks add identical buffers: 2 blocks traced once and extended to 4 by what the first block
-    # holds at the peak (whole-tree fsdp: 1 and 2 blocks) equal 4 blocks simulated whole.
+    # holds at the peak (whole-tree fsdp: 1 and 2 blocks) equal 4 blocks simulated whole; the state exactly,
+    # the temporaries to within a few KiB (the cheaper of two schedules is kept, and they differ by a small
+    # buffer at some depths).
     config = TrainConfig(model="transformer", model_options={**LM, "n_layers": 4}, mode=mode,
                          mesh=mesh, batch=1024, precision="bf16")
     extended = planned_step_memory(config)
-    from workbench.analysis.step_memory import CPU_FLOAT_BYTES, step_memory
-    whole = step_memory(build_abstract_step(config, devices="abstract"), CPU_FLOAT_BYTES)
-    assert extended == whole and whole.alias_bytes > 0
+    from workbench.analysis.step_memory import step_memory
+    whole = step_memory(build_abstract_step(config, devices="abstract"), "cpu")
+    assert extended.argument_bytes == whole.argument_bytes and extended.alias_bytes == whole.alias_bytes > 0
+    assert extended.output_bytes == whole.output_bytes
+    assert abs(extended.temp_bytes - whole.temp_bytes) <= 4096 + whole.temp_bytes // 10_000
 
 
 def test_a_step_whose_buffers_the_jaxpr_hides_says_so_instead_of_a_number():

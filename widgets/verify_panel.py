@@ -227,7 +227,7 @@ class VerifyPanel(widgets.VBox):
         return wb.plan_training(
             config.model, dict(config.model_options), config.mesh, config.mode, optimizer=config.optimizer,
             hardware=settings.target.hardware or self.chip.value, global_batch=config.batch,
-            precision=config.precision,
+            precision=config.precision, compiler=settings.target.kind,
         )
 
     def _finish(self, job: wb.VerificationJob, plan: wb.TrainingPlan | None, plan_error: Exception | None,

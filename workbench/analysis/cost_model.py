@@ -43,6 +43,8 @@ class Hardware:
             (a TPU slice's ICI spans it whole).
         host_bandwidth: bytes/s one chip sends to another host, one direction (its share of the network:
             InfiniBand or Ethernet); a collective whose group spans hosts is priced on it, the slower link.
+        compiler: the compile target kind whose compiler builds its programs (``"cpu"``, ``"gpu"``,
+            ``"tpu"``): the plan's memory follows that compiler's rules (:mod:`.compiler_rules`).
     """
 
     name: str
@@ -53,6 +55,7 @@ class Hardware:
     description: str
     devices_per_host: int | None = None
     host_bandwidth: float | None = None
+    compiler: str = "cpu"
 
     def to_json(self) -> dict[str, Any]:
         """The figures as JSON-ready values."""
@@ -76,24 +79,28 @@ HARDWARE: dict[str, Hardware] = {
             "Google Cloud TPU v5e docs (cloud.google.com/tpu/docs/v5e): 197 TFLOP/s bf16 per chip, 16 GB HBM2, "
             "400 GB/s bidirectional ICI per chip over 4 ports, i.e. 50 GB/s per link one way (as in the JAX "
             "'How to Scale Your Model' book, ICI 5e10 B/s one-way per link). Latency ~1 us per hop: rough.",
+            compiler="tpu",
         ),
         Hardware(
             "tpu-v5p", 459e12, 95 * GiB, 100e9, 1e-6,
             "Google Cloud TPU v5p docs (cloud.google.com/tpu/docs/v5p): 459 TFLOP/s bf16 per chip, 95 GiB HBM2e, "
             "1,200 GB/s bidirectional ICI per chip over 6 ports (3-D torus), i.e. 100 GB/s per link one way "
             "(the 'How to Scale Your Model' book: 1e11 B/s one-way per link). Latency ~1 us per hop: rough.",
+            compiler="tpu",
         ),
         Hardware(
             "tpu-v4", 275e12, 32 * GiB, 45e9, 1e-6,
             "Google Cloud TPU v4 docs (cloud.google.com/tpu/docs/v4): 275 TFLOP/s bf16 per chip, 32 GiB HBM2, 6 ICI "
             "ports (3-D torus); 45 GB/s per link one way from the 'How to Scale Your Model' book's table (ICI "
             "4.5e10 B/s one-way per link). Latency ~1 us per hop: rough.",
+            compiler="tpu",
         ),
         Hardware(
             "tpu-v6e", 918e12, 32 * GiB, 100e9, 1e-6,
             "Google Cloud TPU v6e docs (cloud.google.com/tpu/docs/v6e): 918 TFLOP/s bf16 per chip, 32 GB HBM, "
             "800 GB/s bidirectional ICI per chip over 4 ports (2-D torus), i.e. 100 GB/s per link one way. "
             "Latency ~1 us per hop: rough.",
+            compiler="tpu",
         ),
         Hardware(
             "a100-80gb", 312e12, 80 * GiB, 300e9, 3e-6,
@@ -101,7 +108,7 @@ HARDWARE: dict[str, Hardware] = {
             "NVLink 3 at 600 GB/s bidirectional per GPU through NVSwitch, i.e. 300 GB/s per direction, within an "
             "8-GPU HGX host. Across hosts: one 200 Gb/s HDR InfiniBand port per GPU (DGX A100), 25 GB/s one way. "
             "Latency ~3 us per ring step: rough.",
-            devices_per_host=8, host_bandwidth=25e9,
+            devices_per_host=8, host_bandwidth=25e9, compiler="gpu",
         ),
         Hardware(
             "h100-nvlink", 989e12, 80 * GiB, 450e9, 3e-6,
@@ -109,7 +116,7 @@ HARDWARE: dict[str, Hardware] = {
             "900 GB/s bidirectional per GPU (18 links) through NVSwitch, i.e. 450 GB/s per direction, within an "
             "8-GPU HGX host. Across hosts: one 400 Gb/s NDR InfiniBand port per GPU (DGX H100), 50 GB/s one way. "
             "Latency ~3 us per ring step (NCCL small-message figures): rough.",
-            devices_per_host=8, host_bandwidth=50e9,
+            devices_per_host=8, host_bandwidth=50e9, compiler="gpu",
         ),
         Hardware(
             "h100-pcie", 756e12, 80 * GiB, 64e9, 5e-6,
@@ -117,14 +124,14 @@ HARDWARE: dict[str, Hardware] = {
             "at 128 GB/s bidirectional, i.e. ~64 GB/s per direction (no NVLink bridge), within a host of 8. "
             "Across hosts: a 200 Gb/s NIC per GPU assumed (PCIe servers vary), 25 GB/s one way. Latency ~5 us per "
             "ring step: rough.",
-            devices_per_host=8, host_bandwidth=25e9,
+            devices_per_host=8, host_bandwidth=25e9, compiler="gpu",
         ),
         Hardware(
             "h200", 989e12, 141 * 10**9, 450e9, 3e-6,
             "NVIDIA H200 SXM datasheet: 989 TFLOP/s dense bf16 (as H100 SXM), 141 GB HBM3e at 4.8 TB/s; NVLink 4 "
             "at 900 GB/s bidirectional, 450 GB/s per direction, within an 8-GPU HGX host. Across hosts: 400 Gb/s "
             "NDR InfiniBand per GPU, 50 GB/s one way. Latency ~3 us per ring step: rough.",
-            devices_per_host=8, host_bandwidth=50e9,
+            devices_per_host=8, host_bandwidth=50e9, compiler="gpu",
         ),
         Hardware(
             "b200", 2250e12, 180 * 10**9, 900e9, 3e-6,
@@ -132,7 +139,7 @@ HARDWARE: dict[str, Hardware] = {
             "GPU; 180 GB HBM3e at 8 TB/s (XLA's spec: 191.5 GB); NVLink 5 at 1.8 TB/s bidirectional, 900 GB/s "
             "per direction, within 8 GPUs. Across hosts: 400 Gb/s ConnectX-7 per GPU, 50 GB/s one way. Latency "
             "~3 us per ring step: rough.",
-            devices_per_host=8, host_bandwidth=50e9,
+            devices_per_host=8, host_bandwidth=50e9, compiler="gpu",
         ),
         Hardware(
             "cpu", 1e11, 16 * GiB, 10e9, 1e-5,

@@ -26,6 +26,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
+from .compiler_rules import CompilerRules, compiler_rules
 from .cost_model import (
     DEFAULT_UTILISATION,
     ComputeBoundTest,
@@ -151,6 +152,7 @@ class TrainingPlan:
     compiled: Any = None  # the compiler's CompiledStep of the same step, when verified
     memory: Any = None  # the step's StepMemory, simulated from its jaxpr (None: not modelled, see memory_caveat)
     memory_caveat: str | None = None  # why the step's memory is not simulated
+    compiler: str = "cpu"  # the compile target kind whose rules ``memory`` follows (see .compiler_rules)
 
     def with_compiled(self, compiled: Any) -> "TrainingPlan":
         """This plan with the compiler's figures for its step attached (a :class:`~.compiled_step.CompiledStep`
@@ -221,7 +223,7 @@ class TrainingPlan:
             "transient_params_bytes": self.transient_params_bytes,
             "peak_bytes": self.peak_bytes,
             "simulated": None if self.memory is None else self.memory.to_json(),
-            "memory_caveat": self.memory_caveat,
+            "memory_caveat": self.memory_caveat, "memory_compiler": compiler_rules(self.compiler).name,
         }
 
     def rules_code(self, name: str = "SHARDING_RULES") -> str:
@@ -327,9 +329,11 @@ class TrainingPlan:
             batch = self.memory.argument_bytes - self.params_bytes - self.opt_state_bytes
             rows += [
                 ("batch", batch, "this device's share (an argument of the step)"),
-                ("temporaries", self.memory.temp_bytes, "simulated from the step's jaxpr: the buffers live at "
-                 "once beside the arguments (gradients, activations, gathered parameters)"),
-                ("peak", self.peak_bytes, verdict + " (arguments + outputs - donated + temporaries)"),
+                ("temporaries", self.memory.temp_bytes, f"simulated from the step's jaxpr as "
+                 f"{compiler_rules(self.compiler).name} stores them: the buffers live at once beside the arguments "
+                 "(gradients, activations, gathered parameters)"),
+                ("peak", self.peak_bytes, verdict + " (arguments + outputs - donated + temporaries)"
+                 + (f"; rough: {compiler_rules(self.compiler).trust}" if compiler_rules(self.compiler).trust else "")),
             ]
         else:
             rows += [
@@ -783,6 +787,7 @@ def plan_training(
     verify: Any = None,
     loss: Any = None,
     example_batch: Any = None,
+    compiler: str | None = None,
 ) -> TrainingPlan:
     """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
 
@@ -821,6 +826,8 @@ def plan_training(
             module's ``loss`` method) and a batch of its input (arrays or ``ShapeDtypeStruct``s, any
             number of rows), so that its step can be traced and its memory simulated; without them its
             peak is not modelled.
+        compiler: whose buffers the simulated peak follows: ``"cpu"`` (XLA:CPU), ``"gpu"`` (XLA:GPU) or
+            ``"tpu"`` (libtpu) (:mod:`.compiler_rules`); default: ``verify``'s target, else the hardware's.
 
     Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
 
@@ -838,6 +845,7 @@ def plan_training(
 
     settings = None if verify is None else verify_settings(verify)
     hw = lookup_hardware(planned_hardware(hardware, settings))
+    memory_rules = compiler_rules(compiler or (settings.target.kind if settings is not None else hw.compiler))
     memory = hw.memory_bytes if device_memory is None else parse_byte_size(device_memory)
     compute_time(0.0, hw, utilisation)  # checks utilisation now, not when the plan is printed
     declared = mode_class(mode)  # unknown mode: the modes' own message, listing them
@@ -897,7 +905,7 @@ def plan_training(
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = _transient_params_bytes(declared, params_layout, precision, notes, abstract)
     simulated, caveat = _simulated_memory(planned, mode, mesh_shape, batch, seq_len, precision, optimizer,
-                                       custom_rules, loss, example_batch)
+                                       custom_rules, loss, example_batch, memory_rules)
     notes.append(_assumption_note(precision, utilisation))
 
     plan = TrainingPlan(
@@ -907,7 +915,7 @@ def plan_training(
         tokens_per_device=tokens, params_layout=params_layout, opt_state_layout=opt_layout, rule_table=table,
         activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
         collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
-        memory=simulated, memory_caveat=caveat,
+        memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind,
     )
     if settings is None:
         return plan
@@ -917,19 +925,21 @@ def plan_training(
 
 
 def _simulated_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch: int, seq_len: int | None,
-                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any):
+                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
+                      compiler: CompilerRules):
     """(the step's simulated :class:`~.step_memory.StepMemory`, None) or (None, why it is not modelled)."""
     from .step_memory import NotSimulated
 
     try:
         return _simulate_memory(planned, mode, mesh, batch, seq_len, precision, optimizer, custom_rules, loss,
-                                example_batch)
+                                example_batch, compiler)
     except NotSimulated as reason:
         return None, str(reason)
 
 
 def _simulate_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch: int, seq_len: int | None,
-                     precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any):
+                     precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
+                     compiler: CompilerRules):
     from ..training.step import check_compiles_ahead
 
     try:
@@ -940,7 +950,7 @@ def _simulate_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch
         return None, "the step lays out the mode's own state, not your rule table"
     if planned.registered:
         key = (planned.name, tuple(sorted(planned.options.items())), mode, str(mesh), batch, seq_len, precision,
-               optimizer)
+               optimizer, compiler.kind)
         try:
             hash(key)
         except TypeError:  # an option value that cannot be a key: simulate afresh
@@ -959,19 +969,19 @@ def _simulate_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch
     config = TrainConfig(model=f"custom:{planned.name}", mode=mode, mesh=str(mesh), batch=batch, precision=precision,
                          optimizer=optimizer)
     custom = CustomModel(planned.abstract, loss, batches=())
-    return planned_step_memory(config, custom=custom, example_batch=example_batch), None
+    return planned_step_memory(config, custom=custom, example_batch=example_batch, compiler=compiler), None
 
 
 @functools.lru_cache(maxsize=32)
 def _registered_memory(name: str, options: tuple, mode: str, mesh: str, batch: int, seq_len: int | None,
-                       precision: str, optimizer: str):
+                       precision: str, optimizer: str, compiler: str):
     """A registered model's simulated step memory, once per model, options, mode, mesh, batch and precision."""
     from ..training.config import TrainConfig
     from .step_memory import planned_step_memory
 
     config = TrainConfig(model=name, model_options=dict(options), mode=mode, mesh=mesh, batch=batch,
                          precision=precision, optimizer=optimizer)
-    return planned_step_memory(config, seq_len=seq_len)
+    return planned_step_memory(config, seq_len=seq_len, compiler=compiler)
 
 
 def _check_verifiable(settings: Any, mesh: MeshShape, mode: str, model: Any, rules: Any) -> None:

@@ -55,15 +55,16 @@ class ProfileReport:
                 f"xprof {self.folder} if xprof is installed (pip install xprof)")
 
 
-def _predicted(config: dict[str, Any]) -> tuple[Any, str | None]:
-    """The layout engine's step memory for the run's config (None and why where it has none)."""
+def _predicted(config: dict[str, Any], backend: str) -> tuple[Any, str | None]:
+    """The layout engine's step memory for the run's config, as ``backend``'s compiler holds it (None and why
+    where it has none)."""
     from .step_memory import NotSimulated, planned_step_memory
 
     if str(config.get("model", "")).startswith("custom:"):
         return None, ("your own model: its prediction needs the model and an example batch (plan_training(model=..., "
                       "example_batch=...))")
     try:
-        return planned_step_memory(TrainConfig.from_json(config)), None
+        return planned_step_memory(TrainConfig.from_json(config), compiler=backend), None
     except (NotSimulated, WorkbenchError) as exc:
         return None, str(exc)
 
@@ -151,7 +152,8 @@ def _memory(folder: Path, capture: dict[str, Any], config: dict[str, Any], repar
     saved = folder / MEMORY_FILE
     if saved.exists() and not reparse:
         return MemoryComparison.from_json(json.loads(saved.read_text()))
-    predicted, why = _predicted(config) if config else (None, "the run's config.json is missing")
+    backend = capture.get("backend", "cpu")  # captures before the backend was recorded ran on CPU devices
+    predicted, why = _predicted(config, backend) if config else (None, "the run's config.json is missing")
     compiled = capture.get("compiled_memory")
     memory = compare_memory(predicted, compiled, capture["live_samples"], predicted_note=why,
                             compiled_note=None if compiled else "the mode runs several programs: no one compiled step")

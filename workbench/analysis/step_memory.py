@@ -10,7 +10,9 @@ values the compiler materialises as buffers, allocates each when produced and fr
 Which values are buffers follows XLA's own rules, each checked against XLA:CPU's buffer assignment
 (listed in docs/design/compile-verification.md, "step memory"): elementwise work is fused into its
 consumers unless one cannot take it fused (a matmul, collective, scatter, loop); views are their operand's
-buffer; reductions and gathers store only their result; bf16 takes 4 bytes on XLA:CPU (``float_bytes``).
+buffer; reductions and gathers store only their result. Where XLA's compilers differ (bf16 takes 4 bytes on
+XLA:CPU; XLA:GPU recomputes a softmax's exponentials) the simulation follows one compiler's
+:class:`~.compiler_rules.CompilerRules`.
 Outside ``shard_map`` each value's sharding is propagated from the step's inputs as the partitioner does.
 
 Example:
@@ -31,6 +33,7 @@ import numpy as np
 from jax.extend.core import jaxprs_in_params
 
 from ..errors import WorkbenchError
+from .compiler_rules import XLA_CPU, CompilerRules, compiler_rules
 
 Spec = tuple  # per dimension, a tuple of mesh axis names
 
@@ -52,9 +55,6 @@ _FUSIBLE = {
 _FUSES_OPERANDS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
                    "argmax", "argmin", "gather", "reduce_precision"}
 PARTITIONER_ALL_REDUCE = "all-reduce (partitioner)"
-# Elementwise work XLA does not copy into several consumers (InstructionFusion's IsExpensive): stored once.
-_EXPENSIVE = {"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "cbrt", "pow", "div",
-              "rem", "erf", "erfc", "erf_inv", "sin", "cos", "tan", "atan2", "lgamma", "digamma"}
 # Ops that write into their first operand's buffer (scatters): a fused operand needs no buffer of its own.
 _IN_PLACE = {"scatter", "scatter-add", "scatter_add", "scatter-mul", "scatter_mul", "scatter-min", "scatter-max",
              "dynamic_update_slice"}
@@ -87,7 +87,7 @@ class _Value:
     """One value of the flattened program: its shape, per-device bytes, sharding and producer."""
 
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
-                 "readers", "position", "buffers", "itemsize", "origin")
+                 "readers", "position", "buffers", "itemsize", "origin", "carried")
 
     def __init__(self, aval: Any, spec: Spec, sizes: dict[str, int], float_bytes: dict):
         self.shape = tuple(aval.shape)
@@ -98,6 +98,7 @@ class _Value:
         self.position = -1
         self.buffers = None
         self.origin = ""  # the name stack of the equation that made it (e.g. "jvp(blocks/0)/attn")
+        self.carried = None  # a loop's carry out: the value it started from (the loop updates that buffer)
 
     def resplit(self, spec: Spec, sizes: dict[str, int]) -> None:
         self.spec = _fit(spec, self.shape, sizes)
@@ -151,8 +152,8 @@ def spec_of(partition_spec: Any, rank: int) -> Spec:
 class _Program:
     """The step flattened into one list of equations over :class:`_Value`s, shardings propagated."""
 
-    def __init__(self, sizes: dict[str, int], float_bytes: dict):
-        self.sizes, self.float_bytes = sizes, float_bytes
+    def __init__(self, sizes: dict[str, int], rules: CompilerRules):
+        self.sizes, self.rules, self.float_bytes = sizes, rules, rules.float_bytes
         self.ops: list[tuple[str, list[_Value], list[_Value], int]] = []  # name, ins, outs, body temporaries
         self.origin = ""  # the name stack of the equation being added
         self.first_block_at_peak = 0  # bytes made by the first block's forward pass, live at the peak
@@ -203,10 +204,12 @@ class _Program:
             return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
         body = 0
         if name in _LOOPS:
-            body, specs = _loop_temporaries(eqn, ins, self.sizes, self.float_bytes, local)
+            body, specs = _loop_temporaries(eqn, ins, self.sizes, self.rules, local)
         else:
             specs = _propagate(eqn, ins, local)
         outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs)]
+        for out, start in zip(outs, _carried_in(eqn, ins)):
+            out.carried = start
         if name in _VIEWS and ins and ins[0] is not None and len(outs) == 1:
             self._view(outs[0], ins[0])
             return outs
@@ -252,7 +255,19 @@ def _inner_jaxpr(eqn: Any) -> Any:
     return None
 
 
-def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, float_bytes: dict, local: bool) -> tuple[int, list]:
+def _carried_in(eqn: Any, ins: list[Any]) -> list[Any]:
+    """Per output of a loop, the input its carry starts from (XLA runs a loop on its carry's buffer, in place):
+    a scan's carry outputs come first, then its stacked outputs (None); a while loop's outputs are its carry."""
+    name, params = eqn.primitive.name, eqn.params
+    if name == "scan":
+        start = params["num_consts"]
+        return ins[start: start + params["num_carry"]]
+    if name == "while":
+        return ins[params["cond_nconsts"] + params["body_nconsts"]:]
+    return []
+
+
+def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules, local: bool) -> tuple[int, list]:
     """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
     iteration (a scan's body sees one slice of each scanned input, split as that input is); and the
     shardings of its outputs, as its body leaves them (a scan's stacked outputs: split as one iteration's)."""
@@ -273,7 +288,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, float_bytes: dict, 
     peaks, body_out_specs = [], []
     for body, body_specs in bodies:
         body = body.jaxpr if hasattr(body, "jaxpr") else body
-        program = _Program(sizes, float_bytes)
+        program = _Program(sizes, rules)
         inputs = [program.value(v.aval, () if local else spec) for v, spec in zip(body.invars, body_specs)]
         for value in inputs:
             value.is_arg = value.materialised = True
@@ -441,14 +456,15 @@ def _demand(value: _Value) -> None:
         value.materialised = True
 
 
-def _duplicable(name: str, ins: list, outs: list, consumers: dict[int, int]) -> bool:
+def _duplicable(name: str, ins: list, outs: list, consumers: dict[int, int], rules: CompilerRules) -> bool:
     """Whether XLA recomputes this fused work inside each of its consumers rather than storing it: not for
-    an expensive float op read twice, nor a broadcast of a non-scalar read twice (XLA:CPU stores it)."""
+    an expensive float op read twice, nor (XLA:CPU) a broadcast of a non-scalar read twice."""
     if not any(consumers.get(id(out), 0) > 1 for out in outs):
         return True
-    if name in _EXPENSIVE:
-        return not any(out.dtype is not None and out.dtype.kind == "f" for out in outs)
-    if name == "broadcast_in_dim":
+    floats = [out.dtype for out in outs if out.dtype is not None and out.dtype.kind == "f"]
+    if any(rules.is_expensive(name, dtype.name) for dtype in floats):
+        return False
+    if name == "broadcast_in_dim" and rules.stores_shared_broadcasts:
         return not ins or math.prod(ins[0].shape) <= 1
     return True
 
@@ -490,22 +506,61 @@ _FIRST_BLOCK_FORWARD = re.compile(r"(^|[/(])blocks/0($|[/)])")
 _FIRST_BLOCK_STATE = re.compile(r"\['blocks'\]\[0\]")  # its leaves' paths: ...['blocks'][0]['attn']...
 
 
+def _fused_into_matmul(name: str, value: _Value, rules: CompilerRules) -> bool:
+    """Whether a matmul reads ``value`` fused into its operand. XLA:GPU's GEMM fusion takes a chain of cheap
+    elementwise work over one stored value and the step's inputs (a ReLU after a bias add, a cast): not work
+    that combines two computed values (a GELU's ``x * f(x)``, a softmax's normalisation), which is stored."""
+    if name != "dot_general" or not rules.fuses_matmul_operands or value.producer not in _FUSIBLE:
+        return False
+    while value.producer in _FUSIBLE or value.producer == "view":
+        if rules.is_expensive(value.producer, value.dtype.name if value.dtype is not None else ""):
+            return False
+        computed = [operand for operand in value.operands if not _from_inputs(operand)]
+        if len(computed) > 1:
+            return False
+        if not computed:
+            return True
+        value = computed[0]
+    return True
+
+
+def _from_inputs(value: _Value) -> bool:
+    """A value made of the step's inputs and constants alone (a parameter, a bias broadcast): no work."""
+    if value.is_arg:
+        return True
+    return ((value.producer in _FUSIBLE or value.producer == "view")
+            and all(_from_inputs(operand) for operand in value.operands))
+
+
+def _absorb_transposes(program: _Program, consumers: dict[int, int]) -> None:
+    """A matmul's result read only by a transpose is written in the transposed layout (XLA's layout
+    assignment picks the dot's output layout): the transpose is a view of the matmul's buffer, not a copy
+    (measured: a gradient ``x.T @ dy`` transposed for its reduce-scatter is one buffer on XLA:CPU and GPU)."""
+    for name, ins, outs, _ in program.ops:
+        if (name == "transpose" and len(ins) == 1 and len(outs) == 1 and ins[0].producer == "dot_general"
+                and consumers.get(id(ins[0])) == 1):
+            outs[0].producer = "view"
+
+
 def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     """Peak bytes of temporaries: buffers neither inputs nor outputs, live at once."""
     consumers: dict[int, int] = {}
-    for name, ins, outs, _ in program.ops:
+    for _, ins, _, _ in program.ops:
         for value in ins:
             consumers[id(value)] = consumers.get(id(value), 0) + 1
+    _absorb_transposes(program, consumers)
+    for name, ins, outs, _ in program.ops:
         if name not in _FUSIBLE:
             for out in outs:
                 out.materialised = True
             if name not in _FUSES_OPERANDS:
                 for value in ins[1:] if name in _IN_PLACE else ins:
-                    _demand(value)
+                    if not _fused_into_matmul(name, value, program.rules):
+                        _demand(value)
             if name in _IN_PLACE and ins and _reads_only_inputs(_source(ins[0])):
                 _source(ins[0]).materialised = True  # zeros a scatter writes into: stored at the start (below)
     for name, ins, outs, _ in program.ops:
-        if name in _FUSIBLE and not _duplicable(name, ins, outs, consumers):
+        if name in _FUSIBLE and not _duplicable(name, ins, outs, consumers, program.rules):
             for out in outs:
                 out.materialised = True
     for value in outputs:
@@ -524,12 +579,73 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     if first:
         moved = {id(op) for op in first}
         running = first + [op for op in running if id(op) not in moved]
+    # XLA schedules with the least memory of several schedulers (DefaultMemoryScheduler: list, DFS and
+    # post-order); program order stands for the post-order one, _list_order for the list scheduler.
+    in_order, listed = _peak(program, running), _peak(program, _list_order(running))
+    peak, program.first_block_at_peak = min(in_order, listed)
+    return peak
+
+
+def _list_order(running: list) -> list:
+    """``running`` reordered as XLA's list scheduler would: of the ops whose operands are ready, the one that
+    frees the most bytes net of what it allocates runs next (ties: program order). A layer's input gradient,
+    the last reader of its gathered weights, then runs before its weight gradient allocates."""
+    producer: dict[int, int] = {}
+    for index, (_, _, outs, _) in enumerate(running):
+        for out in outs:
+            producer[id(out)] = index
+    readers: dict[int, list[int]] = {}
+    deps: list[set[int]] = [set() for _ in running]
+    held: dict[int, _Value] = {}
+    for index, (_, ins, _, _) in enumerate(running):
+        for value in ins:
+            for buffer in _buffers(value):
+                readers.setdefault(id(buffer), []).append(index)
+                held[id(buffer)] = buffer
+                source = producer.get(id(buffer))
+                if source is not None and source != index:
+                    deps[index].add(source)
+    for index, (name, ins, _, _) in enumerate(running):
+        if name in _IN_PLACE and ins:  # it overwrites its first operand: every other reader goes first
+            for buffer in _buffers(ins[0]):
+                deps[index].update(r for r in readers.get(id(buffer), ()) if r != index)
+    unread = {key: len(set(indices)) for key, indices in readers.items()}
+    dependants: list[list[int]] = [[] for _ in running]
+    waiting = [len(d) for d in deps]
+    for index, d in enumerate(deps):
+        for source in d:
+            dependants[source].append(index)
+
+    def gain(index: int) -> int:
+        _, ins, outs, _ = running[index]
+        freed = sum(buffer.nbytes for key, buffer in {id(b): b for v in ins for b in _buffers(v)}.items()
+                    if unread[key] == 1 and not buffer.is_arg and not buffer.is_output)
+        made = sum(out.nbytes for out in outs if out.materialised and not out.is_output and not out.is_arg)
+        return freed - made
+
+    ready = [index for index, count in enumerate(waiting) if count == 0]
+    order = []
+    while ready:
+        best = max(ready, key=lambda index: (gain(index), -index))
+        ready.remove(best)
+        order.append(running[best])
+        for key in {id(b) for v in running[best][1] for b in _buffers(v)}:
+            unread[key] -= 1
+        for follower in dependants[best]:
+            waiting[follower] -= 1
+            if waiting[follower] == 0:
+                ready.append(follower)
+    return order if len(order) == len(running) else running  # a cycle (never expected): keep program order
+
+
+def _peak(program: _Program, running: list) -> tuple[int, int]:
+    """Peak bytes of temporaries when ``running`` runs in this order; the first block's bytes live at it."""
     last_read: dict[int, int] = {}
     for position, (_, ins, _, _) in enumerate(running):
         for value in ins:
             for buffer in _buffers(value):
                 last_read[id(buffer)] = position
-    live = peak = block_live = 0
+    live = peak = block_live = block_at_peak = 0
     held: dict[int, int] = {}
     first_block: set[int] = set()  # buffers of the first block's forward pass (see _FIRST_BLOCK_FORWARD)
 
@@ -545,6 +661,10 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
         if name in _IN_PLACE and ins:  # the result takes its first operand's buffer when that is its last use
             for buffer in _buffers(ins[0]):
                 free(buffer, position)
+        for out in outs:  # a loop's carry: the buffer it started from, when nothing reads that afterwards
+            if out.carried is not None:
+                for buffer in _buffers(out.carried):
+                    free(buffer, position)
         new = [out for out in outs if out.materialised and not out.is_output and not out.is_arg]
         for out in new:
             held[id(out)] = out.nbytes
@@ -553,18 +673,18 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
                 first_block.add(id(out))
                 block_live += out.nbytes
         if live + body > peak:
-            peak, program.first_block_at_peak = live + body, block_live
+            peak, block_at_peak = live + body, block_live
         for value in ins:
             for buffer in _buffers(value):
                 free(buffer, position)
         for out in new:  # stored but never read (a dead value the compiler would drop)
             free(out, None)
-    return peak
+    return peak, block_at_peak
 
 
 def simulate_step_memory(closed_jaxpr: Any, in_specs: list[Spec], out_specs: list[Spec | None],
                          mesh_sizes: dict[str, int], donated: list[bool] | None = None,
-                         float_bytes: dict[str, int] | None = None) -> StepMemory:
+                         compiler: CompilerRules | str = XLA_CPU) -> StepMemory:
     """Simulate the memory of the compiled step ``closed_jaxpr`` (see the module docstring).
 
     Args:
@@ -573,18 +693,23 @@ def simulate_step_memory(closed_jaxpr: Any, in_specs: list[Spec], out_specs: lis
             (:func:`spec_of`); None for an output: propagated.
         mesh_sizes: mesh axis name -> size.
         donated: per input, whether the step donates it (an output of its shape takes its buffer).
-        float_bytes: bytes per element by dtype name where the backend differs (XLA:CPU: bf16 -> 4).
+        compiler: the compiler whose buffers are simulated: :class:`~.compiler_rules.CompilerRules` or its
+            target kind (``"cpu"``, ``"gpu"``, ``"tpu"``).
     """
-    return _simulate_step(closed_jaxpr, in_specs, out_specs, mesh_sizes, donated, float_bytes)[0]
+    return _simulate_step(closed_jaxpr, in_specs, out_specs, mesh_sizes, donated, _rules(compiler))[0]
+
+
+def _rules(compiler: CompilerRules | str) -> CompilerRules:
+    return compiler if isinstance(compiler, CompilerRules) else compiler_rules(compiler)
 
 
 def _simulate_step(closed_jaxpr: Any, in_specs: list[Spec], out_specs: list[Spec | None], mesh_sizes: dict[str, int],
-                   donated: list[bool] | None, float_bytes: dict[str, int] | None) -> tuple[StepMemory, int]:
+                   donated: list[bool] | None, rules: CompilerRules) -> tuple[StepMemory, int]:
     """:func:`simulate_step_memory`, and the temporaries the first block's forward pass leaves live at the peak."""
-    program = _Program(dict(mesh_sizes), dict(float_bytes or {}))
+    program = _Program(dict(mesh_sizes), rules)
     jaxpr = closed_jaxpr.jaxpr
     inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs)]
-    exact = _Program(dict(mesh_sizes), {})  # arguments and outputs in their own dtypes
+    exact = _Program(dict(mesh_sizes), dataclasses.replace(rules, float_bytes={}))  # arguments, outputs: own dtypes
     argument_sizes = [exact.value(var.aval, spec).nbytes for var, spec in zip(jaxpr.invars, in_specs)]
     for value in inputs:
         value.is_arg = value.materialised = True
@@ -637,19 +762,19 @@ def unmodelled_reason(closed_jaxpr: Any) -> str | None:
     return walk(closed_jaxpr.jaxpr)
 
 
-def step_memory(step: Any, float_bytes: dict[str, int] | None = None) -> StepMemory:
+def step_memory(step: Any, compiler: CompilerRules | str = XLA_CPU) -> StepMemory:
     """The simulated memory of an :class:`~workbench.training.step.AbstractStep`'s compiled step: its
     mode's jitted step traced (nothing compiled) and simulated with the state donated.
 
     Example:
         >>> step = build_abstract_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
-        >>> step_memory(step, {"bfloat16": 4}).peak_bytes > 0  # doctest: +SKIP
+        >>> step_memory(step, "gpu").peak_bytes > 0  # doctest: +SKIP
         True
     """
-    return _step_memory(step, float_bytes)[0]
+    return _step_memory(step, _rules(compiler))[0]
 
 
-def _step_memory(step: Any, float_bytes: dict[str, int] | None) -> tuple[StepMemory, int, int]:
+def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]:
     """:func:`step_memory`; the temporaries of the first block's forward pass live at the peak; the bytes per
     device of the first block's state (its parameters and optimizer state: an argument, output and alias)."""
     mode = step.mode
@@ -664,18 +789,14 @@ def _step_memory(step: Any, float_bytes: dict[str, int] | None) -> tuple[StepMem
     reason = unmodelled_reason(traced.jaxpr)
     if reason:
         raise NotSimulated(f"the step computes {reason}")
-    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, float_bytes)
+    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules)
     block_state = sum(_Value(leaf, spec, sizes, {}).nbytes for (path, leaf), spec in zip(paths_and_leaves, in_specs)
                       if _FIRST_BLOCK_STATE.search(jax.tree_util.keystr(path)))
     return memory, block_temp, block_state
 
 
-# The backend each plan is compared with computes bf16 work in float32 (XLA:CPU upcasts it).
-CPU_FLOAT_BYTES = {"bfloat16": 4, "float16": 4}
-
-
 def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any = None, example_batch: Any = None,
-                        float_bytes: dict[str, int] | None = None) -> StepMemory:
+                        compiler: CompilerRules | str = XLA_CPU) -> StepMemory:
     """The simulated memory of ``config``'s step on its mesh, of any size (traced over an abstract mesh).
 
     The registered transformer's blocks are identical, so each adds the same buffers (measured: the
@@ -694,12 +815,12 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
     from ..training.modes.base import ABSTRACT_DEVICES
     from ..training.step import build_abstract_step
 
-    float_bytes = CPU_FLOAT_BYTES if float_bytes is None else float_bytes
+    rules = _rules(compiler)
 
     def simulate(config):
         step = build_abstract_step(config, seq_len=seq_len, devices=ABSTRACT_DEVICES, custom=custom,
                                    example_batch=example_batch)
-        return _step_memory(step, float_bytes)
+        return _step_memory(step, rules)
 
     options = model_config(config.model, **config.model_options).options if custom is None else {}
     layers, scanned = options.get("n_layers"), bool(options.get("scan_layers"))  # scanned: one body, any depth
@@ -739,6 +860,6 @@ def _aliased(arg_sizes: list[int], arg_avals: list, donated: list[bool], out_siz
 
 
 __all__ = [
-    "CPU_FLOAT_BYTES", "NotSimulated", "StepMemory", "UNMODELLED_PRIMITIVES", "planned_step_memory",
+    "NotSimulated", "StepMemory", "UNMODELLED_PRIMITIVES", "planned_step_memory",
     "simulate_step_memory", "spec_of", "step_memory", "unmodelled_reason",
 ]

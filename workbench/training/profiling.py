@@ -288,6 +288,7 @@ class Capture:
             "logging_steps": self.logging_steps,
             "module": _module_name(self.programs.get(False) or self.programs.get(True) or ""),
             "compiled_memory": self.compiled_memory, "live_samples": self.samples,
+            "backend": jax.default_backend(),  # whose compiler built the step: the prediction follows its rules
             "capture_s": round(time.perf_counter() - self.began, 3), "error": error,
         }
         try:

@@ -1,0 +1,74 @@
+"""The plan's simulated peak per device against the deviceless compilers' for GPU and TPU fleets: target 0.85-1.15
+for XLA:GPU (workbench/analysis/compiler_rules.py); libtpu's rows are reported, since the plan says to trust
+libtpu's figure.
+
+The GPU rows are the issue's H200 rows (one GPU, AdamW, dp: mlp, the 512-wide transformer in fp32 and bf16, the
+1024-wide at batch 8 and 32, the 0.8B) and the modes on 8 H200s; each is ``plan_training(..., verify="gpu:h200:N")``,
+the compile in its own child as ``--verify`` runs it. Reported after ``make gpu-compile`` (and the TPU rows with the
+``tpu`` extra); about 2 minutes each on 2 cores. Rows under 4 MiB per device and the mlp whose matmul XLA:GPU
+splits along its contraction (split-K, a buffer the jaxpr does not show) are reported without a target.
+"""
+
+from __future__ import annotations
+
+from timing import machine, record
+
+from workbench.analysis.compile_target import libtpu_installed
+from workbench.analysis.gpu_target import gpu_compiler_problem
+from workbench.analysis.planning import plan_training
+
+MiB = 2**20
+
+
+def _lm(d_model: int, layers: int, heads: int, seq: int) -> dict:
+    return {"d_model": d_model, "n_layers": layers, "n_heads": heads, "vocab": 32000, "max_len": seq}
+
+
+# name, model, options, mesh, mode, global batch, precision, sequence length, held to the target
+GPU_ROWS = [
+    ("mlp fp32 b256", "mlp", {}, "data=1", "dp", 256, "fp32", None, False),  # 1.2 MiB: under 4 MiB
+    ("LM 512x4 s256 b16 fp32", "transformer", _lm(512, 4, 8, 256), "data=1", "dp", 16, "fp32", 256, True),
+    ("LM 512x4 s256 b16 bf16", "transformer", _lm(512, 4, 8, 256), "data=1", "dp", 16, "bf16", 256, True),
+    ("LM 1024x8 s512 b8 bf16", "transformer", _lm(1024, 8, 16, 512), "data=1", "dp", 8, "bf16", 512, True),
+    ("LM 1024x8 s512 b32 bf16", "transformer", _lm(1024, 8, 16, 512), "data=1", "dp", 32, "bf16", 512, True),
+    ("LM 0.8B 2048x16 s1024 b16 bf16", "transformer", _lm(2048, 16, 16, 1024), "data=1", "dp", 16, "bf16", 1024, True),
+    ("LM 512x4 fsdp data=8 bf16", "transformer", _lm(512, 4, 8, 256), "data=8", "fsdp", 64, "bf16", 256, True),
+    ("LM 512x4 dp-tp data=2,model=4 bf16", "transformer", _lm(512, 4, 8, 256), "data=2,model=4", "dp-tp", 32, "bf16",
+     256, True),
+    ("LM 512x4 tp model=8 bf16", "transformer", _lm(512, 4, 8, 256), "model=8", "tp", 16, "bf16", 256, True),
+    ("mlp 2048 fsdp data=8 fp32 (split-K)", "mlp", {"hidden": 2048}, "data=8", "fsdp", 1024, "fp32", None, False),
+]
+TPU_ROWS = [  # 8 chips: the smallest slice every generation offers
+    ("LM 512x4 fsdp data=8 bf16", "transformer", _lm(512, 4, 8, 256), "data=8", "fsdp", 64, "bf16", 256),
+    ("LM 512x4 tp model=8 bf16", "transformer", _lm(512, 4, 8, 256), "model=8", "tp", 16, "bf16", 256),
+]
+TPU_TOPOLOGIES = ("v5e:2x4", "v6e:2x4", "v5p:2x2x2")
+
+
+def _row(label: str, target: str, model: str, options: dict, mesh: str, mode: str, batch: int, precision: str,
+         seq_len: int | None, held: bool) -> dict:
+    plan = plan_training(model, options, mesh, mode, global_batch=batch, precision=precision, seq_len=seq_len,
+                         verify=target)
+    compiled = plan.compiled
+    return record(
+        f"plan / {target.split(':')[0]} compiler peak: {label} ({target})", plan.peak_bytes / compiled.peak_bytes, "x",
+        ("±", 1.0, 0.15) if held else None,
+        note=f"plan {plan.peak_bytes / MiB:,.1f} MiB (temporaries {plan.memory.temp_bytes / MiB:,.1f}), compiler "
+             f"{compiled.peak_bytes / MiB:,.1f} MiB (temporaries {compiled.temp_bytes / MiB:,.1f}) per device, "
+             f"compiled in {compiled.compile_seconds:.1f} s; {machine()}",
+    )
+
+
+def run() -> list[dict]:
+    records = []
+    if gpu_compiler_problem() is None:
+        for label, model, options, mesh, mode, batch, precision, seq_len, held in GPU_ROWS:
+            devices = 1 if mesh == "data=1" else 8
+            records.append(_row(label, f"gpu:h200:{devices}", model, options, mesh, mode, batch, precision, seq_len,
+                                held))
+    if libtpu_installed():
+        for topology in TPU_TOPOLOGIES:
+            for label, model, options, mesh, mode, batch, precision, seq_len in TPU_ROWS:
+                records.append(_row(label, f"tpu:{topology}", model, options, mesh, mode, batch, precision, seq_len,
+                                    False))
+    return records

@@ -1,0 +1,103 @@
+"""Where XLA's compilers store a step's values differently: the rules the memory simulation follows per compiler.
+
+:mod:`.step_memory` simulates a step's buffers from its jaxpr with XLA's fusion rules. Most rules are shared
+by every XLA backend (a matmul's result is stored; elementwise work fuses into its reader; a reduction
+stores only its result), but a few differ, and each difference moves a transformer's peak by a block's
+worth of activations. Each rule here was read off the compiler's own buffer assignment (``XLA_FLAGS=
+--xla_dump_to=DIR``: ``*buffer-assignment.txt``, and XLA:GPU's ``*live-range.txt``, which lists the
+buffers live at the peak with the JAX name stack that made each):
+
+- **bytes per element**: XLA:CPU computes bf16 and f16 work in f32 (4 bytes); XLA:GPU and TPUs keep 2.
+- **expensive elementwise ops**: XLA stores an expensive op read by several fusions once, rather than
+  recomputing it in each. XLA:GPU counts f32/f16 ``exp``, ``div``, ``sqrt`` and ``rsqrt`` as cheap
+  (``GpuInstructionFusion::IsExpensive``): a softmax's exponentials are recomputed where they are read, so
+  it keeps the attention scores (the matmul's output) instead of scores, exponentials and a broadcast.
+- **broadcasts read twice**: XLA:CPU stores a non-scalar broadcast that several fusions read (a layer
+  norm's statistics, an attention mask); XLA:GPU recomputes it inside each.
+- **matmul operands**: XLA:GPU fuses elementwise work into a matmul's operands (its Triton GEMM fusions,
+  ``gemm_fusion_dot``): a ReLU or a bias add feeding a matmul is not stored; XLA:CPU stores it.
+
+Example:
+    >>> compiler_rules("gpu").name
+    'XLA:GPU'
+    >>> compiler_rules("cpu").float_bytes["bfloat16"]
+    4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import WorkbenchError
+
+# Elementwise work XLA does not copy into several consumers (InstructionFusion::IsExpensive).
+EXPENSIVE = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "cbrt", "pow",
+                       "div", "rem", "erf", "erfc", "erf_inv", "sin", "cos", "tan", "atan2", "lgamma", "digamma"})
+
+
+@dataclasses.dataclass(frozen=True)
+class CompilerRules:
+    """How one compiler stores a step's values, where XLA's backends differ (see the module docstring).
+
+    Attributes:
+        name: the compiler, e.g. ``"XLA:GPU"``.
+        kind: the compile target kind it serves: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
+        float_bytes: bytes per element by dtype name where the backend computes in a wider type.
+        expensive: elementwise ops stored once when several fusions read them (in any float type).
+        cheap_in_f32: ops of ``expensive`` the compiler recomputes instead when their result is f32 or f16.
+        stores_shared_broadcasts: whether a non-scalar broadcast read by several fusions is stored.
+        fuses_matmul_operands: whether a matmul reads elementwise work on its operands fused (not stored).
+        trust: where the simulation cannot follow this compiler, which figure to trust and why; None where
+            it does (the simulated peak holds ±15% of the compiler's from 4 MiB per device).
+    """
+
+    name: str
+    kind: str
+    float_bytes: dict
+    expensive: frozenset = EXPENSIVE
+    cheap_in_f32: frozenset = frozenset()
+    stores_shared_broadcasts: bool = True
+    fuses_matmul_operands: bool = False
+    trust: str | None = None
+
+    def is_expensive(self, op: str, dtype_name: str) -> bool:
+        """Whether the compiler stores ``op``'s result of ``dtype_name`` rather than recompute it per reader.
+
+        Example:
+            >>> XLA_GPU.is_expensive("exp", "float32"), XLA_CPU.is_expensive("exp", "float32")
+            (False, True)
+        """
+        if op not in self.expensive:
+            return False
+        return not (op in self.cheap_in_f32 and dtype_name in ("float32", "float16"))
+
+
+XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4})
+XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),
+                        stores_shared_broadcasts=False, fuses_matmul_operands=True)
+# Measured (tests/test_verification.py's configs, bench/bench_gpu_memory.py): libtpu lays out and schedules
+# the same program differently per generation; the 4-block transformer's fsdp step on 8 chips held 181 MiB
+# on v6e, 233 MiB on v5e and 410 MiB on v5p. No jaxpr-level rule follows that.
+LIBTPU = CompilerRules(
+    "libtpu", "tpu", {},
+    trust="libtpu lays out and schedules each TPU generation's memory its own way (the same 8-chip step held "
+          "181 MiB on v6e, 233 MiB on v5e, 410 MiB on v5p), which the simulation does not follow: trust the "
+          "compiler's peak (--verify tpu:<generation>:<shape>)",
+)
+COMPILERS = {rules.kind: rules for rules in (XLA_CPU, XLA_GPU, LIBTPU)}
+
+
+def compiler_rules(kind: str) -> CompilerRules:
+    """The rules of the compiler for target kind ``kind`` (``cpu``, ``gpu`` or ``tpu``).
+
+    Example:
+        >>> compiler_rules("tpu").name
+        'libtpu'
+    """
+    try:
+        return COMPILERS[kind]
+    except KeyError:
+        raise WorkbenchError(f"unknown compiler kind {kind!r}: choose one of {', '.join(COMPILERS)}") from None
+
+
+__all__ = ["COMPILERS", "CompilerRules", "EXPENSIVE", "LIBTPU", "XLA_CPU", "XLA_GPU", "compiler_rules"]
