@@ -62,3 +62,16 @@ def test_an_allocator_holding_more_than_the_arrays_or_the_compiled_peak_is_flagg
     cpu = {"by_device": {0: {"state": 900, "batch": 100}}, "in_use": None, "peak_in_use": None}
     assert compare_memory(None, compiled, [cpu]).flags == ()  # XLA:CPU keeps no allocator figures
     assert "allocator" not in memory_table(compare_memory(None, compiled, [cpu]))
+
+
+def test_a_step_that_needs_more_than_the_allocators_limit_is_flagged():
+    compiled = {"argument_bytes": 1000, "output_bytes": 1000, "alias_bytes": 1000, "temp_bytes": 9000}
+    sample = {"by_device": {0: {"state": 900, "batch": 100}}, "in_use": {0: 1000}, "peak_in_use": {0: 10_000},
+              "limit": {0: 8192}}
+    memory = compare_memory(None, compiled, [sample])
+    assert memory.devices[0].limit == 8192
+    [flag] = memory.flags
+    assert flag.startswith("device 0: the step needs 9.8 KiB at its peak and the allocator may hand out 8.0 KiB")
+    assert "allocator limit" in memory_table(memory).splitlines()[0]
+    roomy = {**sample, "limit": {0: 1 << 30}}
+    assert compare_memory(None, compiled, [roomy]).flags == ()

@@ -6,7 +6,7 @@
 * **Live**: measured while training: the bytes of every array alive on each device, summed shard by shard
   over ``jax.live_arrays()`` (:func:`~workbench.training.profiling.live_bytes_by_device`), taken just before a
   profiled step is dispatched, when its arguments are all alive; where the backend keeps allocator statistics
-  (GPU, TPU: ``Device.memory_stats()``) its bytes in use and peak are read too. XLA:CPU keeps none.
+  (GPU, TPU: ``Device.memory_stats()``) its bytes in use, peak and limit are read too. XLA:CPU keeps none.
 
 Each live array has a role: the step's ``state`` or ``batch`` (by identity), a ``state copy`` (the shape and
 dtype of a state leaf, in any layout, but not the state: an undonated old state, or a copy kept somewhere), a
@@ -52,6 +52,7 @@ class DeviceMemory:
     live_roles: dict[str, int]
     in_use: int | None = None
     peak_in_use: int | None = None
+    limit: int | None = None  # the most the allocator may hand out (``bytes_limit``), where it keeps one
 
     @property
     def live_vs_predicted(self) -> float | None:
@@ -108,6 +109,11 @@ def _allocator_flags(device: DeviceMemory) -> list[str]:
                if more > 0 else "arrays counted that the allocator does not hold (shared or not yet placed)")
         flags.append(f"device {device.device}: the allocator has {format_bytes(device.in_use)} in use and the arrays "
                      f"counted are {format_bytes(device.live)} ({more:+,} B): {why}")
+    needed = max(filter(None, (device.compiled_peak, device.predicted_peak)), default=None)
+    if device.limit and needed and needed > device.limit:
+        flags.append(f"device {device.device}: the step needs {format_bytes(needed)} at its peak and the allocator may "
+                     f"hand out {format_bytes(device.limit)}: a larger batch or model will not fit (XLA_PYTHON_CLIENT_"
+                     "MEM_FRACTION raises the limit; a smaller batch, fsdp or remat lowers the need)")
     if (device.peak_in_use is not None and device.compiled_peak
             and abs(device.peak_in_use - device.compiled_peak) > FLAG_FRACTION * device.compiled_peak):
         flags.append(f"device {device.device}: the allocator's peak is {format_bytes(device.peak_in_use)} and the "
@@ -122,7 +128,7 @@ def _total(sample: Mapping[str, Any], device: int) -> int:
 
 def _by_device(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """JSON turned the device ids into strings: back to ints."""
-    return [{**s, **{key: {int(d): v for d, v in s[key].items()} for key in ("by_device", "in_use", "peak_in_use")
+    return [{**s, **{key: {int(d): v for d, v in s[key].items()} for key in ("by_device", "in_use", "peak_in_use", "limit")
                      if s.get(key)}} for s in samples]
 
 
@@ -159,6 +165,7 @@ def compare_memory(predicted: StepMemory | None, compiled: Mapping[str, int] | N
             _total(largest, device), dict(largest["by_device"].get(device, {})),
             largest["in_use"].get(device) if largest.get("in_use") else None,
             max(peaks) if peaks else None,
+            largest["limit"].get(device) if largest.get("limit") else None,
         )
         devices.append(row)
         flags += [flag for flag in (_flag(row), *_allocator_flags(row)) if flag]

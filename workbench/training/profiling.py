@@ -127,8 +127,9 @@ def live_bytes_by_device(devices: Iterable[Any], known: Mapping[str, Any] | None
         known: e.g. ``{"state": tree, "batch": tree}``: arrays that are these trees' leaves take that role, arrays
             shaped like one of their leaves (in any layout) take ``"<role> copy"``, the rest ``"other"``.
 
-    Returns ``{"by_device": {id: {role: bytes}}, "in_use": {id: bytes} | None, "peak_in_use": ...}``; the last two
-    from ``Device.memory_stats()`` where the backend keeps allocator statistics (GPU, TPU; not XLA:CPU).
+    Returns ``{"by_device": {id: {role: bytes}}, "in_use": {id: bytes} | None, "peak_in_use": ..., "limit": ...}``;
+    the last three from ``Device.memory_stats()`` where the backend keeps allocator statistics (GPU, TPU; not
+    XLA:CPU): bytes in use, the peak in use and the most the allocator may hand out (``bytes_limit``).
 
     Example:
         >>> sample = live_bytes_by_device(jax.devices(), {"state": state})  # doctest: +SKIP
@@ -167,6 +168,7 @@ def live_bytes_by_device(devices: Iterable[Any], known: Mapping[str, Any] | None
         "by_device": {d: dict(roles) for d, roles in by_device.items()},
         "in_use": {d: int(s.get("bytes_in_use", 0)) for d, s in stats.items()} if allocator else None,
         "peak_in_use": {d: int(s.get("peak_bytes_in_use", 0)) for d, s in stats.items()} if allocator else None,
+        "limit": {d: int(s["bytes_limit"]) for d, s in stats.items() if s.get("bytes_limit")} if allocator else None,
     }
 
 

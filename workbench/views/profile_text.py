@@ -147,11 +147,11 @@ def memory_table(memory: Any) -> str:
         change = d.live_vs_predicted
         cells = (_bytes(d.predicted_arguments), _bytes(d.predicted_peak), _bytes(d.compiled_arguments),
                  _bytes(d.compiled_peak), format_bytes(d.live), "-" if change is None else f"{change:+.0%}",
-                 *((_bytes(d.in_use), _bytes(d.peak_in_use)) if allocator else ()), _roles(d))
+                 *((_bytes(d.in_use), _bytes(d.peak_in_use), _bytes(d.limit)) if allocator else ()), _roles(d))
         same.setdefault(cells, []).append(d.device)
     rows = [[_device_ranges(devices), *cells] for cells, devices in same.items()]
     headers = ["device", "predicted args", "predicted peak", "compiled args", "compiled peak", "live", "vs predicted",
-               *(("allocator in use", "allocator peak") if allocator else ()), "live by role"]
+               *(("allocator in use", "allocator peak", "allocator limit") if allocator else ()), "live by role"]
     lines = align_columns(headers, rows, right=range(len(headers) - 1))
     lines += [f"flag: {flag}" for flag in memory.flags] + missing_figures(memory)
     return "\n".join(lines)
