@@ -16,6 +16,9 @@ buffers live at the peak with the JAX name stack that made each):
   norm's statistics, an attention mask); XLA:GPU recomputes it inside each.
 - **matmul operands**: XLA:GPU fuses elementwise work into a matmul's operands (its Triton GEMM fusions,
   ``gemm_fusion_dot``): a ReLU or a bias add feeding a matmul is not stored; XLA:CPU stores it.
+- **gathers then casts**: XLA:GPU moves a narrowing cast before the all-gather that feeds it (FSDP's gathered
+  float32 weights cast to bf16 are gathered in bf16: half the buffer and half the bytes sent); XLA:CPU
+  gathers float32 and casts after.
 
 Example:
     >>> compiler_rules("gpu").name
@@ -47,6 +50,7 @@ class CompilerRules:
         cheap_in_f32: ops of ``expensive`` the compiler recomputes instead when their result is f32 or f16.
         stores_shared_broadcasts: whether a non-scalar broadcast read by several fusions is stored.
         fuses_matmul_operands: whether a matmul reads elementwise work on its operands fused (not stored).
+        casts_before_gathering: whether an all-gather read only by a narrowing cast gathers the cast values.
         trust: where the simulation cannot follow this compiler, which figure to trust and why; None where
             it does (the simulated peak holds ±15% of the compiler's from 4 MiB per device).
     """
@@ -58,6 +62,7 @@ class CompilerRules:
     cheap_in_f32: frozenset = frozenset()
     stores_shared_broadcasts: bool = True
     fuses_matmul_operands: bool = False
+    casts_before_gathering: bool = False
     trust: str | None = None
 
     def is_expensive(self, op: str, dtype_name: str) -> bool:
@@ -74,7 +79,7 @@ class CompilerRules:
 
 XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4})
 XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),
-                        stores_shared_broadcasts=False, fuses_matmul_operands=True)
+                        stores_shared_broadcasts=False, fuses_matmul_operands=True, casts_before_gathering=True)
 # Measured (tests/test_verification.py's configs, bench/bench_gpu_memory.py): libtpu lays out and schedules
 # the same program differently per generation; the 4-block transformer's fsdp step on 8 chips held 181 MiB
 # on v6e, 233 MiB on v5e and 410 MiB on v5p. No jaxpr-level rule follows that.
