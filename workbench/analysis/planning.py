@@ -557,6 +557,7 @@ def _needs(mode_cls, custom: bool) -> list:
 def _step_collectives(
     mode_cls, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
     block_activation: int | None, n_layers: int, notes: list[str], custom: bool = False,
+    gathered_bytes_per_float: int = 4,
 ) -> tuple[list[PlannedCollective], int]:
     """The mode's declared collectives (:attr:`ParallelMode.collectives`), sized from the layout and
     priced with the ring model, and the per-device gradient bytes synchronised over 'data'.
@@ -564,7 +565,8 @@ def _step_collectives(
     Sizes by what each carries: the gradients of leaves not split over the axis (their per-device
     bytes); leaves split over the axis, gathered or reduce-scattered whole; a transformer block's
     activations, 4 times per block (2 forward, 2 backward). XLA combines small collectives, so each kind
-    is priced as one bucketed collective.
+    is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a gathered float32
+    parameter takes on the wire (2 where the compiler casts to bf16 before gathering: XLA:GPU).
     """
     collectives: list[PlannedCollective] = []
     synced = 0
@@ -573,7 +575,9 @@ def _step_collectives(
         split = [leaf for leaf in params_layout.leaves if _split_over(leaf, need.axis)]
         split_bytes = sum(leaf.layout.bytes_per_device for leaf in split)
         count = need.times  # fsdp gathers its parameters for the forward and again for the backward pass
-        if need.carries in ("sharded-parameters", "sharded-gradients"):
+        if need.carries == "sharded-parameters":
+            nbytes = split_bytes * group * gathered_bytes_per_float // 4
+        elif need.carries == "sharded-gradients":
             nbytes = split_bytes * group
         elif need.carries in ("gradients", "whole-gradients"):
             nbytes = params_layout.bytes_per_device - split_bytes
@@ -893,6 +897,7 @@ def plan_training(
     collectives, sync_bytes = _step_collectives(
         declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if planned.is_lm else 0, notes,
         custom=custom_rules is not None,
+        gathered_bytes_per_float=2 if memory_rules.casts_before_gathering and precision == "bf16" else 4,
     )
     notes += _tensor_parallel_notes(planned, tensor_parallel, model_size)
     bound = _bound_by_compute(declared, sync_bytes, data_size, flops, tokens, seq_len, hw, utilisation, notes)
