@@ -1,24 +1,13 @@
 """Where XLA's compilers store a step's values differently: the rules the memory simulation follows per compiler.
 
-:mod:`.step_memory` simulates a step's buffers from its jaxpr with XLA's fusion rules. Most rules are shared
-by every XLA backend (a matmul's result is stored; elementwise work fuses into its reader; a reduction
-stores only its result), but a few differ, and each difference moves a transformer's peak by a block's
-worth of activations. Each rule here was read off the compiler's own buffer assignment (``XLA_FLAGS=
---xla_dump_to=DIR``: ``*buffer-assignment.txt``, and XLA:GPU's ``*live-range.txt``, which lists the
-buffers live at the peak with the JAX name stack that made each):
-
-- **bytes per element**: XLA:CPU computes bf16 and f16 work in f32 (4 bytes); XLA:GPU and TPUs keep 2.
-- **expensive elementwise ops**: XLA stores an expensive op read by several fusions once, rather than
-  recomputing it in each. XLA:GPU counts f32/f16 ``exp``, ``div``, ``sqrt`` and ``rsqrt`` as cheap
-  (``GpuInstructionFusion::IsExpensive``): a softmax's exponentials are recomputed where they are read, so
-  it keeps the attention scores (the matmul's output) instead of scores, exponentials and a broadcast.
-- **broadcasts read twice**: XLA:CPU stores a non-scalar broadcast that several fusions read (a layer
-  norm's statistics, an attention mask); XLA:GPU recomputes it inside each.
-- **matmul operands**: XLA:GPU fuses elementwise work into a matmul's operands (its Triton GEMM fusions,
-  ``gemm_fusion_dot``): a ReLU or a bias add feeding a matmul is not stored; XLA:CPU stores it.
-- **gathers then casts**: XLA:GPU moves a narrowing cast before the all-gather that feeds it (FSDP's gathered
-  float32 weights cast to bf16 are gathered in bf16: half the buffer and half the bytes sent); XLA:CPU
-  gathers float32 and casts after.
+:mod:`.step_memory` simulates a step's buffers with XLA's fusion rules; most are shared by every backend, a
+few differ, and each difference moves a transformer's peak by a block's activations: bytes per bf16 element
+(XLA:CPU computes in f32), whether f32 ``exp``/``div`` read by several fusions are stored (XLA:CPU) or
+recomputed (XLA:GPU), whether shared broadcasts are stored, whether cheap work is fused into a matmul's
+operands, and whether FSDP's weights are gathered after their bf16 cast. Each was read off the compiler's
+buffer assignment (``XLA_FLAGS=--xla_dump_to=DIR``); the table and the measurements are in
+docs/design/compile-verification.md. libtpu schedules each TPU generation its own way, so its rules carry a
+note saying which figure to trust.
 
 Example:
     >>> compiler_rules("gpu").name
