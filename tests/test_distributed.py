@@ -98,10 +98,8 @@ def test_a_killed_worker_fails_the_run_in_bounded_time_and_leaves_nothing_behind
     assert listening_addresses(group.port) == {"0100007F"}  # the coordinator listens on loopback only
     pids = [process.pid for process in group._processes]
     os.kill(pids[1], signal.SIGKILL)
-    killed = time.monotonic()
-    summary = group.wait(ENDED_WITHIN_S)
+    summary = group.wait(ENDED_WITHIN_S)  # a bounded wait: its answer proves the group ended
     assert summary is not None, f"the processes did not end within {ENDED_WITHIN_S} s of the kill"
-    assert time.monotonic() - killed < ENDED_WITHIN_S
     assert summary["status"] == "failed"
     assert "process 1 of 2 was killed by SIGKILL" in summary["error"]
     assert not any(_alive(pid) for pid in pids)
