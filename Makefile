@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 
-.PHONY: install lab test bench clean gpu-compile
+.PHONY: install install-newest lab test test-newest bench clean gpu-compile
 
 install: $(STAMP)
 
@@ -40,8 +40,21 @@ $(GPU_COMPILE_DIR)/.installed: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# The newest stack the pins allow, beside the oldest (.venv: Python 3.11, JAX 0.10.2): Python 3.13 resolves JAX 0.12,
+# flax 0.12.12, optax 0.2.8, orbax 0.12.8 into .venv-newest, and every test runs there too. NEWEST_PYTHON picks the
+# interpreter (default: python3.13 on the path, or pyenv's).
+NEWEST_VENV := .venv-newest
+NEWEST_PYTHON ?= $(shell for p in python3.13 $(HOME)/.pyenv/versions/3.13*/bin/python3.13; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 13)' >/dev/null 2>&1 && { echo $$p; break; }; done)
+install-newest:
+	@test -n "$(NEWEST_PYTHON)" || { echo "the newest stack needs Python 3.13: install it, or give NEWEST_PYTHON=<path>"; exit 2; }
+	$(MAKE) install VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON)
+
+test-newest: install-newest
+	$(MAKE) test VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON)
+
 bench: $(STAMP)
 	$(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(NEWEST_VENV) .pytest_cache .hypothesis
