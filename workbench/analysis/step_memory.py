@@ -32,6 +32,7 @@ import jax.extend  # noqa: F401  (jax.extend.core)
 import numpy as np
 from jax.extend.core import jaxprs_in_params
 
+from ..compat import scan_operand_counts
 from ..errors import WorkbenchError
 from .compiler_rules import XLA_CPU, CompilerRules, compiler_rules
 
@@ -260,8 +261,8 @@ def _carried_in(eqn: Any, ins: list[Any]) -> list[Any]:
     a scan's carry outputs come first, then its stacked outputs (None); a while loop's outputs are its carry."""
     name, params = eqn.primitive.name, eqn.params
     if name == "scan":
-        start = params["num_consts"]
-        return ins[start: start + params["num_carry"]]
+        start, carried = scan_operand_counts(params)
+        return ins[start: start + carried]
     if name == "while":
         return ins[params["cond_nconsts"] + params["body_nconsts"]:]
     return []
@@ -275,7 +276,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
     specs = [v.spec if v is not None else () for v in ins]
     name, params = eqn.primitive.name, eqn.params
     if name == "scan":
-        n_consts, n_carry = params["num_consts"], params["num_carry"]
+        n_consts, n_carry = scan_operand_counts(params)
         sliced = [spec[1:] for spec in specs[n_consts + n_carry:]]
         bodies.append((params["jaxpr"], specs[: n_consts + n_carry] + sliced))
     elif name == "while":
@@ -298,8 +299,9 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
     out_specs = _propagate(eqn, ins, local)
     if not local and body_out_specs:
         if name == "scan":
-            carry = body_out_specs[-1][: params["num_carry"]]
-            stacked = [((),) + spec for spec in body_out_specs[-1][params["num_carry"]:]]
+            n_carry = scan_operand_counts(params)[1]
+            carry = body_out_specs[-1][:n_carry]
+            stacked = [((),) + spec for spec in body_out_specs[-1][n_carry:]]
             out_specs = carry + stacked
         else:  # a while loop's carry, a cond's branch outputs
             out_specs = body_out_specs[-1]
