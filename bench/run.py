@@ -5,7 +5,8 @@ Each ``bench_*.py`` module has ``run() -> list[dict]`` returning records
 measured side by side in one run, or absolute figures whose note names the machine; medians of repeats,
 warm-up excluded. The exit status is 1 if any target is missed.
 
-    make bench                          # everything (about 7 minutes on 2 cores, 10 with the tpu extra)
+    make bench                          # everything (about 7 minutes on 2 cores, 10 with the tpu extra; the
+                                        # notebooks add ~2, the GPU/TPU memory matrix ~4 after make gpu-compile)
     .venv/bin/python bench/run.py modes  # only the benchmarks whose file name contains "modes"
 """
 
