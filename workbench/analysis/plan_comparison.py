@@ -86,12 +86,13 @@ def _shown(value: float | None, unit: str, missing: str = "not modelled") -> str
     return format_bytes(int(value)) if unit == "bytes" else f"{value:.3g}"
 
 
-def _simulated_words(plan_compiler: str, target: str) -> str:
-    """How the plan's memory was simulated, and whether for the compiler it is compared with."""
+def _simulated_words(rules: Any, target: str) -> str:
+    """How the plan's memory was simulated (``rules``: its CompilerRules), and whether for the compiler it is
+    compared with."""
     from .compile_target import parse_target
     from .compiler_rules import compiler_rules
 
-    rules, compiled_by = compiler_rules(plan_compiler), parse_target(target).kind
+    compiled_by = parse_target(target).kind
     if rules.kind == compiled_by:
         trust = f" (rough: {rules.trust})" if rules.trust else ""
         return f"simulated from the step's jaxpr as {rules.name} stores it{trust}"
@@ -107,7 +108,7 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
     """The plan's figures beside the compiler's for the same step (see the module docstring)."""
     state = plan.params_bytes + plan.opt_state_bytes
     memory = plan.memory  # the step's memory simulated from its jaxpr (None: not modelled)
-    simulated = _simulated_words(plan.compiler, compiled.target)
+    simulated = _simulated_words(plan.memory_rules, compiled.target)
     if memory is not None:
         rows = [
             ComparedFigure("arguments", "bytes", memory.argument_bytes, compiled.argument_bytes,

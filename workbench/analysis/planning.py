@@ -154,6 +154,11 @@ class TrainingPlan:
     memory_caveat: str | None = None  # why the step's memory is not simulated
     compiler: str = "cpu"  # the compile target kind whose rules ``memory`` follows (see .compiler_rules)
 
+    @property
+    def memory_rules(self) -> CompilerRules:
+        """The compiler whose buffers ``memory`` simulates (:mod:`.compiler_rules`)."""
+        return compiler_rules(self.compiler)
+
     def with_compiled(self, compiled: Any) -> "TrainingPlan":
         """This plan with the compiler's figures for its step attached (a :class:`~.compiled_step.CompiledStep`
         from :func:`~.verification.verify_plan` or a :class:`~.verification.VerificationJob`)."""
@@ -223,7 +228,7 @@ class TrainingPlan:
             "transient_params_bytes": self.transient_params_bytes,
             "peak_bytes": self.peak_bytes,
             "simulated": None if self.memory is None else self.memory.to_json(),
-            "memory_caveat": self.memory_caveat, "memory_compiler": compiler_rules(self.compiler).name,
+            "memory_caveat": self.memory_caveat, "memory_compiler": self.memory_rules.name,
         }
 
     def rules_code(self, name: str = "SHARDING_RULES") -> str:
@@ -330,10 +335,10 @@ class TrainingPlan:
             rows += [
                 ("batch", batch, "this device's share (an argument of the step)"),
                 ("temporaries", self.memory.temp_bytes, f"simulated from the step's jaxpr as "
-                 f"{compiler_rules(self.compiler).name} stores them: the buffers live at once beside the arguments "
+                 f"{self.memory_rules.name} stores them: the buffers live at once beside the arguments "
                  "(gradients, activations, gathered parameters)"),
                 ("peak", self.peak_bytes, verdict + " (arguments + outputs - donated + temporaries)"
-                 + (f"; rough: {compiler_rules(self.compiler).trust}" if compiler_rules(self.compiler).trust else "")),
+                 + (f"; rough: {self.memory_rules.trust}" if self.memory_rules.trust else "")),
             ]
         else:
             rows += [
