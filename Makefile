@@ -37,8 +37,12 @@ $(GPU_COMPILE_DIR)/.installed: $(STAMP)
 		"jax-cuda12-plugin==$$JAXLIB" "jax-cuda12-pjrt==$$JAXLIB" nvidia-cuda-nvcc-cu12
 	@touch $@
 
+# Two workers, each taking whole test files (so a file's module fixtures are built once): on a 2-core machine
+# the suite's compiles and its waits on child processes and the browser overlap. TEST_WORKERS=0 runs it in one
+# process; `$(PY) -m pytest tests/test_x.py` runs one file without workers.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The newest stack the pins allow, beside the oldest (.venv: Python 3.11, JAX 0.10.2): Python 3.13 resolves JAX 0.12,
 # flax 0.12.12, optax 0.2.8, orbax 0.12.8 into .venv-newest, and every test runs there too. NEWEST_PYTHON picks the

@@ -137,7 +137,10 @@ def _check_same_params(mode_params: Any, base_params: Any, what: str) -> None:
              for a, b in zip(jax.tree.leaves(mode_params), jax.tree.leaves(base_params), strict=True)]
     distance = np.sqrt(sum(np.sum((a - b) ** 2) for a, b in pairs))
     size = np.sqrt(sum(np.sum(b**2) for _, b in pairs))
-    if not distance <= 1e-4 * size:
+    # On a GPU an f32 matmul runs in TF32 by default (a 10-bit mantissa), so two programs that fuse the same
+    # step differently round apart by ~1e-4 (fsdp vs a hand-written step on an H200: 1.6e-4); CPUs round in f32.
+    tolerance = 2e-3 if jax.default_backend() == "gpu" else 1e-4
+    if not distance <= tolerance * size:
         raise RuntimeError(f"{what}: mode and hand-written parameters differ (relative L2 {distance / size:.2g})")
 
 

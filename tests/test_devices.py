@@ -7,7 +7,7 @@ import sys
 
 import workbench as wb
 from workbench.child_processes import child_environment
-from workbench.devices import THREADS_ENV_VAR
+from workbench.devices import THREADS_ENV_VAR, THREADS_SET_BY_ENV_VAR
 
 
 def _python(code, **env):
@@ -76,6 +76,15 @@ def test_xla_gets_four_threads_per_simulated_device_unless_the_user_sized_its_po
     assert _python(COUNT_XLA_THREADS).stdout.split() == ["32", "32"]  # XLA alone would make 8 on this machine
     assert _python(COUNT_XLA_THREADS, WORKBENCH_CPU_DEVICES="4").stdout.split() == ["16", "16"]
     assert _python(COUNT_XLA_THREADS, PJRT_NPROC="12").stdout.split() == ["None", "12"]  # the user's choice
+
+
+def test_a_process_that_inherits_a_parents_pool_size_sizes_its_own():
+    # A pytest-xdist worker or a spawned multiprocessing child inherits the environment of a workbench parent
+    # (sized for the parent's 8 devices): the size is recognised as the workbench's, not the user's.
+    inherited = {THREADS_ENV_VAR: "32", THREADS_SET_BY_ENV_VAR: "32"}
+    assert _python(COUNT_XLA_THREADS, WORKBENCH_CPU_DEVICES="4", **inherited).stdout.split() == ["16", "16"]
+    users = {THREADS_ENV_VAR: "12", THREADS_SET_BY_ENV_VAR: "32"}  # the user changed it after the parent set it
+    assert _python(COUNT_XLA_THREADS, WORKBENCH_CPU_DEVICES="4", **users).stdout.split() == ["None", "12"]
 
 
 def test_a_child_sizes_its_own_pools_and_keeps_the_users_size(monkeypatch):

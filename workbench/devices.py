@@ -20,6 +20,9 @@ import warnings
 DEFAULT_CPU_DEVICES = 8
 ENV_VAR = "WORKBENCH_CPU_DEVICES"
 THREADS_ENV_VAR = "PJRT_NPROC"  # read by XLA's CPU client when it starts: the size of its two thread pools
+# The PJRT_NPROC a workbench process set: a child that inherits both (a pytest-xdist worker, a spawned
+# multiprocessing child) knows the size was a parent's choice for its devices, not the user's, and sizes its own.
+THREADS_SET_BY_ENV_VAR = "WORKBENCH_SET_PJRT_NPROC"
 THREADS_PER_DEVICE = 4  # two steps' collectives in flight, two at once per step, with room to spare
 MAX_THREADS = 256  # XLA's own cap on its compute pool; beyond 64 devices the pools keep one thread per device
 
@@ -142,10 +145,12 @@ def _give_collectives_threads(devices: int) -> int | None:
     whole process. Measured (2 cores, 8 devices, chained dp steps): 300 queued steps aborted 3 runs of 3
     with 8 threads; 3,000 ran with 16, 32 or 64. Idle threads cost nothing but their reserved stacks.
     """
-    if THREADS_ENV_VAR in os.environ:
-        return None
+    inherited = os.environ.get(THREADS_ENV_VAR)
+    if inherited is not None and inherited != os.environ.get(THREADS_SET_BY_ENV_VAR):
+        return None  # the user's size
     threads = min(max(THREADS_PER_DEVICE * devices, os.cpu_count() or 1), MAX_THREADS)
     os.environ[THREADS_ENV_VAR] = str(threads)  # read by the C++ client when JAX's backend starts, not before
+    os.environ[THREADS_SET_BY_ENV_VAR] = str(threads)
     return threads
 
 
