@@ -371,7 +371,7 @@ def test_tpu_style_loops_count_their_iterations_and_split_collectives_once():
     """The TPU compiler's loops carry no known_trip_count (the condition's `i < 24` gives it), and it
     splits one asynchronous collective over fusions that each hold a copy with the same channel_id;
     instructions of one computation sharing a channel are still distinct collectives."""
-    from workbench.analysis.ledger import loop_trip_counts
+    from workbench.analysis.hlo import loop_trip_counts
 
     assert loop_trip_counts(TPU_STYLE_LOOP) == [24]
     counts = {(c.kind, c.bytes): c.count for c in collectives_from_hlo(TPU_STYLE_LOOP)}

@@ -142,7 +142,7 @@ def _compiled_fsdp_step(loss_tile: int):
 
 
 def test_fsdp_gathers_the_head_once_for_all_tiles_and_holds_one_tile_of_logits():
-    from workbench.analysis.ledger import collective_ops
+    from workbench.analysis.hlo import collective_ops
 
     tiled, whole = _compiled_fsdp_step(512), _compiled_fsdp_step(4096)  # 2 x 128 tokens per device, 8 tiles
     head_gathers = [op for op in collective_ops(tiled.as_text(), "data=8")

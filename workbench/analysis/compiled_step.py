@@ -26,7 +26,8 @@ from ..formatting import align_columns, format_bytes
 from ..layout.mesh import parse_mesh
 from ..training.layer_scopes import layer_of
 from .hlo_sources import SourceTables, op_source
-from .ledger import KINDS, collective_ops, loop_trip_counts, memory_figures
+from .hlo import KINDS, collective_ops, loop_trip_counts
+from .ledger import memory_figures
 
 PEAK_FORMULA = "arguments + outputs - aliased + temporaries"
 

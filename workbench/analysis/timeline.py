@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import WorkbenchError
 from ..training.layer_scopes import layer_of
-from .ledger import KINDS, collective_ops
+from .hlo import KINDS, collective_ops
 
 COMPUTE = "compute"
 PERFETTO_FILE = "perfetto_trace.json.gz"
