@@ -33,7 +33,8 @@ from .hlo import KINDS, collective_ops
 
 COMPUTE = "compute"
 PERFETTO_FILE = "perfetto_trace.json.gz"
-_COLLECTIVE_NAME = re.compile(r"^(all[-_]reduce|all[-_]gather|reduce[-_]scatter|all[-_]to[-_]all|collective[-_]permute)")
+# An op's name starts with its kind, written with '-' or '_' (``all-reduce.8``, ``all_gather.207``).
+_COLLECTIVE_NAME = re.compile("^(" + "|".join(kind.replace("-", "[-_]") for kind in KINDS) + ")")
 _OP_NAME = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+) = .*?metadata=\{[^}]*?op_name="((?:[^"\\]|\\.)*)"', re.M)
 
 
@@ -447,10 +448,7 @@ def read_timeline(trace: str | Path, *, hlo_text: str | Sequence[str] | None = N
 def _kind_from_name(name: str) -> str:
     """A collective's kind read from its op name (``all-reduce.8``, ``all_gather.207``), else compute."""
     found = _COLLECTIVE_NAME.match(name)
-    if not found:
-        return COMPUTE
-    kind = found[1].replace("_", "-")
-    return kind if kind in KINDS else COMPUTE
+    return found[1].replace("_", "-") if found else COMPUTE
 
 
 __all__ = ["COMPUTE", "CollectiveTiming", "PERFETTO_FILE", "StepTiming", "TimedOp", "Timeline", "TraceFormatError",
