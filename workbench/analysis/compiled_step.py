@@ -26,14 +26,15 @@ from ..formatting import align_columns, format_bytes
 from ..layout.mesh import parse_mesh
 from ..training.layer_scopes import layer_of
 from .hlo_sources import SourceTables, op_source
-from .hlo import KINDS, collective_ops, loop_trip_counts
+from .collectives import COLLECTIVE_KINDS, CountedCollective, bytes_by_kind
+from .hlo import collective_ops, loop_trip_counts
 from .ledger import memory_figures
 
 PEAK_FORMULA = "arguments + outputs - aliased + temporaries"
 
 
 @dataclasses.dataclass(frozen=True)
-class CompiledCollective:
+class CompiledCollective(CountedCollective):
     """Collectives of one kind, size and group that the same model code caused.
 
     Attributes:
@@ -55,10 +56,6 @@ class CompiledCollective:
     layers: tuple[str, ...]
     sources: tuple[str, ...]
     arrays: int = 1
-
-    @property
-    def total_bytes(self) -> int:
-        return self.bytes * self.count
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "axes": list(self.axes), "layers": list(self.layers),
@@ -132,11 +129,8 @@ class CompiledStep:
                 f"{'leaves out part of its temporaries' if own < self.temp_bytes else 'counts otherwise'}: not used")
 
     def bytes_by_kind(self) -> dict[str, int]:
-        """Collective kind -> bytes per device per step, in :data:`~workbench.analysis.ledger.KINDS` order."""
-        totals: dict[str, int] = {}
-        for row in self.collectives:
-            totals[row.kind] = totals.get(row.kind, 0) + row.total_bytes
-        return {kind: totals[kind] for kind in KINDS if kind in totals}
+        """Collective kind -> bytes per device per step, in :data:`~.collectives.COLLECTIVE_KINDS` order."""
+        return bytes_by_kind(self.collectives)
 
     def to_json(self) -> dict[str, Any]:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "collectives"}
@@ -163,7 +157,7 @@ class CompiledStep:
             rows.setdefault(key, [0])[0] += c.count
         if not rows:
             return "  none: each device computes alone"
-        ordered = sorted(rows.items(), key=lambda item: (KINDS.index(item[0][0]), -item[0][3] * item[1][0]))
+        ordered = sorted(rows.items(), key=lambda item: (COLLECTIVE_KINDS.index(item[0][0]), -item[0][3] * item[1][0]))
         table = [[kind, axes, str(group), f"{count[0]:,}", format_bytes(nbytes), where, source]
                  for (kind, axes, group, nbytes, where, source), count in ordered[:limit]]
         lines = ["  " + line for line in align_columns(
@@ -216,10 +210,10 @@ def compiled_collectives(hlo_text: str, mesh: Any, layers: Iterable[str] = ()) -
         found_layers = tuple(dict.fromkeys(layer for s in sources if (layer := layer_of(s.op_name, known))))
         locations = tuple(dict.fromkeys(s.location for s in sources if s.location))
         key = (op.kind, op.bytes, op.axes, op.group_size, op.dtype, found_layers, locations, len(op.shapes))
-        counts[key] = counts.get(key, 0) + op.times
+        counts[key] = counts.get(key, 0) + op.count
     rows = [CompiledCollective(kind, nbytes, axes, group, count, dtype, found, where, arrays)
             for (kind, nbytes, axes, group, dtype, found, where, arrays), count in counts.items()]
-    return tuple(sorted(rows, key=lambda c: (KINDS.index(c.kind), -c.total_bytes, c.layers)))
+    return tuple(sorted(rows, key=lambda c: (COLLECTIVE_KINDS.index(c.kind), -c.total_bytes, c.layers)))
 
 
 def read_compiled_step(compiled: Any, mesh: Any, layers: Iterable[str] = (), *, target: str = "cpu",

@@ -26,11 +26,10 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..layout.mesh import parse_mesh
-
-KINDS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+from .collectives import COLLECTIVE_KINDS, CountedCollective
 
 # opcode as printed -> (kind, is an async start)
-_OPCODES = {**{k: (k, False) for k in KINDS}, **{f"{k}-start": (k, True) for k in KINDS}}
+_OPCODES = {**{k: (k, False) for k in COLLECTIVE_KINDS}, **{f"{k}-start": (k, True) for k in COLLECTIVE_KINDS}}
 
 _HEADER = re.compile(r"^\s*(ENTRY\s+)?%?(?P<name>[^\s(=]+)\s*\(.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=(]+)\s*=\s*(?P<rest>.+)$")
@@ -413,14 +412,14 @@ def _whole_arrays(op: _Op, kind: str, is_start: bool, group_size: int, shapes: d
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectiveOp:
+class CollectiveOp(CountedCollective):
     """One collective instruction of a compiled program, before grouping into the ledger's
     :class:`~workbench.analysis.ledger.Collective` rows.
 
     Attributes:
         name: the instruction's HLO name, e.g. ``"all-reduce.51"``.
         kind, bytes, axes, dtype, shapes, group_size: as in :class:`~workbench.analysis.ledger.Collective`.
-        times: how often it runs per execution of the program (loop trip counts multiplied).
+        count: how often it runs per execution of the program, a step (loop trip counts multiplied).
         metadata: the raw ``metadata={...}`` text of each array it carries: a tuple-shaped collective
             the compiler combined from several has one per element (read from its ``get-tuple-element``
             users, which keep the original operations' metadata), any other has its own one.
@@ -433,7 +432,7 @@ class CollectiveOp:
     dtype: str
     shapes: tuple[tuple[int, ...], ...]
     group_size: int
-    times: int
+    count: int
     metadata: tuple[str, ...] = ()
 
 
@@ -456,7 +455,7 @@ def collective_ops(hlo_text: str, mesh: Any = None) -> list[CollectiveOp]:
 
     Example:
         >>> line = "%ar = f32[64,128]{1,0} all-reduce(%g), replica_groups={{0,2},{1,3}}, to_apply=%add"
-        >>> [(op.name, op.kind, op.axes, op.times) for op in collective_ops(line, "data=2,model=2")]
+        >>> [(op.name, op.kind, op.axes, op.count) for op in collective_ops(line, "data=2,model=2")]
         [('ar', 'all-reduce', ('data',), 1)]
     """
     ops, entry, header = _parse_module(hlo_text)
@@ -495,4 +494,4 @@ def collective_ops(hlo_text: str, mesh: Any = None) -> list[CollectiveOp]:
     return found
 
 
-__all__ = ["KINDS", "CollectiveOp", "collective_ops", "element_bits", "loop_trip_counts", "numpy_dtype_name"]
+__all__ = ["CollectiveOp", "collective_ops", "element_bits", "loop_trip_counts", "numpy_dtype_name"]

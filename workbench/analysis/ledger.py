@@ -31,14 +31,17 @@ import numpy as np
 
 from ..formatting import align_columns, format_bytes, format_shape
 from ..training.profiling import memory_figures as memory_figures  # the trainer's profiles read it too
-from .hlo import KINDS, collective_ops
+from .collectives import COLLECTIVE_KINDS, CountedCollective, bytes_by_kind
+from .hlo import collective_ops
+
+KINDS = COLLECTIVE_KINDS  # the collective kinds' old name here
 
 MEMORY_LABEL = "compiler estimate (XLA memory analysis), bytes per device"
 PREDICTION_LABEL = "layout engine prediction: parameters + optimizer state, bytes per device"
 
 
 @dataclasses.dataclass(frozen=True)
-class Collective:
+class Collective(CountedCollective):
     """One kind of collective in a compiled step, with how often it runs.
 
     Attributes:
@@ -63,11 +66,6 @@ class Collective:
     dtype: str
     shapes: tuple[tuple[int, ...], ...]
     group_size: int = 1
-
-    @property
-    def total_bytes(self) -> int:
-        """``bytes * count``: this row's share of a step."""
-        return self.bytes * self.count
 
     def to_json(self) -> dict:
         """Plain JSON values."""
@@ -105,17 +103,14 @@ class CommLedger:
         return sum(c.total_bytes for c in self.collectives)
 
     def bytes_by_kind(self) -> dict[str, int]:
-        """kind -> bytes per device per step, for the kinds present, in :data:`KINDS` order.
+        """kind -> bytes per device per step, for the kinds present, in
+        :data:`~workbench.analysis.collectives.COLLECTIVE_KINDS` order.
 
         Example:
             >>> CommLedger([Collective("all-reduce", 8, ("data",), 2, "float32", ((2,),))]).bytes_by_kind()
             {'all-reduce': 16}
         """
-        out = {kind: 0 for kind in KINDS}
-        for c in self.collectives:
-            out[c.kind] = out.get(c.kind, 0) + c.total_bytes
-        present = {c.kind for c in self.collectives}
-        return {kind: total for kind, total in out.items() if kind in present}
+        return bytes_by_kind(self.collectives)
 
     def to_json(self) -> dict:
         """Everything as JSON-ready values, each estimate with its label."""
@@ -139,7 +134,7 @@ def collectives_from_hlo(hlo_text: str, mesh: Any = None) -> list[Collective]:
             :func:`~workbench.layout.mesh.parse_mesh` reads), to name the axes each collective spans; None
             leaves ``axes`` empty.
 
-    Returns rows ordered by kind (:data:`KINDS` order), then bytes, largest first. ``-done`` halves of
+    Returns rows ordered by kind (:data:`~workbench.analysis.collectives.COLLECTIVE_KINDS` order), then bytes, largest first. ``-done`` halves of
     async pairs are not counted; loops multiply counts by their known trip count.
 
     Example:
@@ -150,9 +145,9 @@ def collectives_from_hlo(hlo_text: str, mesh: Any = None) -> list[Collective]:
     counts: dict[tuple, int] = {}
     for op in collective_ops(hlo_text, mesh):
         key = (op.kind, op.axes, op.bytes, op.dtype, op.shapes, op.group_size)
-        counts[key] = counts.get(key, 0) + op.times
+        counts[key] = counts.get(key, 0) + op.count
     rows = [Collective(k, b, axes, n, dtype, shp, size) for (k, axes, b, dtype, shp, size), n in counts.items()]
-    return sorted(rows, key=lambda c: (KINDS.index(c.kind), -c.bytes, c.axes, c.shapes))
+    return sorted(rows, key=lambda c: (COLLECTIVE_KINDS.index(c.kind), -c.bytes, c.axes, c.shapes))
 
 
 # --- from a mode ---------------------------------------------------------------------------------------
@@ -241,7 +236,7 @@ def compare_with_theory(ledger: CommLedger, mode_name: str, param_bytes: int) ->
         theory[entry["kind"]] = None if before is None or entry["bytes"] is None else before + entry["bytes"]
     measured = ledger.bytes_by_kind()
     out = {}
-    for kind in KINDS:
+    for kind in COLLECTIVE_KINDS:
         if kind not in measured and kind not in theory:
             continue
         expected = theory.get(kind, 0)

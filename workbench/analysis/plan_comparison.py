@@ -140,7 +140,7 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
     ]
     planned: dict[str, float] = {}
     for collective in plan.collectives:
-        planned[collective.kind] = planned.get(collective.kind, 0) + collective.bytes * collective.count
+        planned[collective.kind] = planned.get(collective.kind, 0) + collective.total_bytes
     measured = compiled.bytes_by_kind()
     for kind in dict.fromkeys([*planned, *measured]):
         analytic, note = planned.get(kind, 0), "per step: bytes per occurrence x count"

@@ -26,6 +26,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
+from .collectives import CountedCollective
 from .compiler_rules import CompilerRules, compiler_rules
 from .cost_model import (
     DEFAULT_UTILISATION,
@@ -81,7 +82,7 @@ def parse_byte_size(value: Any, what: str = "device memory") -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class PlannedCollective:
+class PlannedCollective(CountedCollective):
     """One kind of collective a step runs, in theory.
 
     Attributes:

@@ -29,12 +29,13 @@ from typing import Any
 
 from ..errors import WorkbenchError
 from ..training.layer_scopes import layer_of
-from .hlo import KINDS, collective_ops
+from .collectives import COLLECTIVE_KINDS, CollectiveRecord
+from .hlo import collective_ops
 
 COMPUTE = "compute"
 PERFETTO_FILE = "perfetto_trace.json.gz"
 # An op's name starts with its kind, written with '-' or '_' (``all-reduce.8``, ``all_gather.207``).
-_COLLECTIVE_NAME = re.compile("^(" + "|".join(kind.replace("-", "[-_]") for kind in KINDS) + ")")
+_COLLECTIVE_NAME = re.compile("^(" + "|".join(kind.replace("-", "[-_]") for kind in COLLECTIVE_KINDS) + ")")
 _OP_NAME = re.compile(r'^\s*(?:ROOT\s+)?%?([\w.\-]+) = .*?metadata=\{[^}]*?op_name="((?:[^"\\]|\\.)*)"', re.M)
 
 
@@ -89,7 +90,7 @@ class StepTiming:
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectiveTiming:
+class CollectiveTiming(CollectiveRecord):
     """One collective op of the step, over every profiled step and device.
 
     ``duration_us`` is the median time each device spent in it (waiting for the others included);
