@@ -9,12 +9,10 @@ import numpy as np
 import pytest
 
 from workbench.errors import RunError, WorkbenchError
+from workbench.training.run_reports import choose_columns, compare_runs, compare_table
 from workbench.training.runs import (
     Run,
     RunWriter,
-    choose_columns,
-    compare_runs,
-    compare_table,
     list_runs,
     load_run,
 )

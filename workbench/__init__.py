@@ -142,8 +142,8 @@ from .analysis.process_check import check_across_processes as check_across_proce
 from .training.process_share import ProcessShare as ProcessShare
 from .training.run_follower import follow_run as follow_run
 from .training.runs import RunWriter as RunWriter
-from .training.runs import compare_runs as compare_runs
-from .training.runs import compare_table as compare_table
+from .training.run_reports import compare_runs as compare_runs
+from .training.run_reports import compare_table as compare_table
 from .training.runs import list_runs as list_runs
 from .training.runs import load_run as load_run
 from .layout.shapes import parse_dtype as parse_dtype

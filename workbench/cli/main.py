@@ -231,7 +231,8 @@ def _column_names(text: str) -> list[str]:
 
 
 def _cmd_runs(args) -> int:
-    from ..training.runs import DEFAULT_COLUMNS, choose_columns, compare_runs, compare_table, list_runs
+    from ..training.run_reports import DEFAULT_COLUMNS, choose_columns, compare_runs, compare_table
+    from ..training.runs import list_runs
 
     runs = list_runs(args.run_dir)
     rows = compare_runs(runs) if runs else []

@@ -1,4 +1,4 @@
-"""Training runs on disk: written as they go, so a crashed kernel loses nothing; listed, reloaded, compared.
+"""Training runs on disk: written as they go, so a crashed kernel loses nothing; listed and reloaded.
 
 Each run is one folder under a run root (``runs/`` by default)::
 
@@ -6,8 +6,8 @@ Each run is one folder under a run root (``runs/`` by default)::
     runs/<name>/metrics.jsonl   one JSON object per line, appended and flushed once per logging interval
     runs/<name>/summary.json    written at the end: "status", "ended" and the final figures
 
-:class:`RunWriter` writes a run; :func:`load_run` reads one back as a :class:`Run`, :func:`list_runs`
-reads them all, and :func:`compare_runs` / :func:`compare_table` put several side by side. A run with no
+:class:`RunWriter` writes a run; :func:`load_run` reads one back as a :class:`Run` and :func:`list_runs`
+reads them all (:mod:`workbench.training.run_reports` puts several side by side). A run with no
 ``summary.json`` crashed or is still going: its status is ``"incomplete"`` and its metrics are every line
 that made it to disk. A crash mid-line leaves a truncated last line, which reading skips.
 
@@ -28,28 +28,18 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ..errors import RunError
-from ..formatting import align_columns
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 END_STATUSES = ("finished", "stopped", "failed")  # how a run can end; the trainer adds its live states
 INCOMPLETE = "incomplete"  # the status of a run with no summary.json: crashed, or still running
-# The config fields compare_runs shows, in this order, when at least one run has them.
-COMPARED_CONFIG = ("model", "data", "mode", "mesh", "optimizer", "lr", "batch", "steps")
-# What `workbench runs` shows by default, most telling first: what tells runs apart, then how each ended.
-# Columns no run has are skipped, and a later one is left out when it would make the table too wide (the
-# trainer's default names, e.g. transformer-dp-shard-map-20261122-183117, take a third of 120 characters).
-DEFAULT_COLUMNS = (
-    "name", "status", "mode", "mesh", "model", "loss", "eval_accuracy", "eval_loss", "examples_per_s", "last_step",
-    "data",
-)
 _LISTED_NAMES = 10  # how many run names an error message lists
 
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -598,138 +588,3 @@ def list_runs(run_root: str | os.PathLike = "runs") -> list[Run]:
         [('mlp-dp-20250101-120000', 'finished'), ('mlp-fsdp-20250101-121500', 'incomplete')]
     """
     return [_read_run(folder) for folder in _run_folders(run_root)]
-
-
-# --- comparing ---------------------------------------------------------------------------------
-
-
-def _as_run(run: Any, run_root: str | os.PathLike) -> Run:
-    return run if isinstance(run, Run) else load_run(run, run_root)
-
-
-def compare_runs(
-    runs: Sequence[Run | str], keys: Sequence[str] | None = None, run_root: str | os.PathLike = "runs"
-) -> list[dict[str, Any]]:
-    """One row per run: name, status, the main config fields, and final metrics; every row has the same keys.
-
-    The config fields are those of ``model, data, mode, mesh, optimizer, lr, batch, steps`` that at least
-    one run has. By default the metrics are the last ``"step"`` (as ``last_step``) and then every key
-    that is a number in some run's :attr:`Run.final`. A metric named like a column before it (e.g. a
-    logged ``lr`` schedule) is shown as ``final_<key>``. Values a run lacks are None.
-
-    Args:
-        runs: :class:`Run` objects, or names / folder paths to load with :func:`load_run`.
-        keys: the metrics to show instead of the default ones (``"last_step"`` means the last ``"step"``).
-        run_root: where names are looked up.
-
-    Raises:
-        RunError: a run cannot be loaded, or a key in ``keys`` is in no run's metrics (the keys are listed).
-
-    Example:
-        >>> compare_runs(["mlp-dp-20250101-120000"], keys=["loss"])  # doctest: +SKIP
-        [{'name': 'mlp-dp-20250101-120000', 'status': 'finished', 'model': 'mlp', 'mode': 'dp', 'loss': 0.012}]
-    """
-    if isinstance(runs, (str, os.PathLike, Run)):
-        runs = [runs]  # one run given on its own, not a sequence of names to iterate letter by letter
-    loaded = [_as_run(run, run_root) for run in runs]
-    finals = [run.final for run in loaded]
-    config_fields = [f for f in COMPARED_CONFIG if any(f in run.config for run in loaded)]
-    if keys is None:
-        numeric = (k for final in finals for k, v in final.items() if k != "step" and _is_number(v))
-        metrics = ["last_step", *dict.fromkeys(numeric)]
-    else:
-        metrics = [keys] if isinstance(keys, str) else list(keys)
-        available = {k for final in finals for k in final} | {"last_step"}
-        unknown = [k for k in metrics if k not in available]
-        if unknown:
-            known = sorted(available - {"step"})
-            raise RunError(
-                f"metric {', '.join(map(repr, unknown))} is in none of these runs: choose from {', '.join(known)}"
-            )
-    taken = {"name", "status", *config_fields}
-    rows = []
-    for run, final in zip(loaded, finals):
-        row = {"name": run.name, "status": run.status, **{f: run.config.get(f) for f in config_fields}}
-        for key in metrics:
-            value = final.get("step") if key == "last_step" else final.get(key)
-            row[f"final_{key}" if key in taken else key] = value
-        rows.append(row)
-    return rows
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def choose_columns(
-    rows: Sequence[Mapping[str, Any]], wanted: Sequence[str] | None = None, *, max_width: int | None = None,
-    skip_missing: bool = False,
-) -> list[str]:
-    """Which columns of :func:`compare_runs` rows a table shows, in the order wanted.
-
-    Args:
-        rows: from :func:`compare_runs` (every row has the same keys).
-        wanted: column names, most important first (default: every column).
-        max_width: when given, a column that would make a line of the table longer than this is left out,
-            and the next ones are still tried; the first column (the run's name) always stays.
-        skip_missing: leave out wanted columns the rows lack (for a default list) instead of raising.
-
-    Raises:
-        RunError: a wanted column is in none of the rows (the known ones are listed).
-
-    Example:
-        >>> rows = [{"name": "mlp-dp", "status": "finished", "loss": 0.1234}]
-        >>> choose_columns(rows, ["name", "loss"]), choose_columns(rows, ["name", "status", "loss"], max_width=14)
-        (['name', 'loss'], ['name', 'loss'])
-    """
-    known = list(rows[0]) if rows else ["name", "status"]
-    wanted = known if wanted is None else list(wanted)
-    unknown = [c for c in wanted if c not in known]
-    if unknown and not skip_missing:
-        raise RunError(
-            f"unknown column {', '.join(map(repr, unknown))}: these runs have {', '.join(known)}"
-        )
-    columns = [c for c in wanted if c in known]
-    if max_width is None:
-        return columns
-    cells = {c: [_cell(row[c]) for row in rows] for c in columns}
-    widths = {c: max([len(c), *map(len, cells[c])]) for c in columns}
-    shown, used = [], 0
-    for column in columns:
-        extra = widths[column] + (2 if shown else 0)  # two spaces between columns
-        if not shown or used + extra <= max_width:
-            shown.append(column)
-            used += extra
-    return shown
-
-
-def compare_table(
-    runs: Sequence[Run | str], keys: Sequence[str] | None = None, run_root: str | os.PathLike = "runs",
-    *, columns: Sequence[str] | None = None,
-) -> str:
-    """:func:`compare_runs` as an aligned plain-text table: a header, a rule of dashes, one line per run.
-
-    Floats show 4 significant digits, missing values ``-``; columns of numbers are right-aligned.
-    ``columns`` picks which columns to show and in what order (default: all of them; see
-    :func:`choose_columns` and :data:`DEFAULT_COLUMNS` for a table that fits a terminal).
-
-    Raises:
-        RunError: as :func:`compare_runs`, or a name in ``columns`` is no column of these runs.
-
-    Example:
-        >>> print(compare_table(list_runs("runs"), columns=["name", "status", "lr", "last_step", "loss"]))  # doctest: +SKIP
-        name                    status    lr     last_step  loss
-        ----------------------  --------  -----  ---------  -------
-        mlp-dp-20250101-120000  finished  0.001        999  0.01234
-    """
-    rows = compare_runs(runs, keys, run_root)
-    shown = choose_columns(rows, columns)
-    cells = [[_cell(row[c]) for c in shown] for row in rows]
-    # Columns of numbers are right-aligned so their digits line up; a column with any text is left-aligned.
-    present = [[row[c] for row in rows if row[c] is not None] for c in shown]
-    numeric = [number for number, values in enumerate(present) if values and all(map(_is_number, values))]
-    return "\n".join(align_columns(shown, cells, right=numeric))
