@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 from .exit_codes import EXIT_FAILED, EXIT_OK
+from .options import add_setup_options
 
 
 def add_inject_option(parser) -> None:
@@ -30,10 +31,7 @@ def add_inject_option(parser) -> None:
 
 def add_check_parser(commands) -> None:
     """Add the ``check`` subcommand and its options to ``commands`` (argparse subparsers)."""
-    from ..training.models import MODELS
-    from ..training.modes import MODES
     from ..analysis.reference_check import MIN_STEPS
-    from ..training.config import OPTIMIZERS
 
     check = commands.add_parser(
         "check",
@@ -42,15 +40,13 @@ def add_check_parser(commands) -> None:
         "scale, parameter differences, replica divergence and the collectives, with a verdict and, for each "
         "problem, the likely causes, why, and the fix. Exit 0 ok, 1 problem, 2 bad input.",
     )
-    check.add_argument("--model", default="mlp", choices=MODELS, help="default mlp")
+    add_setup_options(check, model="mlp", mesh="data=4", mode="dp", optimizer="adam",
+                      helps={"mesh": "e.g. data=4 (default)", "optimizer": "default adam (has state to lose)"})
     check.add_argument("--data", default=None, help="default: the model's own (digits for mlp, text for transformer)")
-    check.add_argument("--mesh", default="data=4", help="e.g. data=4 (default)")
-    check.add_argument("--mode", default="dp", choices=MODES, help="default dp")
     add_inject_option(check)
     check.add_argument("--steps", type=int, default=MIN_STEPS, help=f"steps compared (at least {MIN_STEPS}; default)")
     check.add_argument("--batch", type=int, default=64, help="global batch (default 64)")
     check.add_argument("--lr", type=float, default=1e-3, help="learning rate (default 1e-3)")
-    check.add_argument("--optimizer", default="adam", choices=OPTIMIZERS, help="default adam (has state to lose)")
     check.add_argument("--model-options", default="", help="overrides, e.g. 'd_model=32,n_layers=1'")
     check.add_argument("--seed", type=int, default=0, help="default 0")
     check.add_argument("--processes", type=int, default=1,

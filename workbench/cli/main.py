@@ -93,9 +93,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_train_parser(commands) -> None:
-    from ..training.models import MODELS
-    from ..training.modes import MODES, PRECISIONS
-    from ..training.config import OPTIMIZERS, TrainConfig
+    from ..training.config import TrainConfig
+    from .options import add_setup_options
 
     # The fields' own defaults, without building a config: a config's default mesh starts JAX's backend, which
     # --join must leave to jax.distributed.initialize.
@@ -107,17 +106,14 @@ def _add_train_parser(commands) -> None:
         description="Train on simulated or real devices. Every parallel mode computes the same update as "
         "'single' on the same global batches. With --json, exactly one JSON object is printed at the end.",
     )
-    train.add_argument("--model", default=defaults.model, choices=MODELS, help=f"default {defaults.model}")
+    add_setup_options(train, model=defaults.model, mesh=None, mode=defaults.mode, optimizer=defaults.optimizer,
+                      precision=defaults.precision,
+                      helps={"mesh": "e.g. data=8, model=2, data=4,model=2 (default: every device here, over data)"})
     train.add_argument("--data", default=defaults.data, help=f"regression, digits, text or tokens (default {defaults.data})")
-    train.add_argument("--mesh", default=None, help="e.g. data=8, model=2, data=4,model=2 (default: every device here, "
-                       "over data)")
-    train.add_argument("--mode", default=defaults.mode, choices=MODES, help=f"default {defaults.mode}")
     train.add_argument("--steps", type=int, default=defaults.steps, help=f"default {defaults.steps}")
     train.add_argument("--batch", type=int, default=defaults.batch, help=f"global batch size (default {defaults.batch})")
     train.add_argument("--lr", type=float, default=defaults.lr, help=f"learning rate (default {defaults.lr})")
-    train.add_argument("--optimizer", default=defaults.optimizer, choices=OPTIMIZERS, help=f"default {defaults.optimizer}")
     train.add_argument("--accum", type=int, default=defaults.accum, help="microbatches per step (default 1)")
-    train.add_argument("--precision", default=defaults.precision, choices=PRECISIONS, help="default fp32")
     train.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
     train.add_argument("--model-options", default="", help="overrides, e.g. 'd_model=64,n_layers=1'")
     train.add_argument("--data-options", default="", help="e.g. 'seq_len=32' or 'image=true'")

@@ -25,14 +25,12 @@ import pathlib
 import sys
 
 from .exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from .options import REQUIRED, add_setup_options
 
 
 def add_plan_parser(commands) -> None:
     """Add the ``plan`` subcommand and its options to ``commands`` (argparse subparsers)."""
     from ..analysis.cost_model import DEFAULT_UTILISATION, HARDWARE_NAMES
-    from ..training.models import MODELS
-    from ..training.modes import MODES, PRECISIONS
-    from ..training.config import OPTIMIZERS
 
     plan = commands.add_parser(
         "plan",
@@ -41,18 +39,15 @@ def add_plan_parser(commands) -> None:
         "mode would, without allocating anything, and estimate a step's communication (ring model) and compute. "
         "Prints the layout as a rule table of PartitionSpecs to paste into a training script.",
     )
-    plan.add_argument("--model", default="transformer", choices=MODELS, help="default transformer")
+    add_setup_options(plan, model="transformer", mesh=REQUIRED, mode=REQUIRED, optimizer="adamw", precision="bf16",
+                      helps={"precision": "compute precision (default bf16)"})
     plan.add_argument("--config", default="", help="model options, e.g. 'd_model=2048,n_layers=24,n_heads=16,vocab=32000'")
-    plan.add_argument("--mesh", required=True, help="axes as name=size, e.g. data=64,model=8")
-    plan.add_argument("--mode", required=True, choices=MODES, help="the parallel mode, e.g. fsdp")
-    plan.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw")
     plan.add_argument("--hardware", default=None,
                       help=f"one of {', '.join(HARDWARE_NAMES)} (default tpu-v5p, or the --verify topology's)")
     plan.add_argument("--device-memory", default=None, help="memory per device, e.g. 16GiB, 80GB (default: the hardware's)")
     plan.add_argument("--batch", type=int, default=None,
                       help="global batch in examples/sequences (default 16 per data-parallel replica)")
     plan.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (transformer; default its max_len)")
-    plan.add_argument("--precision", default="bf16", choices=PRECISIONS, help="compute precision (default bf16)")
     plan.add_argument("--utilisation", type=float, default=DEFAULT_UTILISATION,
                       help=f"assumed fraction of peak FLOP/s reached, MFU (default {DEFAULT_UTILISATION})")
     plan.add_argument("--rules", default=None, metavar="FILE",

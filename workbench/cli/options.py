@@ -1,0 +1,64 @@
+"""The options that ``train``, ``plan`` and ``check`` share, declared once: ``--model``, ``--mesh``, ``--mode``,
+``--optimizer`` and ``--precision``, their choices read from the engine's own tables.
+
+Each command gives its defaults (and, where its words differ, its help); a help not given says the default.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser()
+    >>> add_setup_options(parser, model="mlp", mesh="data=4", mode="dp", optimizer="adam",
+    ...                   helps={"mesh": "e.g. data=4 (default)"})
+    >>> parser.parse_args(["--mode", "fsdp"]).mode, parser.parse_args([]).mesh
+    ('fsdp', 'data=4')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# A default that means "the user must give it".
+REQUIRED = object()
+# The help of a required option, which has no default to name.
+_REQUIRED_HELP = {"mesh": "axes as name=size, e.g. data=64,model=8", "mode": "the parallel mode, e.g. fsdp"}
+
+
+def add_setup_options(parser, *, model: str, mesh: object, mode: object, optimizer: str, precision: str | None = None,
+                      helps: Mapping[str, str] | None = None) -> None:
+    """Add ``--model``, ``--mesh``, ``--mode``, ``--optimizer`` and, when ``precision`` is given, ``--precision``
+    to an argparse ``parser``, in that order.
+
+    Args:
+        model, mesh, mode, optimizer, precision: each option's default; :data:`REQUIRED` makes it required
+            (``--mesh`` and ``--mode`` only).
+        helps: option name (``"mesh"``) -> its help, where it should say more than ``default <value>``.
+
+    Example:
+        >>> import argparse
+        >>> parser = argparse.ArgumentParser()
+        >>> add_setup_options(parser, model="transformer", mesh=REQUIRED, mode=REQUIRED, optimizer="adamw",
+        ...                   precision="bf16")
+        >>> parser.parse_args(["--mesh", "data=8", "--mode", "dp"]).precision
+        'bf16'
+    """
+    from ..training.config import OPTIMIZERS
+    from ..training.models import MODELS
+    from ..training.modes import MODES, PRECISIONS
+
+    helps = dict(helps or {})
+
+    def add(name: str, default: object, choices=None) -> None:
+        if default is REQUIRED:
+            help_text = helps.get(name, _REQUIRED_HELP[name])
+            parser.add_argument(f"--{name}", required=True, choices=choices, help=help_text)
+        else:
+            parser.add_argument(f"--{name}", default=default, choices=choices, help=helps.get(name, f"default {default}"))
+
+    add("model", model, MODELS)
+    add("mesh", mesh)
+    add("mode", mode, MODES)
+    add("optimizer", optimizer, OPTIMIZERS)
+    if precision is not None:
+        add("precision", precision, PRECISIONS)
+
+
+__all__ = ["REQUIRED", "add_setup_options"]
