@@ -18,8 +18,9 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import workbench as wb
+from workbench.analysis.collectives import COLLECTIVE_KINDS
 from workbench.analysis.ledger import (
-    KINDS, MEMORY_LABEL, PREDICTION_LABEL, Collective, CommLedger, collectives_from_hlo, compare_with_theory,
+    MEMORY_LABEL, PREDICTION_LABEL, Collective, CommLedger, collectives_from_hlo, compare_with_theory,
     float_param_bytes, ledger_for_mode, ledger_table, theoretical_collectives,
 )
 from workbench.training.models import model_config_for_data, tensor_parallel_rules
@@ -324,7 +325,7 @@ def test_table_shows_every_kind():
     all_to_all = "%a2a = f32[64]{0} all-to-all(%q), channel_id=5, replica_groups={{0,1}}"
     found = collectives_from_hlo(ASYNC + all_to_all, "data=8")
     table = ledger_table(CommLedger(found))
-    for kind in KINDS:
+    for kind in COLLECTIVE_KINDS:
         assert kind in table, kind
     assert "total per device per step" in table
     header, rule = table.splitlines()[:2]

@@ -67,7 +67,6 @@ DIVERGENCE_COLOR = wb.OKABE_ITO[6]  # reddish purple
 OVERLAY_COLORS = (wb.OKABE_ITO[7], wb.OKABE_ITO[0], wb.OKABE_ITO[1], wb.OKABE_ITO[2], wb.OKABE_ITO[6])
 
 _DRAW_NOW = ("start", "compiled", "paused", "resumed", "end")  # events worth a redraw whatever the throttle
-_ACTIVE = ("running", "paused")
 _FOLLOWED_LIVE = ("running", "silent")  # a followed run's statuses before it ends
 
 # Every open dashboard, so that a Start stops the others' runs (a re-run cell makes a new dashboard
@@ -672,7 +671,7 @@ class TrainingDashboard(widgets.VBox):
 
     def _active(self) -> bool:
         """Whether the dashboard's own run is going."""
-        return self._trainer is not None and self._trainer.status in _ACTIVE
+        return self._trainer is not None and self._trainer.is_active
 
     def _watching(self) -> bool:
         """Whether a watched run is being followed and has not ended."""
@@ -723,7 +722,7 @@ class TrainingDashboard(widgets.VBox):
 
     def _set_buttons(self, state: str) -> None:
         """``idle``, ``running``/``paused`` (the dashboard's own run) or ``watching`` (a followed run)."""
-        own_run = state in _ACTIVE
+        own_run = state in wb.Trainer.ACTIVE_STATUSES
         self.start_button.disabled = own_run
         self.watch_button.disabled = own_run
         self.resume_run_button.disabled = own_run
@@ -830,7 +829,7 @@ def check_html(report: wb.CheckReport, ledger_text: str = "") -> str:
     """
     ok = report.verdict == "ok"
     color = LEVEL_STYLES["ok" if ok else "error"][0]
-    mesh = ",".join(f"{axis}={size}" for axis, size in report.mesh.items())
+    mesh = str(wb.parse_mesh(report.mesh))
     esc = html.escape
     parts = [
         f'<div style="color:{color}">reference check: <b>{esc(report.verdict)}</b> — {esc(report.mode)} on '

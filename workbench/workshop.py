@@ -660,12 +660,12 @@ def dominant_collective_truth(report: Any) -> dict[str, Any]:
 
 def _collective_kind(value: Any) -> str | None:
     """``value`` as one of the ledger's collective kinds (``all_gather``, ``AllGather`` and ``all gather`` too)."""
-    from .analysis.ledger import KINDS
+    from .analysis.collectives import COLLECTIVE_KINDS
 
     if not isinstance(value, str):
         return None
     squashed = value.strip().lower().replace("_", "").replace("-", "").replace(" ", "")
-    return next((kind for kind in KINDS if kind.replace("-", "") == squashed), None)
+    return next((kind for kind in COLLECTIVE_KINDS if kind.replace("-", "") == squashed), None)
 
 
 def _dominant_bytes_hint(said: int, truth: dict[str, Any]) -> str:
@@ -715,11 +715,11 @@ def check_dominant_collective(answer: Any, report: Any) -> ExerciseResult:
     else:
         return ExerciseResult(name, "failed", f"give a pair (kind, bytes), like (\"all-reduce\", 1024), or a dict with "
                               f"the keys kind and bytes, not {answer!r}")
-    from .analysis.ledger import KINDS
+    from .analysis.collectives import COLLECTIVE_KINDS
 
     kind, said = _collective_kind(said_kind), _whole_number(said_bytes)
     if kind is None:
-        return ExerciseResult(name, "failed", f"{said_kind!r} is not a collective kind: give one of {', '.join(KINDS)}")
+        return ExerciseResult(name, "failed", f"{said_kind!r} is not a collective kind: give one of {', '.join(COLLECTIVE_KINDS)}")
     if said is None or said < 0:
         return ExerciseResult(name, "failed", f"give the bytes as a whole number, 0 or more, not {said_bytes!r}")
     truth = dominant_collective_truth(report)

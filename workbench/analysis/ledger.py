@@ -34,8 +34,6 @@ from ..training.profiling import memory_figures as memory_figures  # the trainer
 from .collectives import COLLECTIVE_KINDS, CountedCollective, bytes_by_kind
 from .hlo import collective_ops
 
-KINDS = COLLECTIVE_KINDS  # the collective kinds' old name here
-
 MEMORY_LABEL = "compiler estimate (XLA memory analysis), bytes per device"
 PREDICTION_LABEL = "layout engine prediction: parameters + optimizer state, bytes per device"
 
@@ -293,7 +291,7 @@ def ledger_table(ledger: CommLedger) -> str:
 
 
 __all__ = [
-    "KINDS", "MEMORY_LABEL", "PREDICTION_LABEL", "Collective", "CommLedger", "collectives_from_hlo",
+    "MEMORY_LABEL", "PREDICTION_LABEL", "Collective", "CommLedger", "collectives_from_hlo",
     "compare_with_theory", "float_param_bytes", "ledger_for_mode", "ledger_table", "memory_figures",
     "theoretical_collectives",
 ]

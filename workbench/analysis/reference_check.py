@@ -48,6 +48,7 @@ import optax
 from .ledger import Collective, CommLedger, float_param_bytes, ledger_for_mode
 from ..training.process_share import host_values
 from ..errors import WorkbenchError
+from ..layout.mesh import parse_mesh
 from ..training.modes import StepPlan, build_mode
 from ..training.modes.base import ParallelMode, step_sums
 from ..training.modes.core import TrainState, means
@@ -161,7 +162,7 @@ class CheckReport:
         """A short human-readable report: the verdict, the figures, then each finding in full."""
         replicas = ", ".join(f"{n:.4g}" for n in self.sync.per_replica_grad_norms)
         lines = [
-            f"{self.mode} on {_mesh_text(self.mesh)}, {self.steps} steps against 'single': {self.verdict.upper()}",
+            f"{self.mode} on {parse_mesh(self.mesh)}, {self.steps} steps against 'single': {self.verdict.upper()}",
             f"  step checked       {self.precision}, batch {self.batch}"
             + (f" in {self.accum} microbatches" if self.accum > 1 else ""),
             f"  gradient scale     {self.grad_scale:.6f}  (applied {self.grad_norm:.6g}, reference "
@@ -192,10 +193,6 @@ class CheckReport:
 def _collective_json(collective: Collective) -> dict[str, Any]:
     row = collective.to_json()
     return {key: row[key] for key in ("kind", "bytes", "axes", "count", "dtype")}
-
-
-def _mesh_text(mesh: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in mesh.items())
 
 
 # --- replaying faults on one device -----------------------------------------------------------------

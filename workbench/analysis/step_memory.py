@@ -36,7 +36,8 @@ from ..compat import scan_operand_counts
 from ..errors import WorkbenchError
 from .compiler_rules import XLA_CPU, CompilerRules, compiler_rules
 
-Spec = tuple  # per dimension, a tuple of mesh axis names
+# Per array dimension, the mesh axis names it is split over (not a PartitionSpec: always one tuple each).
+AxesPerDimension = tuple
 
 # Pure views: the output is the operand's buffer (a bitcast), never a new one.
 _VIEWS = {"reshape", "squeeze", "expand_dims", "pvary", "pcast", "stop_gradient", "copy_p", "reduce_precision",
@@ -90,7 +91,7 @@ class _Value:
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
                  "readers", "position", "buffers", "itemsize", "origin", "carried")
 
-    def __init__(self, aval: Any, spec: Spec, sizes: dict[str, int], float_bytes: dict):
+    def __init__(self, aval: Any, spec: AxesPerDimension, sizes: dict[str, int], float_bytes: dict):
         self.shape = tuple(aval.shape)
         self.dtype, self.itemsize = _dtype_and_size(aval.dtype, float_bytes)
         self.resplit(spec, sizes)
@@ -101,7 +102,7 @@ class _Value:
         self.origin = ""  # the name stack of the equation that made it (e.g. "jvp(blocks/0)/attn")
         self.carried = None  # a loop's carry out: the value it started from (the loop updates that buffer)
 
-    def resplit(self, spec: Spec, sizes: dict[str, int]) -> None:
+    def resplit(self, spec: AxesPerDimension, sizes: dict[str, int]) -> None:
         self.spec = _fit(spec, self.shape, sizes)
         split = math.prod(sizes[a] for entry in self.spec for a in entry)
         self.nbytes = math.prod(self.shape) * self.itemsize // max(split, 1)
@@ -125,7 +126,7 @@ def _dtype_and_size(dtype: Any, float_bytes: dict) -> tuple:
 _UNSPLIT = tuple(((),) * rank for rank in range(9))
 
 
-def _fit(spec: Spec, shape: tuple, sizes: dict[str, int]) -> Spec:
+def _fit(spec: AxesPerDimension, shape: tuple, sizes: dict[str, int]) -> AxesPerDimension:
     """``spec`` padded or cut to ``shape``'s rank, dropping axes that do not divide their dimension."""
     if not any(spec):
         return _UNSPLIT[len(shape)] if len(shape) < len(_UNSPLIT) else ((),) * len(shape)
@@ -137,7 +138,7 @@ def _fit(spec: Spec, shape: tuple, sizes: dict[str, int]) -> Spec:
     return tuple(out)
 
 
-def spec_of(partition_spec: Any, rank: int) -> Spec:
+def spec_of(partition_spec: Any, rank: int) -> AxesPerDimension:
     """Per-dimension axis tuples of a ``PartitionSpec`` (None entries: not split).
 
     Example:
@@ -160,7 +161,7 @@ class _Program:
         self.first_block_at_peak = 0  # bytes made by the first block's forward pass, live at the peak
         self.broadcasts: dict[tuple, _Value] = {}  # implicit broadcasts, by operand and shape (XLA's CSE)
 
-    def value(self, aval: Any, spec: Spec) -> _Value:
+    def value(self, aval: Any, spec: AxesPerDimension) -> _Value:
         value = _Value(aval, spec, self.sizes, self.float_bytes)
         value.origin = self.origin
         return value
@@ -311,7 +312,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
 # --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------
 
 
-def _propagate(eqn: Any, ins: list[Any], local: bool) -> list[Spec]:
+def _propagate(eqn: Any, ins: list[Any], local: bool) -> list[AxesPerDimension]:
     outs = eqn.outvars
     if local:
         return [()] * len(outs)
@@ -381,7 +382,7 @@ def _sums_over_split_dimension(eqn: Any, ins: list[Any]) -> bool:
 _EXPLICIT: dict[Any, frozenset] = {}
 
 
-def _aval_spec(aval: Any) -> Spec | None:
+def _aval_spec(aval: Any) -> AxesPerDimension | None:
     """The sharding JAX tracked in the type (Explicit mesh axes), or None."""
     sharding = getattr(aval, "sharding", None)
     spec = getattr(sharding, "spec", None)
@@ -397,7 +398,7 @@ def _aval_spec(aval: Any) -> Spec | None:
     return tuple(tuple(a for a in entry if a in explicit) for entry in spec_of(spec, len(aval.shape)))
 
 
-def _dot_spec(dimension_numbers: Any, lhs: _Value, rhs: _Value) -> Spec:
+def _dot_spec(dimension_numbers: Any, lhs: _Value, rhs: _Value) -> AxesPerDimension:
     (lc, rc), (lb, rb) = dimension_numbers
     batch = [tuple(dict.fromkeys(lhs.spec[a] + rhs.spec[b])) for a, b in zip(lb, rb)]
     lhs_free = [lhs.spec[i] for i in range(len(lhs.shape)) if i not in lc and i not in lb]
@@ -410,7 +411,7 @@ def _dot_spec(dimension_numbers: Any, lhs: _Value, rhs: _Value) -> Spec:
     return tuple(spec)
 
 
-def _reshape_spec(old: tuple, spec: Spec, new: tuple) -> Spec:
+def _reshape_spec(old: tuple, spec: AxesPerDimension, new: tuple) -> AxesPerDimension:
     """A split dimension keeps its axes on the first new dimension of its group (merges and splits)."""
     out = [()] * len(new)
     i = j = 0
@@ -716,7 +717,7 @@ def _peak(program: _Program, running: list) -> tuple[int, int]:
     return peak, block_at_peak
 
 
-def simulate_step_memory(closed_jaxpr: Any, in_specs: list[Spec], out_specs: list[Spec | None],
+def simulate_step_memory(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_specs: list[AxesPerDimension | None],
                          mesh_sizes: dict[str, int], donated: list[bool] | None = None,
                          compiler: CompilerRules | str = XLA_CPU) -> StepMemory:
     """Simulate the memory of the compiled step ``closed_jaxpr`` (see the module docstring).
@@ -737,7 +738,7 @@ def _rules(compiler: CompilerRules | str) -> CompilerRules:
     return compiler if isinstance(compiler, CompilerRules) else compiler_rules(compiler)
 
 
-def _simulate_step(closed_jaxpr: Any, in_specs: list[Spec], out_specs: list[Spec | None], mesh_sizes: dict[str, int],
+def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_specs: list[AxesPerDimension | None], mesh_sizes: dict[str, int],
                    donated: list[bool] | None, rules: CompilerRules) -> tuple[StepMemory, int]:
     """:func:`simulate_step_memory`, and the temporaries the first block's forward pass leaves live at the peak."""
     program = _Program(dict(mesh_sizes), rules)

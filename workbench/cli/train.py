@@ -19,6 +19,7 @@ import math
 import sys
 from typing import Any
 
+from ..layout.mesh import parse_mesh
 from .exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 
@@ -86,7 +87,7 @@ class _ProgressBar:
 def _print_summary(summary: dict[str, Any]) -> None:
     evaluation = summary.get("eval") or {}
     print(f"{summary['status']}: {summary['model']} on {summary['data']}, mode {summary['mode']}, "
-          f"mesh {','.join(f'{k}={v}' for k, v in summary['mesh'].items())}, {summary['steps']} steps")
+          f"mesh {parse_mesh(summary['mesh'])}, {summary['steps']} steps")
     if summary.get("final_loss") is not None:
         print(f"  final loss      {summary['final_loss']:.4f}")
     for key, value in evaluation.items():

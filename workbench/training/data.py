@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import WorkbenchError, nearest_multiples
 
-KINDS = ("regression", "classification", "language")
+DATASET_KINDS = ("regression", "classification", "language")
 SPLITS = ("train", "eval")
 BYTE_VOCAB = 256  # the text corpus is read as bytes: every file decodes, and the vocab never changes
 Batch = dict[str, np.ndarray]
@@ -121,8 +121,8 @@ class Dataset:
     description: str = ""
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise WorkbenchError(f"data set kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.kind not in DATASET_KINDS:
+            raise WorkbenchError(f"data set kind {self.kind!r} is not one of {', '.join(DATASET_KINDS)}")
         for field in ("x_train", "y_train", "x_eval", "y_eval"):
             # One data set is shared by every mode and run: none of them may change the others' data.
             getattr(self, field).flags.writeable = False

@@ -69,10 +69,11 @@ from .step import BuiltStep, CustomModel, build_step
 from .sync_diagnostics import sync_report
 from .config import TrainConfig
 
-STATUSES = ("idle", "running", "paused", *END_STATUSES)
+ACTIVE_STATUSES = ("running", "paused")  # a run holds the trainer: it may pause, save, profile or be stopped
+STATUSES = ("idle", *ACTIVE_STATUSES, *END_STATUSES)
 FOLLOWER_CATCH_UP_S = 5.0  # after the processes end, how long the follower may take to read the last lines
 FOLLOWER_SILENT_S = 120.0  # a run across processes compiles in every process before its first line
-__all__ = ["EVENT_KINDS", "NonFiniteError", "STATUSES", "TrainEvent", "Trainer", "TrainerBusyError"]
+__all__ = ["ACTIVE_STATUSES", "EVENT_KINDS", "NonFiniteError", "STATUSES", "TrainEvent", "Trainer", "TrainerBusyError"]
 
 
 class TrainerBusyError(WorkbenchError):
@@ -114,6 +115,8 @@ class Trainer:
         >>> trainer = Trainer(model=my_module, loss=my_loss, batches=my_batches, mode="dp", batch=64)  # doctest: +SKIP
         >>> trainer.run(steps=100)["final_loss"]  # doctest: +SKIP
     """
+
+    ACTIVE_STATUSES = ACTIVE_STATUSES  # the module's tuple, for code that holds a Trainer (the dashboard)
 
     def __init__(
         self,
@@ -191,6 +194,11 @@ class Trainer:
         return self._status
 
     @property
+    def is_active(self) -> bool:
+        """Whether a run holds this trainer (``running`` or ``paused``: :data:`ACTIVE_STATUSES`)."""
+        return self._status in ACTIVE_STATUSES
+
+    @property
     def compiled_modes(self) -> int:
         """How many distinct compiled steps this trainer has built (a new lr or seed adds none)."""
         return len(self._modes)
@@ -259,7 +267,7 @@ class Trainer:
 
     def pause(self) -> None:
         """Pause at the next step boundary (metrics so far are logged first). Refused across processes."""
-        if self._group is not None and self._status in ("running", "paused"):
+        if self._group is not None and self.is_active:
             raise WorkbenchError(
                 f"run {self.run_name!r} trains across {self.config.processes} processes, which cannot pause (the "
                 "others would wait in a collective until it timed out): stop it instead")
@@ -281,7 +289,7 @@ class Trainer:
             >>> trainer.start(); trainer.save_checkpoint(); trainer.wait()  # doctest: +SKIP
             >>> Trainer.resuming(trainer.run_path, steps=2000).run()  # doctest: +SKIP
         """
-        if self._status not in ("running", "paused"):
+        if not self.is_active:
             raise WorkbenchError(f"no run to save ({self._status}): start one, then save it while it trains")
         if self._group is not None:
             raise WorkbenchError(f"run {self.run_name!r} trains across {self.config.processes} processes, which save "
@@ -311,7 +319,7 @@ class Trainer:
         """
         steps = check_profile_steps(steps)
         with self._lock:
-            if self._status not in ("running", "paused"):
+            if not self.is_active:
                 raise ProfileError(f"no run to profile ({self._status}): start a run, then profile it while it trains "
                                    "(or start(profile=N), workbench train --profile N)")
             if self._group is not None:
@@ -385,7 +393,7 @@ class Trainer:
     # --- preparation (in the caller's thread, so bad input raises there) --------------------------
 
     def _refuse_if_active(self, what: str) -> None:
-        if self._status in ("running", "paused"):
+        if self.is_active:
             raise TrainerBusyError(
                 f"cannot {what}: run {self.run_name!r} is {self._status} (one run at a time per trainer): "
                 "call stop() and wait(), or use another Trainer"
