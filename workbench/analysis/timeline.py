@@ -132,11 +132,6 @@ class Timeline:
         """The ops of profiled step ``step`` (0 = the first profiled), ordered by device then start."""
         return sorted((op for op in self.ops if op.step == step), key=lambda op: (op.device, op.start_us))
 
-    def dominant_collective(self) -> CollectiveTiming | None:
-        """The collective op that takes the most time per step (its duration times how often it runs in a step),
-        None in a step without collectives."""
-        return max(self.collectives, key=lambda c: c.duration_us * c.occurrences, default=None)
-
     def collective_time_by_kind(self) -> dict[str, float]:
         """Median microseconds per step in each collective kind (summed over its ops), largest first."""
         totals: dict[str, float] = defaultdict(float)

@@ -36,7 +36,7 @@ import jax
 from ..devices import local_devices_text
 from ..errors import WorkbenchError
 from ..formatting import format_bytes
-from ..layout.mesh import MeshShape
+from ..layout.mesh import MeshShape, parse_mesh
 from ..training.config import TrainConfig
 from ..training.host_memory import (HOST_BATCH_COPIES, USABLE_FRACTION, available_host_memory, batch_bytes,
                                     devices_share_host_memory, largest_batch_within)
@@ -141,7 +141,7 @@ def _trainable_mesh_here(mode: str, mesh: MeshShape, devices: int) -> MeshShape:
     if mesh_fit(mode, shrunk).level == "ok":
         return shrunk
     declared = mode_class(mode)
-    return MeshShape.parse(reshaped_mesh(declared.axes, devices, declared.mesh_example))
+    return parse_mesh(reshaped_mesh(declared.axes, devices, declared.mesh_example))
 
 
 def _step_refusal(config: TrainConfig) -> TrainingVerdict | None:
@@ -215,7 +215,7 @@ def _memory_need(model: str, options: tuple, data: tuple, mode: str, mesh: str, 
         return 0.0, per_example
     plan = plan_training(model, dict(options), mesh, mode, optimizer=optimizer, global_batch=max(batch // accum, 1),
                          precision=precision, hardware="cpu")
-    used = 1 if mode_class(mode).one_device else MeshShape.parse(mesh).size
+    used = 1 if mode_class(mode).one_device else parse_mesh(mesh).size
     state = plan.total_bytes
     growing = max(plan.peak_bytes - state, 0) * accum / batch  # the microbatch's activations, per example of the batch
     return float(state * used), per_example + growing * used

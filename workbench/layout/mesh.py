@@ -31,7 +31,7 @@ class MeshShape:
     """Axis names and sizes of a device mesh, in order (the first axis varies slowest).
 
     Example:
-        >>> MeshShape.parse("data=4,model=2").size
+        >>> parse_mesh("data=4,model=2").size
         8
     """
 
@@ -40,11 +40,6 @@ class MeshShape:
 
     def __post_init__(self):
         _validate_axes(self.names, self.sizes)
-
-    @classmethod
-    def parse(cls, value: Any, names: Sequence[str] | None = None) -> "MeshShape":
-        """See :func:`parse_mesh`."""
-        return parse_mesh(value, names)
 
     @property
     def size(self) -> int:

@@ -34,7 +34,6 @@ STATE_ITEM, META_ITEM = "state", "meta"
 FORMAT = 1  # the meta item's layout; a reader refuses a newer one
 # What Orbax writes into every checkpoint it completes (its rename makes the folder appear whole).
 COMPLETE_MARKERS = ("_CHECKPOINT_METADATA", "commit_success.txt")
-TMP_MARKER = ".orbax-checkpoint-tmp"
 LISTED_DIFFERENCES = 3  # how many differing leaves a refusal names
 
 

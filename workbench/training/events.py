@@ -13,14 +13,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-# "silent" comes only from a followed run: no new line and no summary for a while (see run_follower).
-# "checkpoint": a save has started (the trainer's own runs; it reaches the disk in the background).
-EVENT_KINDS = ("start", "compiled", "metrics", "eval", "sync", "checkpoint", "profile", "paused", "resumed", "silent", "end")
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainEvent:
-    """One thing that happened in a run: ``kind`` (see :data:`EVENT_KINDS`), the step, and its data."""
+    """One thing that happened in a run: ``kind``, the step, and its data.
+
+    ``kind`` is ``start``, ``compiled``, ``metrics``, ``eval``, ``sync``, ``checkpoint`` (a save has started; it
+    reaches the disk in the background), ``profile``, ``paused``, ``resumed``, ``silent`` (only from a followed
+    run: no new line and no summary for a while, see run_follower) or ``end``.
+    """
 
     kind: str
     step: int

@@ -58,7 +58,6 @@ from .checkpoints import checkpoints_folder, latest_checkpoint, restore_state
 from .process_share import host_values
 from .profiling import Capture, ProfileCapture, ProfileError, ProfileRequest, check_profile_steps
 from ..errors import WorkbenchError
-from .events import EVENT_KINDS as EVENT_KINDS  # re-exported: this module defined them first
 from .events import TrainEvent as TrainEvent
 from .events import deliver
 from .in_flight import InFlight
@@ -73,7 +72,7 @@ ACTIVE_STATUSES = ("running", "paused")  # a run holds the trainer: it may pause
 STATUSES = ("idle", *ACTIVE_STATUSES, *END_STATUSES)
 FOLLOWER_CATCH_UP_S = 5.0  # after the processes end, how long the follower may take to read the last lines
 FOLLOWER_SILENT_S = 120.0  # a run across processes compiles in every process before its first line
-__all__ = ["ACTIVE_STATUSES", "EVENT_KINDS", "NonFiniteError", "STATUSES", "TrainEvent", "Trainer", "TrainerBusyError"]
+__all__ = ["ACTIVE_STATUSES", "NonFiniteError", "STATUSES", "TrainEvent", "Trainer", "TrainerBusyError"]
 
 
 class TrainerBusyError(WorkbenchError):

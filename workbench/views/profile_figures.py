@@ -30,7 +30,6 @@ from .profile_text import missing_figures
 COMPUTE = "compute"
 MS_AXIS_FROM_US = 2000  # a step this long is read in milliseconds, a shorter one in microseconds
 LANE_WIDTH = {True: 0.45, False: 0.8}  # by is-collective: a collective is thinner, drawn over compute
-MEMORY_SOURCES = ("predicted", "compiled", "live")
 SOURCE_STYLE = {"predicted": ("#56b4e9", "/"), "compiled": ("#e69f00", "x")}  # Okabe-Ito sky blue, orange; hatched
 ROLE_COLORS = {
     "state": OKABE_ITO[4],  # blue
