@@ -18,7 +18,7 @@ from typing import Any
 
 from ..training.config import TrainConfig
 from ..training.process_group import CHECK_FILE, ProcessGroup, ProcessGroupError
-from .reference_check import Finding
+from .findings import Finding
 
 CHECK_TIMEOUT_S = 300.0
 _REPORT_FIGURES = ("verdict", "mode", "mesh", "steps", "grad_scale", "max_param_diff", "reference_step",

@@ -45,7 +45,9 @@ import jax
 import numpy as np
 import optax
 
+from .findings import Finding
 from .ledger import Collective, CommLedger, float_param_bytes, ledger_for_mode
+from .process_check import check_across_processes
 from ..training.process_share import host_values
 from ..errors import WorkbenchError
 from ..layout.mesh import parse_mesh
@@ -69,30 +71,6 @@ LOCAL_NORM_MATCH = 1e-3  # relative: "the applied gradient's norm is one replica
 _SUMMING = ("vma-double-count", "psum")  # the faults that sum N gradients where their mean belongs
 _UNSYNCED = ("skip-sync", "per-shard-update")
 _WRONG_ROWS = ("same-shard",)  # the faults that train on other rows than the global batch's
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    """One problem: its symptom's name, the faults the evidence points to, and what to do.
-
-    Attributes:
-        name: ``"grad-scale"``, ``"replica-divergence"`` or ``"update-mismatch"``.
-        causes: fault names (:data:`~workbench.training.modes.faults.FAULTS`), most likely first; empty when no
-            known fault reproduces what was measured.
-        message: what was measured, in one or two sentences.
-        explanation: why it happens, for the most likely cause.
-        fix: how to fix it, for the most likely cause.
-    """
-
-    name: str
-    causes: tuple[str, ...]
-    message: str
-    explanation: str
-    fix: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "causes": list(self.causes), "message": self.message,
-                "explanation": self.explanation, "fix": self.fix}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -522,8 +500,6 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **opt
         raise WorkbenchError(f"run_check(config, ...) takes no other settings ({', '.join(options)}): "
                              "put them in the TrainConfig")
     if getattr(config, "processes", 1) > 1 and jax.process_count() == 1:  # its own processes, on this machine
-        from .process_check import check_across_processes
-
         return check_across_processes(config.checked(), steps=steps)
     if hasattr(config, "build") and callable(config.build):  # a Trainer: exactly the step it trains
         config = config.build()
