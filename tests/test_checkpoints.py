@@ -22,7 +22,7 @@ from workbench.training.data import load_dataset
 from workbench.training.runs import load_run
 from workbench.training.step import build_step
 from workbench.training.trainer import Trainer
-from test_trainer import TwoLayer, my_loss  # a user's own module and loss, as the trainer tests train it
+from helpers import TwoLayer, my_loss  # a user's own module and loss, as the trainer tests train it
 
 TOLERANCE = 1e-5  # the modes' exactness tolerance (relative) against one another
 CONFIG = TrainConfig(model="mlp", data="digits", mode="fsdp", mesh="data=8", batch=64, steps=40, log_every=5,
