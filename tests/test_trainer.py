@@ -200,7 +200,8 @@ def test_a_new_learning_rate_or_seed_reuses_the_compiled_step(tmp_path):
     second_summary = trainer.run()
     assert trainer.compiled_modes == 1
     mode = next(iter(trainer._modes.values()))
-    assert all(step._cache_size() == 1 for step in mode._steps.values())  # compiled once for both runs
+    cache_sizes = [step._cache_size() for step in mode._steps.values()]
+    assert cache_sizes and all(size == 1 for size in cache_sizes)  # compiled once for both runs
     assert load_run(first, tmp_path).config["lr"] == 1e-3 and second_summary["steps"] == 5
     trainer.configure(batch=128)  # a new shape: a new step
     trainer.run()

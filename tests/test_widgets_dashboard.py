@@ -124,7 +124,8 @@ def test_a_complete_run_fills_every_figure(make_dashboard):
     assert not errors(dashboard) and dashboard.status.last[0] == "ok"
 
     assert ys(dashboard.loss_figure, "train loss") and len(ys(dashboard.loss_figure, "eval loss")) == 2
-    assert all(v > 0 for v in ys(dashboard.throughput_figure, "examples/s"))
+    throughput = ys(dashboard.throughput_figure, "examples/s")
+    assert throughput and all(v > 0 for v in throughput)
     synced = ys(dashboard.grad_norm_figure, "synchronised")
     assert len(synced) == 4 and all(v > 0 for v in synced)  # steps 10, 20, 30, 40
     replicas = [t for t in dashboard.grad_norm_figure.data if t.name.startswith("replica ")]
