@@ -95,7 +95,9 @@ def replica_divergence(params: Any) -> float:
     state pass the stacked arrays: row i is replica i.
 
     Example:
-        >>> replica_divergence(replicate_params({"w": np.ones(4)}, build_mesh("data=8")))  # doctest: +SKIP
+        >>> from workbench.layout.mesh import build_mesh
+        >>> from workbench.training.data_parallel import replicate_params
+        >>> replica_divergence(replicate_params({"w": np.ones(4)}, build_mesh("data=8")))
         0.0
     """
     worst = 0.0
