@@ -35,6 +35,7 @@ def imported_test_modules(source: str) -> list[str]:
 
 
 def top_level_functions(path: Path) -> set[str]:
+    """The names of the functions and classes ``path`` defines at its top level."""
     tree = ast.parse(path.read_text())
     return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
 
@@ -53,8 +54,10 @@ def test_the_guard_sees_every_way_of_importing_a_test_module(imports):
 
 
 def test_the_guard_lets_helpers_and_the_engine_through():
-    assert imported_test_modules("from helpers import poll\nimport workbench as wb\nfrom widgets.common import Selection\n"
-                           "from gpu_compile_child import OWN_EXAMPLE\n") == []
+    source = ("from helpers import poll\nimport workbench as wb\nfrom widgets.common import Selection\n"
+              "from gpu_compile_child import OWN_EXAMPLE\n")
+    assert imported_modules(source) == ["helpers", "workbench", "widgets.common", "gpu_compile_child"]
+    assert imported_test_modules(source) == []
 
 
 def test_no_test_file_imports_another():
