@@ -14,6 +14,8 @@ import pathlib  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from widgets.dashboard import TrainingDashboard  # noqa: E402
+
 NUM_DEVICES = 8
 
 
@@ -42,8 +44,6 @@ def _listening_addresses(port: int) -> set[str]:
     return found
 
 
-
-
 @pytest.fixture
 def listening_addresses():
     """``port -> set of local addresses listening there``: servers and coordinators must listen on loopback only."""
@@ -61,3 +61,19 @@ def gpu_compiler():
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"the GPU compile tests must run in CI: {problem}")
         pytest.skip(problem)
+
+
+@pytest.fixture
+def make_dashboard(tmp_path):
+    """``selection -> TrainingDashboard`` writing to tmp_path; every one is closed (its run stopped) when the test
+    ends."""
+    made = []
+
+    def make(selection, **kwargs) -> TrainingDashboard:
+        dashboard = TrainingDashboard(selection, run_root=str(tmp_path), **kwargs)
+        made.append(dashboard)
+        return dashboard
+
+    yield make
+    for dashboard in made:
+        dashboard.close()

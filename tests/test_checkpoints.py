@@ -22,7 +22,7 @@ from workbench.training.data import load_dataset
 from workbench.training.runs import load_run
 from workbench.training.step import build_step
 from workbench.training.trainer import Trainer
-from test_trainer import TwoLayer, my_loss  # a user's own module and loss, as the trainer tests train it
+from helpers import TwoLayer, my_loss  # a user's own module and loss, as the trainer tests train it
 
 TOLERANCE = 1e-5  # the modes' exactness tolerance (relative) against one another
 CONFIG = TrainConfig(model="mlp", data="digits", mode="fsdp", mesh="data=8", batch=64, steps=40, log_every=5,
@@ -296,7 +296,8 @@ def test_a_disk_that_fills_during_a_save_fails_the_run_in_one_line_keeping_the_e
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), built.state)
     for step in intact:  # each intact checkpoint reads back whole
         state = restore_state(dataclasses.replace(latest_checkpoint(run_dir), step=step), target)
-        assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(state.params))
+        leaves = jax.tree.leaves(state.params)
+        assert leaves and all(np.all(np.isfinite(leaf)) for leaf in leaves)
     resumed = Trainer.resuming(run_dir, steps=intact[-1] + 2, checkpoint_every=0)
     assert resumed.run()["steps"] == intact[-1] + 2 and resumed.status == "finished"
 
@@ -342,7 +343,7 @@ def test_your_own_module_saves_and_resumes_like_a_workbench_model(tmp_path):
                                tp_rules=[(r"a/kernel", "P(None, 'model')"), (r"b/kernel", "P('model', None)")], **own)
     resumed.run()
     assert resumed.status == "finished" and load_run(tmp_path / "cut").config["model"] == "custom:TwoLayer"
-    assert [s for s, _ in _losses(tmp_path / "cut")] == [s for s, _ in _losses(tmp_path / "full")]
-    assert all(abs(a - b) <= TOLERANCE * abs(b) for (_, a), (_, b) in zip(_losses(tmp_path / "cut"),
-                                                                       _losses(tmp_path / "full")))
+    cut_losses, full_losses = _losses(tmp_path / "cut"), _losses(tmp_path / "full")
+    assert cut_losses and [s for s, _ in cut_losses] == [s for s, _ in full_losses]
+    assert all(abs(a - b) <= TOLERANCE * abs(b) for (_, a), (_, b) in zip(cut_losses, full_losses))
     assert _close(_params(resumed), _params(full))

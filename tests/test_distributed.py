@@ -86,7 +86,7 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     assert [s for s, _ in across] == [s for s, _ in alone] == [3, 6]
     for (_, norms), (_, expected_norms) in zip(across, alone):
         np.testing.assert_allclose(norms, expected_norms, rtol=1e-4)
-    assert all(d == 0.0 for _, d in _records(group.path, "sync_replica_divergence"))
+    assert _records(group.path, "sync_replica_divergence") == [(3, 0.0), (6, 0.0)]
 
 
 def test_a_killed_worker_fails_the_run_in_bounded_time_and_leaves_nothing_behind(tmp_path, listening_addresses):
@@ -185,8 +185,10 @@ def test_process_shares_cover_the_batch_once_per_data_position(axes, processes):
 def test_a_data_set_reads_only_a_process_rows():
     data = wb.load_dataset("digits")
     whole, part = next(data.batches(64, seed=3)), next(data.batches(64, seed=3, rows=slice(32, 64)))
+    assert whole.keys() == part.keys() >= {"x", "y"}
     assert all(np.array_equal(whole[key][32:], part[key]) for key in whole)
     padded = list(data.eval_batches(256))[-1], list(data.eval_batches(256, rows=slice(128, 256)))[-1]
+    assert padded[0].keys() == padded[1].keys() >= {"x", "y"}
     assert all(np.array_equal(padded[0][key][128:], padded[1][key]) for key in padded[0])
     assert ProcessShare(1, 2, slice(32, 64), 64).take(whole)["y"].tolist() == whole["y"][32:].tolist()
     with pytest.raises(wb.WorkbenchError, match="is not a part of a global batch of 64"):

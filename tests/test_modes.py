@@ -228,8 +228,9 @@ def test_every_compiled_step_donates_its_state(mode):
         memory = runner.compile_step(placed, batch, diagnostics=diagnostics).memory_analysis()
         assert memory.alias_size_in_bytes == _state_bytes_per_device(placed), (mode, diagnostics)
     stepped, _ = runner.step(placed, batch)
-    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(placed))  # donated
-    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(state))  # the host state is the caller's
+    placed_leaves, host_leaves = jax.tree.leaves(placed), jax.tree.leaves(state)
+    assert placed_leaves and all(leaf.is_deleted() for leaf in placed_leaves)  # donated
+    assert host_leaves and not any(leaf.is_deleted() for leaf in host_leaves)  # the host state is the caller's
     runner.step(runner.place_state(state), batch)  # so the same start state can be stepped again
 
 
@@ -244,7 +245,8 @@ def test_simulated_update_donates_the_state():
     memory = runner._update.lower(placed, sums, diagnostics=False).compile().memory_analysis()
     assert memory.alias_size_in_bytes == _state_bytes_per_device(placed)
     runner.step(placed, shards)
-    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(placed))
+    placed_leaves = jax.tree.leaves(placed)
+    assert placed_leaves and all(leaf.is_deleted() for leaf in placed_leaves)
 
 
 def test_fsdp_on_a_2d_mesh_matches_single():

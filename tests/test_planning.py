@@ -186,7 +186,7 @@ def test_rules_code_reproduces_the_plan(big_fsdp):
         namespace = {}
         exec(plan.rules_code(), namespace)  # our own generated code
         rules = namespace["SHARDING_RULES"]
-        assert all(isinstance(spec, PartitionSpec) for _, spec in rules)
+        assert rules and all(isinstance(spec, PartitionSpec) for _, spec in rules)
         mesh = str(plan.mesh)
         assert layout_tree(plan_params, mesh, rules).bytes_per_device == plan.params_bytes
         assert layout_tree(plan_opt, mesh, rules).bytes_per_device == plan.opt_state_bytes

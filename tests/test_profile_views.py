@@ -9,6 +9,7 @@ import re
 import pytest
 
 import workbench as wb
+from helpers import profile_while_training
 
 DEVICES = 8
 
@@ -19,18 +20,6 @@ def profiled(tmp_path_factory):
     config = wb.TrainConfig(model="mlp", model_options={"hidden": 16}, mode="dp", mesh=f"data={DEVICES}", batch=64,
                             steps=100_000, log_every=50, eval_every=0)
     return config, profile_while_training(config, 5, tmp_path_factory.mktemp("runs"))
-
-
-def profile_while_training(config, steps, run_root):
-    """A real profile of ``steps`` steady steps of a run of ``config``, read back; the run is stopped after."""
-    trainer = wb.Trainer(config, run_root=str(run_root))
-    trainer.start()
-    try:
-        capture = trainer.profile(steps, timeout=120)
-    finally:
-        trainer.stop()
-        trainer.wait(60)
-    return wb.read_profile(capture)
 
 
 def trace(figure, name):

@@ -15,19 +15,11 @@ import pytest
 import workbench as wb
 from workbench.training.config import TrainConfig
 from workbench.training.trainer import Trainer
+from helpers import poll
 
 FAST = 0.01  # poll interval: every wait below is bounded, and short because of it
 SMALL = dict(model="mlp", data="digits", mode="dp", mesh="data=8", batch=64, model_options={"hidden": 16})
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def poll(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.005)
-    return condition()
 
 
 def kinds(follower: wb.RunFollower) -> list[str]:

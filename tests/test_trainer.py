@@ -17,6 +17,7 @@ import workbench as wb
 from workbench.training.runs import list_runs, load_run
 from workbench.training.config import TrainConfig
 from workbench.training.trainer import Trainer, TrainerBusyError
+from helpers import TwoLayer, my_loss  # a user's own module and loss
 
 SMALL = dict(model="mlp", data="digits", mode="dp", mesh="data=8", batch=64, model_options={"hidden": 16})
 
@@ -199,7 +200,8 @@ def test_a_new_learning_rate_or_seed_reuses_the_compiled_step(tmp_path):
     second_summary = trainer.run()
     assert trainer.compiled_modes == 1
     mode = next(iter(trainer._modes.values()))
-    assert all(step._cache_size() == 1 for step in mode._steps.values())  # compiled once for both runs
+    cache_sizes = [step._cache_size() for step in mode._steps.values()]
+    assert cache_sizes and all(size == 1 for size in cache_sizes)  # compiled once for both runs
     assert load_run(first, tmp_path).config["lr"] == 1e-3 and second_summary["steps"] == 5
     trainer.configure(batch=128)  # a new shape: a new step
     trainer.run()
@@ -252,18 +254,6 @@ def test_a_failing_subscriber_is_dropped_and_the_run_goes_on(tmp_path):
     trainer.subscribe(broken)
     assert trainer.run()["steps"] == 20
     assert trainer.status == "finished" and "plot failed" in trainer.subscriber_errors[0]
-
-
-class TwoLayer(nnx.Module):
-    def __init__(self, rngs):
-        self.a, self.b = nnx.Linear(8, 16, rngs=rngs), nnx.Linear(16, 1, rngs=rngs)
-
-    def __call__(self, x):
-        return self.b(nnx.tanh(self.a(x)))
-
-
-def my_loss(model, batch):
-    return jnp.mean((model(batch["x"])[:, 0] - batch["y"][:, 0]) ** 2), {}
 
 
 def test_your_own_module_loss_and_batches(tmp_path):

@@ -400,7 +400,7 @@ def test_layout_figure_draws_a_partly_replicated_array_as_its_blocks_with_holder
     assert cell_labels(tiling) == [[f"on devices {2 * b},{2 * b + 1}<br>2 copies" for b in range(4)]]
     assert [list(map(int, row)) for row in tiling.customdata] == [[0, 2, 4, 6]]  # a click shows a holder
     colours = cell_colours(tiling)[0]
-    assert set(colours) <= set(SHARED_COLORS) and not set(colours) & set(PALETTE)
+    assert len(colours) == 4 and set(colours) <= set(SHARED_COLORS) and not set(colours) & set(PALETTE)
     assert all(left != right for left, right in zip(colours, colours[1:]))  # neighbours stay apart
     assert tiling.textfont.size is None  # only the whole-array label is big
     assert "each block on 2 devices (grey)" in figure.layout.title.text

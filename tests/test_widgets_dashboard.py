@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -14,45 +13,12 @@ import workbench as wb
 from widgets.common import Selection
 from widgets.dashboard import UNTIL_STOPPED, TrainingDashboard
 from widgets.live_plot import BoundedSeries, LivePlot, Throttle
+from helpers import QUIET, SMALL_MODEL, dp_selection, errors, poll
 
-SMALL_MODEL = {"hidden": 16}
-QUIET = {"batch": 64, "log_every": 5, "eval_every": 0, "sync_every": 0}  # nothing but training
-
-
-def dp_selection(**options) -> Selection:
-    return Selection(mesh="data=8", mode="dp", model_options=dict(SMALL_MODEL), options={**QUIET, **options})
-
-
-@pytest.fixture
-def make_dashboard(tmp_path):
-    """Dashboards writing to tmp_path, all closed (their runs stopped) when the test ends."""
-    made = []
-
-    def make(selection: Selection, **kwargs) -> TrainingDashboard:
-        dashboard = TrainingDashboard(selection, run_root=str(tmp_path), **kwargs)
-        made.append(dashboard)
-        return dashboard
-
-    yield make
-    for dashboard in made:
-        dashboard.close()
-
-
-def poll(condition, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 def trainer_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name == "workbench-trainer" and t.is_alive())
-
-
-def errors(dashboard: TrainingDashboard) -> list[str]:
-    return [text for level, text in dashboard.status.messages if level == "error"]
 
 
 def ys(figure, name: str) -> list[float]:
@@ -158,7 +124,8 @@ def test_a_complete_run_fills_every_figure(make_dashboard):
     assert not errors(dashboard) and dashboard.status.last[0] == "ok"
 
     assert ys(dashboard.loss_figure, "train loss") and len(ys(dashboard.loss_figure, "eval loss")) == 2
-    assert all(v > 0 for v in ys(dashboard.throughput_figure, "examples/s"))
+    throughput = ys(dashboard.throughput_figure, "examples/s")
+    assert throughput and all(v > 0 for v in throughput)
     synced = ys(dashboard.grad_norm_figure, "synchronised")
     assert len(synced) == 4 and all(v > 0 for v in synced)  # steps 10, 20, 30, 40
     replicas = [t for t in dashboard.grad_norm_figure.data if t.name.startswith("replica ")]

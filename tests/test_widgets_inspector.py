@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import re
-from html.parser import HTMLParser
 
 import pytest
 
@@ -17,35 +16,12 @@ from widgets.common import Selection
 from widgets.inspector import ShardingInspector
 from widgets.mode_selector import ModeSelector
 from workbench.views.text import format_index
-
-
-class _Rows(HTMLParser):
-    """Text of every table row's cells (entities decoded), header rows included."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.rows: list[list[str]] = []
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "tr":
-            self.rows.append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None:
-            self.rows[-1].append("".join(self._cell))
-            self._cell = None
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell.append(data)
+from helpers import TableRows
 
 
 def _dict_rows(html: str) -> list[dict[str, str]]:
     """A rendered table's body rows as {header: cell}; the unnamed marker column is "mark"."""
-    parser = _Rows()
+    parser = TableRows()
     parser.feed(html)
     header, *rows = parser.rows
     header = ["mark", *header[1:]]

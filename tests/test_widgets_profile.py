@@ -6,8 +6,7 @@ from __future__ import annotations
 import gzip
 import shutil
 
-import workbench as wb
-from test_widgets_dashboard import dp_selection, errors, make_dashboard, poll  # noqa: F401  (make_dashboard: a fixture)
+from helpers import dp_selection, errors, poll
 
 
 def test_profile_during_a_run_shows_the_timeline_tables_and_memory_and_idle_refuses(make_dashboard, tmp_path):

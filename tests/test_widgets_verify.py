@@ -20,7 +20,7 @@ from widgets.workbench_widget import Workbench
 from workbench.analysis.compile_target import INSTALL_LIBTPU, libtpu_installed
 from workbench.formatting import BYTE_UNITS
 from workbench.views.comparison_figure import ANALYTIC_NAME, COMPILER_NAME
-from test_widgets_inspector import _Rows
+from helpers import TableRows
 
 WAIT_S = 600  # the child imports JAX and compiles: seconds when quiet, far more on a busy machine
 SMALL = dict(model="mlp", mesh="data=16", mode="fsdp", options={"batch": 64})  # 16 devices: twice this machine's
@@ -28,7 +28,7 @@ SMALL = dict(model="mlp", mesh="data=16", mode="fsdp", options={"batch": 64})  #
 
 def table_rows(markup: str) -> dict[str, dict[str, str]]:
     """The side-by-side table by figure: {figure: {header: cell}}."""
-    parser = _Rows()
+    parser = TableRows()
     parser.feed(markup)
     header, *rows = parser.rows
     return {row[0]: dict(zip(header, row)) for row in rows}

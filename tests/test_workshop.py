@@ -14,7 +14,6 @@ import pytest
 from jax import lax
 
 import workbench as wb
-from test_profile_views import profile_while_training
 from workbench import workshop
 from workbench.workshop import (
     check_all_reduce_bytes,
@@ -26,6 +25,7 @@ from workbench.workshop import (
     check_process_rows,
     regression_loss,
 )
+from helpers import profile_while_training
 
 WORKSHOP = pathlib.Path(__file__).parent.parent / "notebooks" / "02_data_parallel_workshop.ipynb"
 CHECKS = {

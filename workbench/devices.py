@@ -104,8 +104,8 @@ def configure_cpu_devices() -> DeviceSetup:
     Returns what was done. Safe to call again: it changes nothing after the first call.
 
     Example:
-        >>> import workbench  # doctest: +SKIP
-        >>> workbench.device_setup().requested  # doctest: +SKIP
+        >>> import workbench
+        >>> workbench.device_setup().requested
         8
     """
     global _setup
@@ -198,7 +198,7 @@ def local_devices_text(count: int | None = None) -> str:
     ``count`` replaces the number of devices (to describe a machine like this one with another count).
 
     Example:
-        >>> local_devices_text()  # doctest: +SKIP
+        >>> local_devices_text()
         '8 simulated CPU devices'
     """
     import jax
@@ -217,7 +217,7 @@ def every_device_mesh() -> str:
     CPU devices, ``data=1`` on a machine with one GPU). Starts JAX's backend.
 
     Example:
-        >>> every_device_mesh()  # doctest: +SKIP
+        >>> every_device_mesh()
         'data=8'
     """
     import jax
@@ -231,7 +231,7 @@ def more_devices_hint(size: int) -> str:
     planning and verifying without the devices, or simulating on the CPU.
 
     Example:
-        >>> more_devices_hint(16)  # doctest: +SKIP
+        >>> more_devices_hint(16)
         'or set WORKBENCH_CPU_DEVICES=16 before importing workbench (restart the kernel)'
     """
     import jax
@@ -247,7 +247,7 @@ def describe_devices() -> dict:
     """A plain record of what JAX sees: backend, device count, and each device's id and kind.
 
     Example:
-        >>> describe_devices()["count"]  # doctest: +SKIP
+        >>> describe_devices()["count"]
         8
     """
     import jax

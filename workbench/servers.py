@@ -9,8 +9,8 @@ The app is Voila serving ``widgets/app.ipynb``: students open one URL and see th
 never a code cell. A token is required there too unless the user asks for ``no_token`` explicitly.
 
 Example:
-    >>> launch = lab_launch(port=8888, open_browser=False)  # doctest: +SKIP
-    >>> launch.url  # doctest: +SKIP
+    >>> launch = lab_launch(port=8888, open_browser=False)
+    >>> launch.url
     'http://127.0.0.1:8888/lab?token=...'
 """
 

@@ -8,9 +8,14 @@ Optax (the model's or the mode's own line). Older or other printers write ``sour
 ``source_line=`` inline instead: both are read.
 
 Example:
-    >>> tables = SourceTables.parse(compiled.as_text())  # doctest: +SKIP
-    >>> op_source('{op_name="jit(f)/jvp(blocks/0)/mlp/down/dot_general" stack_frame_id=58}', tables).location  # doctest: +SKIP
-    'workbench/training/models.py:275'
+    >>> import jax, jax.numpy as jnp
+    >>> def scaled_sine(x):
+    ...     return jnp.sin(x) * 3
+    >>> compiled = jax.jit(scaled_sine).lower(jnp.ones(7)).compile()
+    >>> tables = SourceTables.parse(compiled.as_text())
+    >>> sine = next(line for line in compiled.as_text().splitlines() if 'op_name="jit(scaled_sine)/sin"' in line)
+    >>> op_source(sine[sine.index("metadata="):], tables)  # in a training step: 'jit(_step_fn)/jvp(blocks/0)/mlp/down/dot_general', models.py
+    OpSource(op_name='jit(scaled_sine)/sin', frame=Frame(file=..., line=2, function='scaled_sine'))
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ most likely first. They are *inferred*, never read off the fault switches, in tw
 The same measurements would judge a user's own step function: nothing here looks inside the mode.
 
 Example:
-    >>> report = run_check("dp-shard-map", model="mlp", mesh="data=4", faults=["psum"])  # doctest: +SKIP
-    >>> report.verdict, [(p.name, p.causes) for p in report.problems]  # doctest: +SKIP
-    ('problem', [('grad-scale', ('psum', 'vma-double-count'))])
+    >>> report = run_check("dp-shard-map", model="mlp", mesh="data=4", faults=["psum"])
+    >>> report.verdict, {p.name: p.causes for p in report.problems}
+    ('problem', {'grad-scale': ('psum', 'vma-double-count'), 'update-mismatch': ('psum', 'vma-double-count')})
 """
 
 from __future__ import annotations
@@ -391,8 +391,15 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     the compiled step's collectives (for modes that compile one program per step).
 
     Example:
-        >>> report = reference_check(build_mode("dp", plan), state, batches)  # doctest: +SKIP
-        >>> report.verdict, round(report.grad_scale, 6)  # doctest: +SKIP
+        >>> import itertools
+        >>> from workbench.training.data import load_dataset
+        >>> from workbench.training.models import build_model, model_class
+        >>> from workbench.training.modes.core import init_state
+        >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
+        >>> plan = StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), "data=8", 64)
+        >>> batches = list(itertools.islice(load_dataset("digits").batches(64, seed=0), MIN_STEPS))
+        >>> report = reference_check(build_mode("dp", plan), state, batches)
+        >>> report.verdict, round(report.grad_scale, 6)
         ('ok', 1.0)
     """
     batches = list(batches)
@@ -478,7 +485,7 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **opt
     (:func:`~workbench.analysis.process_check.check_across_processes`): the mode on each process's own rows.
 
     Example:
-        >>> run_check("dp", mesh="data=8").verdict  # doctest: +SKIP
+        >>> run_check("dp", mesh="data=8").verdict
         'ok'
         >>> run_check(TrainConfig(mode="fsdp", precision="bf16", accum=2, batch=64)).verdict  # doctest: +SKIP
         'ok'

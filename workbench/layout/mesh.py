@@ -175,8 +175,8 @@ def build_mesh(mesh: Any, *, axis_types: str | Sequence[str] = "explicit", devic
     one per axis). Raises :class:`MeshError` when the sizes do not multiply to the device count.
 
     Example:
-        >>> build_mesh("data=4,model=2").shape  # doctest: +SKIP
-        OrderedDict([('data', 4), ('model', 2)])
+        >>> dict(build_mesh("data=4,model=2").shape)
+        {'data': 4, 'model': 2}
     """
     import jax
     import numpy as np

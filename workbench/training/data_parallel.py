@@ -70,8 +70,8 @@ def create_data_parallel_sharding(mesh: Any, data_axis: str = DATA_AXIS) -> Name
         MeshError: the mesh has no axis ``data_axis`` (the message lists its axes), or it is abstract.
 
     Example:
-        >>> create_data_parallel_sharding(build_mesh("data=8")).spec  # doctest: +SKIP
-        PartitionSpec('data',)
+        >>> create_data_parallel_sharding(build_mesh("data=8")).spec
+        P('data',)
     """
     concrete = _concrete_mesh(mesh)
     parse_mesh(concrete).axis_size(data_axis)  # MeshError naming the mesh's axes
@@ -125,10 +125,11 @@ def shard_batch(batch: Any, sharding: NamedSharding | Mesh | str, *, data_axis: 
             the leaf and says how to pad or drop rows), or another dimension does not fit the spec.
 
     Example:
-        >>> mesh = build_mesh("data=8")  # doctest: +SKIP
-        >>> out = shard_batch({"x": np.zeros((32, 4)), "name": "digits"}, mesh)  # doctest: +SKIP
-        >>> out["x"].sharding.spec, out["x"].addressable_shards[0].data.shape, out["name"]  # doctest: +SKIP
-        (PartitionSpec('data', None), (4, 4), 'digits')
+        >>> import numpy as np
+        >>> mesh = build_mesh("data=8")
+        >>> out = shard_batch({"x": np.zeros((32, 4)), "name": "digits"}, mesh)
+        >>> out["x"].sharding.spec, out["x"].addressable_shards[0].data.shape, out["name"]
+        (P('data', None), (4, 4), 'digits')
     """
     if not isinstance(sharding, NamedSharding):
         if isinstance(sharding, jax.sharding.Sharding):
@@ -196,12 +197,13 @@ def shard_model_state(
         ``out_sharding`` (an MLP hits this). Use Auto axes there, or replicate.
 
     Example:
-        >>> model = nnx.Linear(16, 3, rngs=nnx.Rngs(0))  # doctest: +SKIP
+        >>> from flax import nnx
+        >>> model = nnx.Linear(16, 3, rngs=nnx.Rngs(0))
         >>> state, layout = shard_model_state(nnx.state(model), build_mesh("data=8"), "shard",
-        ...                                   return_layout=True)  # doctest: +SKIP
-        >>> layout.leaf("bias").reason  # doctest: +SKIP
+        ...                                   return_layout=True)
+        >>> layout.leaf("bias").reason
         "replicated: no dimension of (3,) is divisible by 'data' (8)"
-        >>> nnx.update(model, state)  # doctest: +SKIP
+        >>> nnx.update(model, state)
     """
     concrete = _concrete_mesh(mesh)
     layout = layout_tree(state, concrete, param_sharding, data_axis=data_axis)
@@ -229,8 +231,8 @@ def replicate_params(params: Any, mesh: Any) -> Any:
     """Every array leaf on every device of the mesh (``NamedSharding(mesh, P())``).
 
     Example:
-        >>> params = replicate_params({"w": np.ones((4, 3))}, build_mesh("data=8"))  # doctest: +SKIP
-        >>> params["w"].sharding.is_fully_replicated  # doctest: +SKIP
+        >>> params = replicate_params({"w": jnp.ones((4, 3))}, build_mesh("data=8"))
+        >>> params["w"].sharding.is_fully_replicated
         True
     """
     return shard_model_state(params, mesh, "replicate")
@@ -286,9 +288,12 @@ def varying_axes(value: Any) -> frozenset[str] | None:
     ``.manual_axis_type.varying``.
 
     Example:
-        >>> # inside jax.shard_map(..., in_specs=P("data")) on a "data" mesh:
-        >>> varying_axes(x_shard)  # doctest: +SKIP
-        frozenset({'data'})
+        >>> seen, mesh = [], build_mesh("data=8")  # what varying_axes says inside shard_map, on a "data" mesh:
+        >>> x = jax.device_put(jnp.zeros(8), create_data_parallel_sharding(mesh))
+        >>> _ = jax.shard_map(lambda x_shard: seen.append(varying_axes(x_shard)) or x_shard, mesh=mesh,
+        ...                   in_specs=PartitionSpec("data"), out_specs=PartitionSpec("data"))(x)
+        >>> seen
+        [frozenset({'data'})]
     """
     try:
         aval = jax.typeof(value)
@@ -355,12 +360,19 @@ def reduce_gradients(grads: Any, reduction: str = "mean", axis_name: str | Seque
             (the N× trap), with the three ways to fix it.
 
     Example:
+        >>> from jax.sharding import PartitionSpec as P
+        >>> mesh, params = build_mesh("data=8"), {"w": jnp.ones(4)}
+        >>> batch = jax.device_put(jnp.arange(32.0).reshape(8, 4), create_data_parallel_sharding(mesh))
+        >>> def loss_fn(params, batch_shard):
+        ...     return jnp.mean(batch_shard @ params["w"])
         >>> def local_step(params, batch_shard):
         ...     params = lax.pcast(params, "data", to="varying")  # per-device gradients, not pre-summed
         ...     grads = jax.grad(loss_fn)(params, batch_shard)
         ...     return reduce_gradients(grads, "mean", "data")
-        >>> step = jax.shard_map(local_step, mesh=mesh, in_specs=(P(), P("data")), out_specs=P())  # doctest: +SKIP
-        >>> grads = step(params, batch)  # doctest: +SKIP
+        >>> step = jax.shard_map(local_step, mesh=mesh, in_specs=(P(), P("data")), out_specs=P())
+        >>> grads = step(params, batch)
+        >>> grads["w"]  # the full batch's gradient: each column's mean
+        Array([14., 15., 16., 17.], dtype=float32)
     """
     if reduction not in REDUCTIONS:
         raise GradientSyncError(

@@ -6,10 +6,13 @@ without making the devices wait. It was first added against XLA's CPU collective
 queue of steps; that cause is fixed where the devices are set up. Why: docs/design/in-flight-steps.md.
 
 Example:
-    >>> queue = InFlight()
-    >>> for step in range(100):  # doctest: +SKIP
-    ...     state, metrics = mode.step(state, batch)
-    ...     queue.add(metrics["loss"])
+    >>> import jax.numpy as jnp
+    >>> queue, step, loss = InFlight(), jax.jit(lambda x: x * 0.5), jnp.ones(())
+    >>> for _ in range(100):  # a training loop: state, metrics = mode.step(state, batch)
+    ...     loss = step(loss)
+    ...     queue.add(loss)  # queue.add(metrics["loss"])
+    >>> len(queue) <= MAX_IN_FLIGHT
+    True
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ e.g. ``jit(_step_fn)/transpose(jvp(blocks/3))/mlp/down/dot_general``, and :func:
 back. Names change metadata only: the computation and its compiled code are the same.
 
 Example:
-    >>> model = name_layers(nnx.merge(graphdef, params))  # doctest: +SKIP
+    >>> from workbench.training.models import build_model
+    >>> graphdef, params = nnx.split(build_model("mlp"))
+    >>> model = name_layers(nnx.merge(graphdef, params))
     >>> layer_of("jit(f)/jvp(blocks/3)/mlp/down/dot_general", {"blocks/3", "blocks/3/mlp/down"})
     'blocks/3/mlp/down'
 """

@@ -102,7 +102,10 @@ def global_arrays(local: Any, shardings: Any, leading: int) -> Any:
     ``leading`` is the global size of the first dimension. In one process: ``jax.device_put``.
 
     Example:
-        >>> global_arrays({"x": np.ones((8, 2))}, {"x": sharding}, 8)["x"].shape  # doctest: +SKIP
+        >>> from jax.sharding import NamedSharding, PartitionSpec
+        >>> from workbench.layout.mesh import build_mesh
+        >>> sharding = NamedSharding(build_mesh("data=8"), PartitionSpec("data"))
+        >>> global_arrays({"x": np.ones((8, 2))}, {"x": sharding}, 8)["x"].shape
         (8, 2)
     """
     if jax.process_count() == 1:

@@ -132,9 +132,12 @@ def live_bytes_by_device(devices: Iterable[Any], known: Mapping[str, Any] | None
     XLA:CPU): bytes in use, the peak in use and the most the allocator may hand out (``bytes_limit``).
 
     Example:
-        >>> sample = live_bytes_by_device(jax.devices(), {"state": state})  # doctest: +SKIP
-        >>> sample["by_device"][0]["state"]  # doctest: +SKIP
-        417920
+        >>> from workbench.layout.mesh import build_mesh
+        >>> from workbench.training.data_parallel import replicate_params
+        >>> state = replicate_params({"w": np.ones((256, 1024), np.float32)}, build_mesh("data=8"))  # 1 MiB each
+        >>> sample = live_bytes_by_device(jax.devices(), {"state": state})
+        >>> sample["by_device"][0]["state"]
+        1048576
     """
     devices = list(devices)
     ids = {device.id for device in devices}
@@ -177,8 +180,10 @@ def memory_figures(compiled: Any) -> dict[str, int] | None:
     or None if it gives none.
 
     Example:
-        >>> memory_figures(mode.compile_step(state, batch))["temp_bytes"]  # doctest: +SKIP
-        70968
+        >>> import jax.numpy as jnp
+        >>> figures = memory_figures(jax.jit(lambda x: x @ x.T).lower(jnp.ones((64, 32))).compile())
+        >>> figures["argument_bytes"], figures["output_bytes"]  # 64x32 and 64x64 float32
+        (8192, 16384)
     """
     stats = compiled.memory_analysis()
     if stats is None:

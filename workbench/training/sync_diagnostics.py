@@ -7,9 +7,17 @@ noise scale (McCandlish et al. 2018) as a :class:`SyncReport`. What each figure 
 computed: docs/design/gradient-sync-diagnostics.md.
 
 Example:
-    >>> report = sync_report(mode, state, batch)  # doctest: +SKIP
-    >>> report.synced_grad_norm, report.replica_divergence  # doctest: +SKIP
-    (0.93, 0.0)
+    >>> import optax
+    >>> from workbench.training.data import load_dataset
+    >>> from workbench.training.models import build_model, model_class
+    >>> from workbench.training.modes import StepPlan, build_mode
+    >>> from workbench.training.modes.core import init_state
+    >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
+    >>> mode = build_mode("dp", StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), "data=8", 64))
+    >>> state, batch = mode.place_state(state), next(load_dataset("digits").batches(64, seed=0))
+    >>> report = sync_report(mode, state, batch)
+    >>> round(report.synced_grad_norm, 2), report.replica_divergence
+    (0.8, 0.0)
 """
 
 from __future__ import annotations
@@ -95,7 +103,9 @@ def replica_divergence(params: Any) -> float:
     state pass the stacked arrays: row i is replica i.
 
     Example:
-        >>> replica_divergence(replicate_params({"w": np.ones(4)}, build_mesh("data=8")))  # doctest: +SKIP
+        >>> from workbench.layout.mesh import build_mesh
+        >>> from workbench.training.data_parallel import replicate_params
+        >>> replica_divergence(replicate_params({"w": np.ones(4)}, build_mesh("data=8")))
         0.0
     """
     worst = 0.0
@@ -145,7 +155,13 @@ def state_divergence(mode: ParallelMode, state: TrainState) -> float:
     replicas' copies of the same parameter slice (0.0 when every replica applied the same update).
 
     Example:
-        >>> state_divergence(mode, state)  # doctest: +SKIP
+        >>> import optax
+        >>> from workbench.training.models import build_model, model_class
+        >>> from workbench.training.modes import StepPlan, build_mode
+        >>> from workbench.training.modes.core import init_state
+        >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
+        >>> mode = build_mode("dp", StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), "data=8", 64))
+        >>> state_divergence(mode, mode.place_state(state))
         0.0
     """
     if getattr(mode, "stacked_state", False):

@@ -9,7 +9,8 @@ planner, the ledger's theory, the widgets and the reference check. A built mode 
 :class:`ShardedJitMode` implements a built mode for modes that are one ``jax.jit`` with shardings.
 
 Example:
-    >>> DataParallel.axes, DataParallel.state_placement, [c.kind for c in DataParallel.collectives]  # doctest: +SKIP
+    >>> from workbench.training.modes.dp import DataParallel
+    >>> DataParallel.axes, DataParallel.state_placement, [c.kind for c in DataParallel.collectives]
     (('data',), 'replicate', ['all-reduce'])
 """
 
@@ -259,7 +260,13 @@ class ParallelMode(abc.ABC):
         replicas are not devices (one-device modes, which loop over shards).
 
         Example:
-            >>> build_mode("dp-tp", StepPlan(g, loss, tx, "data=4,model=2", 64)).replica_devices()  # doctest: +SKIP
+            >>> import optax
+            >>> from flax import nnx
+            >>> from workbench.training.models import abstract_model, model_class
+            >>> from workbench.training.modes import build_mode
+            >>> g, loss, tx = nnx.graphdef(abstract_model("mlp")), model_class("mlp").loss, optax.sgd(0.1)
+            >>> rules = tuple(model_class("mlp").tensor_parallel_rules())  # split hidden1 and hidden2 over 'model'
+            >>> build_mode("dp-tp", StepPlan(g, loss, tx, "data=4,model=2", 64, tp_rules=rules)).replica_devices()
             [[0, 1], [2, 3], [4, 5], [6, 7]]
         """
         mesh = getattr(self, "mesh", None)
@@ -295,7 +302,13 @@ class ParallelMode(abc.ABC):
         devices hold. With the ``same-shard`` teaching fault every process loads process 0's rows.
 
         Example:
-            >>> mode.batch_share().rows  # one process: every row  # doctest: +SKIP
+            >>> import optax
+            >>> from flax import nnx
+            >>> from workbench.training.models import abstract_model, model_class
+            >>> from workbench.training.modes import build_mode
+            >>> g, loss, tx = nnx.graphdef(abstract_model("mlp")), model_class("mlp").loss, optax.sgd(0.1)
+            >>> mode = build_mode("dp", StepPlan(g, loss, tx, "data=8", 256))
+            >>> mode.batch_share().rows  # one process: every row
             slice(0, 256, None)
         """
         mesh = getattr(self, "mesh", None)

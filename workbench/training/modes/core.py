@@ -20,8 +20,15 @@ the forward and backward pass; gradients arrive in float32 (the cast's transpose
 applied to the float32 master copy.
 
 Example:
-    >>> sums = weighted_sums(graphdef, loss, "fp32", state.params, state.other, batch)  # doctest: +SKIP
-    >>> state, metrics = finish_step(tx, state, means(sums))  # doctest: +SKIP
+    >>> from workbench.training.data import load_dataset
+    >>> from workbench.training.models import build_model, model_class
+    >>> tx, loss = optax.sgd(0.1), model_class("mlp").loss
+    >>> graphdef, state = init_state(build_model("mlp"), tx)
+    >>> batch = next(load_dataset("digits").batches(64, seed=0))
+    >>> sums = weighted_sums(graphdef, loss, "fp32", state.params, state.other, batch)
+    >>> state, metrics = finish_step(tx, state, means(sums))
+    >>> sorted(metrics)
+    ['loss']
 """
 
 from __future__ import annotations
@@ -58,7 +65,10 @@ def init_state(model: nnx.Module, optimizer: optax.GradientTransformation) -> tu
     """Split ``model`` into its graph definition and a fresh :class:`TrainState`.
 
     Example:
-        >>> graphdef, state = init_state(build_model("linear"), optax.sgd(0.1))  # doctest: +SKIP
+        >>> from workbench.training.models import build_model
+        >>> graphdef, state = init_state(build_model("linear"), optax.sgd(0.1))
+        >>> type(state).__name__, sorted(state._fields)
+        ('TrainState', ['opt_state', 'other', 'params'])
     """
     graphdef, params, other = nnx.split(model, nnx.Param, ...)
     return graphdef, TrainState(params, optimizer.init(params), other)
@@ -186,7 +196,14 @@ def accumulate(sums_of: Callable[[Any], dict[str, Any]], batch: Any, k: int) -> 
     """``sums_of`` summed over ``k`` microbatches of ``batch`` (``lax.scan``); ``k=1`` calls it once.
 
     Example:
-        >>> accumulate(lambda b: weighted_sums(g, loss, "fp32", p, o, b), batch, 4)  # doctest: +SKIP
+        >>> from workbench.training.data import load_dataset
+        >>> from workbench.training.models import build_model, model_class
+        >>> g, state = init_state(build_model("mlp"), optax.sgd(0.1))
+        >>> p, o, loss = state.params, state.other, model_class("mlp").loss
+        >>> batch = next(load_dataset("digits").batches(64, seed=0))
+        >>> sums = accumulate(lambda b: weighted_sums(g, loss, "fp32", p, o, b), batch, 4)
+        >>> float(sums["weight"])  # every row of the 4 microbatches
+        64.0
     """
     if k == 1:
         return sums_of(batch)

@@ -13,7 +13,8 @@ The order is kept by data dependencies (:func:`_after`), because XLA schedules a
 operands are ready as early as it likes: XLA:CPU gathered every parameter at the start of the step.
 
 Example:
-    >>> layer_paths(build_model("transformer", n_layers=2))  # doctest: +SKIP
+    >>> from workbench.training.models import build_model
+    >>> layer_paths(build_model("transformer", n_layers=2))
     ['blocks/0', 'blocks/1', 'embed', 'final_norm', 'head']
 """
 
@@ -50,7 +51,8 @@ def layer_paths(model: nnx.Module) -> list[str]:
     """The paths of ``model``'s layers (see the module docstring), in the order ``nnx`` lists children.
 
     Example:
-        >>> layer_paths(build_model("mlp"))  # doctest: +SKIP
+        >>> from workbench.training.models import build_model
+        >>> layer_paths(build_model("mlp"))
         ['hidden1', 'hidden2', 'output']
     """
     paths = []
@@ -87,7 +89,8 @@ def layer_bytes(model: nnx.Module) -> dict[str | None, int]:
     :class:`~..layer_stack.LayerStack` counts one of its layers: it gathers one per iteration.
 
     Example:
-        >>> layer_bytes(abstract_model("mlp", hidden=128))  # doctest: +SKIP
+        >>> from workbench.training.models import abstract_model
+        >>> layer_bytes(abstract_model("mlp", hidden=128))
         {'hidden1': 33280, 'hidden2': 66048, 'output': 5160}
     """
     layers = layer_paths(model)

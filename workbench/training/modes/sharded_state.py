@@ -7,7 +7,9 @@ example count are summed here, and the optimizer updates each shard where it liv
 element-wise, so no device ever needs another's optimizer state).
 
 Example:
-    >>> FullyShardedDataParallel.state_placement, WholeTreeShardedDataParallel.batch_axis  # doctest: +SKIP
+    >>> from workbench.training.modes.fsdp import FullyShardedDataParallel
+    >>> from workbench.training.modes.fsdp_whole_tree import WholeTreeShardedDataParallel
+    >>> FullyShardedDataParallel.state_placement, WholeTreeShardedDataParallel.batch_axis
     ('shard', 'data')
 """
 

@@ -1,0 +1,96 @@
+"""Helpers that several test files share: plain functions, classes and constants, no fixtures (those live in
+conftest.py) and no state. Test files import it as ``from helpers import ...``: pytest puts tests/ on the path
+for conftest.py, the same way under ``pytest tests/x.py`` and under ``-n 2``. A test file never imports another
+test file (tests/test_test_suite.py checks it)."""
+
+from __future__ import annotations
+
+import time
+from html.parser import HTMLParser
+
+import jax.numpy as jnp
+from flax import nnx
+
+import workbench as wb
+from widgets.common import Selection
+
+
+def poll(condition, timeout: float = 60.0, interval: float = 0.01) -> bool:
+    """Whether ``condition()`` came true within ``timeout`` seconds, asked every ``interval``: a bounded wait
+    for another thread or process, never a measure of speed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+# --- your own model: a module and a loss the workbench does not know, as a user brings them ----------------
+
+
+class TwoLayer(nnx.Module):
+    def __init__(self, rngs):
+        self.a, self.b = nnx.Linear(8, 16, rngs=rngs), nnx.Linear(16, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.b(nnx.tanh(self.a(x)))
+
+
+def my_loss(model, batch):
+    return jnp.mean((model(batch["x"])[:, 0] - batch["y"][:, 0]) ** 2), {}
+
+
+# --- profiles --------------------------------------------------------------------------------------------
+
+
+def profile_while_training(config, steps, run_root):
+    """A real profile of ``steps`` steady steps of a run of ``config``, read back; the run is stopped after."""
+    trainer = wb.Trainer(config, run_root=str(run_root))
+    trainer.start()
+    try:
+        capture = trainer.profile(steps, timeout=120)
+    finally:
+        trainer.stop()
+        trainer.wait(60)
+    return wb.read_profile(capture)
+
+
+# --- widgets ---------------------------------------------------------------------------------------------
+
+SMALL_MODEL = {"hidden": 16}
+QUIET = {"batch": 64, "log_every": 5, "eval_every": 0, "sync_every": 0}  # nothing but training
+
+
+def dp_selection(**options) -> Selection:
+    """The dashboard's small mlp under dp on 8 devices, logging every 5 steps and nothing else."""
+    return Selection(mesh="data=8", mode="dp", model_options=dict(SMALL_MODEL), options={**QUIET, **options})
+
+
+def errors(dashboard) -> list[str]:
+    """The error messages a dashboard's status area shows."""
+    return [text for level, text in dashboard.status.messages if level == "error"]
+
+
+class TableRows(HTMLParser):
+    """Text of every table row's cells (entities decoded), header rows included: ``.rows`` after ``feed``."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
