@@ -131,7 +131,7 @@ class Trainer:
         config = dataclasses.replace(config or TrainConfig(), **overrides)
         if model is not None:
             config = dataclasses.replace(config, model=f"custom:{type(model).__name__}")
-        self.config = config.checked()
+        self.config = config  # checked and resolved once, here (see the setter)
         self.run_root = run_root
         self.coordinator_port = coordinator_port
         self._custom = None
@@ -186,6 +186,16 @@ class Trainer:
     # --- public control --------------------------------------------------------------------------
 
     @property
+    def config(self) -> TrainConfig:
+        """The checked settings of the next run; setting it checks and resolves the new ones
+        (:meth:`~workbench.TrainConfig.resolved`), once: the runs below take the records, not the text."""
+        return self._resolved.config
+
+    @config.setter
+    def config(self, config: TrainConfig) -> None:
+        self._resolved = config.resolved()
+
+    @property
     def status(self) -> str:
         """``idle``, ``running``, ``paused``, ``finished``, ``stopped`` or ``failed``."""
         return self._status
@@ -207,7 +217,7 @@ class Trainer:
     def configure(self, **changes: Any) -> TrainConfig:
         """Change settings for the next run (refused while a run is active); returns the new config."""
         self._refuse_if_active("change the settings")
-        self.config = dataclasses.replace(self.config, **changes).checked()
+        self.config = dataclasses.replace(self.config, **changes)
         return self.config
 
     def start(self, steps: int | None = None, *, name: str | None = None, profile: int | None = None) -> str:
@@ -355,13 +365,13 @@ class Trainer:
             raise WorkbenchError("a run across processes builds its model from the config in every process: your own "
                                  "model and batches train in this process (processes=1)")
         if steps is not None:
-            self.config = dataclasses.replace(self.config, steps=steps).checked()
+            self.config = dataclasses.replace(self.config, steps=steps)
         # ProcessGroup checks everything it can before any process starts: bad input raises here.
         self._release_processes()
         resumed, self._resume_from = self._resume_from, None  # the processes continue it; a later run starts afresh
         if resumed is not None:
             check_resumable(resumed, self.config)
-        group = ProcessGroup(self.config, self.run_root, name, port=self.coordinator_port, resume=resumed)
+        group = ProcessGroup(self._resolved, self.run_root, name, port=self.coordinator_port, resume=resumed)
         follower = RunFollower(group.path, stopper=group.stop, silent_after=FOLLOWER_SILENT_S)
         follower.subscribe(self._relay)
         self._group, self._follower = group, follower
@@ -394,12 +404,13 @@ class Trainer:
     def build(self) -> BuiltStep:
         """The step this trainer's next run trains (:func:`~workbench.training.step.build_step`), with its
         built modes kept: what :meth:`check` checks and the ledger compiles is exactly what is trained."""
-        return build_step(self.config, custom=self._custom, modes=self._modes)
+        return build_step(self._resolved, custom=self._custom, modes=self._modes)
 
     def _prepare(self, steps: int | None, name: str | None, profile: int | None = None):
         config = self.config
         if steps is not None:
-            config = self.config = dataclasses.replace(config, steps=steps).checked()
+            self.config = dataclasses.replace(config, steps=steps)
+            config = self.config
         self._profile = ProfileRequest(check_profile_steps(profile)) if profile is not None else None
         built = self.build()  # raises on a bad combination, before anything is written
         self._release_processes()  # this run trains here: stop, pause and wait act on it, not on an earlier group
@@ -497,7 +508,7 @@ class _Loop:
 
     def __init__(self, trainer: Trainer, writer: RunWriter, mode, start: _Start, train_batches, eval_batches):
         self.trainer, self.writer, self.mode = trainer, writer, mode
-        self.config = trainer.config
+        self.config, self.mesh_shape = trainer.config, trainer._resolved.mesh_shape
         self.train_batches, self.eval_batches = train_batches, eval_batches
         self.start = start
         self.state = None
@@ -774,7 +785,7 @@ class _Loop:
     def summary(self, status: str, error: str | None) -> dict[str, Any]:
         config = self.config
         result = {
-            "model": config.model, "data": config.data, "mode": config.mode, "mesh": config.mesh_shape.axes,
+            "model": config.model, "data": config.data, "mode": config.mode, "mesh": self.mesh_shape.axes,
             "processes": config.processes,
             "steps": self.step, "final_loss": self.last.get("loss"),
             "eval": dict(self.evals) or None,
