@@ -171,10 +171,11 @@ def test_tensor_parallel_splits_the_hidden_layers_over_model():
 
 
 BAD_PLANS = [
-    ("tp", {"mesh": "data=8"}, "needs a mesh axis 'model'"),
-    ("dp-tp", {"mesh": "model=2", "tp_rules": tuple(tensor_parallel_rules("mlp"))}, "needs a mesh axis 'data'"),
-    ("tp", {"mesh": "model=2"}, "no splittable layer pair"),  # the model declares no tp rules here
-    ("dp-pmap", {"mesh": "data=4,model=2"}, "uses only mesh axes .data."),
+    ("tp", {"mesh": wb.parse_mesh("data=8")}, "needs a mesh axis 'model'"),
+    ("dp-tp", {"mesh": wb.parse_mesh("model=2"), "tp_rules": tuple(tensor_parallel_rules("mlp"))},
+     "needs a mesh axis 'data'"),
+    ("tp", {"mesh": wb.parse_mesh("model=2")}, "no splittable layer pair"),  # the model declares no tp rules here
+    ("dp-pmap", {"mesh": wb.parse_mesh("data=4,model=2")}, "uses only mesh axes .data."),
     ("dp", {"global_batch": 100}, "96 or 104"),
     ("dp", {"accum": 3}, "3 microbatches"),
     ("simulated", {"global_batch": 12}, "8 or 16"),

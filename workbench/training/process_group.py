@@ -81,7 +81,8 @@ class ProcessGroup:
         port: the coordinator's port.
     """
 
-    def __init__(self, config: TrainConfig | ResolvedConfig, run_root: str | os.PathLike = "runs", name: str | None = None, *,
+    def __init__(self, config: TrainConfig | ResolvedConfig, run_root: str | os.PathLike = "runs",
+                 name: str | None = None, *,
                  port: int | None = None, final_params: str | os.PathLike | None = None, task: str = "train",
                  check_steps: int | None = None, resume: Any = None):
         resolved = resolve_config(config)

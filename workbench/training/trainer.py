@@ -67,7 +67,7 @@ from .models import param_count
 from .runs import END_STATUSES, RunWriter
 from .step import BuiltStep, CustomModel, build_step
 from .sync_diagnostics import sync_report
-from .config import TrainConfig
+from .config import ResolvedConfig, TrainConfig
 
 STATUSES = ("idle", "running", "paused", *END_STATUSES)
 FOLLOWER_CATCH_UP_S = 5.0  # after the processes end, how long the follower may take to read the last lines
@@ -97,7 +97,8 @@ class Trainer:
     """Trains a model in a parallel mode; see the module docstring.
 
     Args:
-        config: a :class:`~workbench.training.config.TrainConfig` (fields may also be given as keywords).
+        config: a :class:`~workbench.training.config.TrainConfig` (fields may also be given as keywords), or
+            the record :meth:`~workbench.TrainConfig.resolved` made of one where it entered (the CLI's).
         run_root: where runs are written (``runs/`` by default).
         model: your own ``nnx.Module`` instead of ``config.model``; every run starts from its current
             parameters. Needs ``loss`` unless it is a workbench model.
@@ -117,7 +118,7 @@ class Trainer:
 
     def __init__(
         self,
-        config: TrainConfig | None = None,
+        config: TrainConfig | ResolvedConfig | None = None,
         *,
         run_root: str = "runs",
         model: nnx.Module | None = None,
@@ -128,10 +129,14 @@ class Trainer:
         coordinator_port: int | None = None,
         **overrides: Any,
     ):
-        config = dataclasses.replace(config or TrainConfig(), **overrides)
+        resolved = config if isinstance(config, ResolvedConfig) else None
+        config = dataclasses.replace(config.config if resolved else config or TrainConfig(), **overrides)
         if model is not None:
             config = dataclasses.replace(config, model=f"custom:{type(model).__name__}")
-        self.config = config  # checked and resolved once, here (see the setter)
+        if resolved is not None and resolved.config == config:
+            self._resolved = resolved  # resolved where it entered, and unchanged since
+        else:
+            self.config = config  # checked and resolved once, here (see the setter)
         self.run_root = run_root
         self.coordinator_port = coordinator_port
         self._custom = None
