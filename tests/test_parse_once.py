@@ -107,3 +107,11 @@ def test_checking_a_mesh_for_training_builds_no_mesh(monkeypatch):
     with pytest.raises(wb.MeshError, match="needs 8 devices but 4 were given: pass exactly 8 devices"):
         check_mesh_for_training(wb.TrainConfig(mode="dp", mesh="data=8", batch=64), jax.devices()[:4])
     assert built == []
+
+
+def test_a_verified_plan_reads_its_mesh_and_mode_once_in_this_process(monkeypatch):
+    parses, lookups = _text_parses(monkeypatch), _mode_lookups(monkeypatch)
+    plan = wb.plan_training("mlp", {"hidden": 64}, "data=8", "dp", hardware="cpu", verify="cpu")
+    assert parses == [("data=8",)]
+    assert lookups == [("dp",)]
+    assert plan.compiled.devices == 8  # compiled in a child, which reads the config's JSON (reading text: after)

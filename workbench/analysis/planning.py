@@ -783,7 +783,7 @@ def plan_training(
     model: Any,
     model_options: dict[str, Any] | str | None,
     mesh: Any,
-    mode: str,
+    mode: str | type,
     optimizer: str = "adamw",
     hardware: str | Hardware | None = None,
     device_memory: int | str | None = None,
@@ -811,7 +811,8 @@ def plan_training(
             Its compute is estimated as 6 FLOPs per parameter per example (per token with ``seq_len``)
             and its activations are not estimated.
         mesh: e.g. ``"data=64,model=8"``.
-        mode: a parallel mode (see :data:`workbench.training.modes.MODES`).
+        mode: a parallel mode (see :data:`workbench.training.modes.MODES`), or its class where the name was
+            resolved already (:func:`~workbench.mode_class`).
         optimizer: ``sgd``, ``adam`` or ``adamw`` (what its state holds is read from optax itself).
         hardware: a preset name of :data:`workbench.analysis.cost_model.HARDWARE` or a ``Hardware``;
             default ``tpu-v5p``, or the preset of the TPU topology ``verify`` names.
@@ -857,7 +858,8 @@ def plan_training(
     memory_rules = compiler_rules(compiler or (settings.target.kind if settings is not None else hw.compiler))
     memory = hw.memory_bytes if device_memory is None else parse_byte_size(device_memory)
     compute_time(0.0, hw, utilisation)  # checks utilisation now, not when the plan is printed
-    declared = mode_class(mode)  # unknown mode: the modes' own message, listing them
+    declared = mode if isinstance(mode, type) else mode_class(mode)  # unknown: the modes' message, listing them
+    mode = declared.name
     if precision not in PRECISIONS:
         raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     mesh_shape = parse_mesh(mesh)  # parsed once, here; everything below takes the record
@@ -929,9 +931,14 @@ def plan_training(
     )
     if settings is None:
         return plan
-    from .verification import verify_plan
+    from ..training.models import model_class
+    from .verification import verify_step
 
-    return plan.with_compiled(verify_plan(plan, settings))
+    # The step the plan describes, from the records read above: the compile checks it without reading text again.
+    step = _step_config(planned.name, dict(planned.options), declared, mesh_shape, batch, precision, optimizer,
+                        model_class(planned.name))
+    return plan.with_compiled(verify_step(step, settings.target, seq_len=seq_len, timeout=settings.timeout,
+                                          on_progress=settings.on_progress))
 
 
 def _simulated_memory(planned: "_PlannedModel", declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
