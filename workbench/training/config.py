@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,10 @@ import optax
 from ..devices import every_device_mesh
 from ..errors import WorkbenchError
 from ..layout.mesh import MeshShape, parse_mesh
+
+if TYPE_CHECKING:  # annotations only: the modes and models import this module
+    from .models import RegisteredModel
+    from .modes import ParallelMode
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 _OPTAX = {"sgd": optax.sgd, "adam": optax.adam, "adamw": optax.adamw}
@@ -253,8 +257,8 @@ class ResolvedConfig:
 
     config: TrainConfig
     mesh_shape: MeshShape
-    mode_class: type
-    model_class: type | None
+    mode_class: type[ParallelMode]
+    model_class: type[RegisteredModel] | None
 
 
 def resolve_config(config: TrainConfig | ResolvedConfig) -> ResolvedConfig:

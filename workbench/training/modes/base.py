@@ -27,7 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..process_share import ProcessShare, batch_share, global_arrays
 from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...devices import local_devices_text, more_devices_hint
-from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh
+from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, check_device_list
 from ...layout.rules import RuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
 from .core import TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
@@ -124,9 +124,7 @@ def check_enough_devices(shape: MeshShape, devices: Any = None) -> None:
     if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
         return
     if devices is not None:
-        if len(devices) != shape.size:
-            raise MeshError(f"mesh {shape} needs {shape.size} devices but {len(devices)} were given: "
-                            f"pass exactly {shape.size} devices")
+        check_device_list(shape, devices)
         return
     if shape.size > len(jax.devices()):
         raise MeshError(
