@@ -163,7 +163,8 @@ def test_fsdp_shards_parameters_and_optimizer_state():
 def test_tensor_parallel_splits_the_hidden_layers_over_model():
     tx = make_optimizer("sgd", 0.1)
     graphdef, state = init_state(wb.build_model("mlp", hidden=64), tx)
-    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64, tp_rules=tuple(tensor_parallel_rules("mlp")))
+    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64,
+                    tp_rules=tuple(tensor_parallel_rules("mlp")))
     placed = build_mode("tp", plan).place_state(state)
     assert placed.params["hidden1"]["kernel"][...].addressable_shards[0].data.shape == (64, 32)  # columns
     assert placed.params["hidden2"]["kernel"][...].addressable_shards[0].data.shape == (32, 64)  # rows
