@@ -61,6 +61,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from timing import machine, record
 
+from workbench.layout.mesh import parse_mesh
 from workbench.training.data import load_dataset
 from workbench.training.models import model_config_for_data, tensor_parallel_rules
 from workbench.training.modes import StepPlan, TrainState, build_mode
@@ -215,7 +216,7 @@ def measure(name: str, mesh: str, workload: str) -> dict:
 
     # The mode, as the trainer builds it (make_optimizer: adam with its learning rate in the state).
     graphdef, state = init_state(model, make_optimizer("adam", LEARNING_RATE))
-    plan = StepPlan(graphdef, loss_fn, make_optimizer("adam", LEARNING_RATE), mesh, global_batch, 1, "fp32",
+    plan = StepPlan(graphdef, loss_fn, make_optimizer("adam", LEARNING_RATE), parse_mesh(mesh), global_batch, 1, "fp32",
                     tuple(tensor_parallel_rules(model_name)))
     mode = build_mode(name, plan)
     mode_batches = _mode_batches(mode, name, host_batches)

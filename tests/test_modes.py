@@ -59,7 +59,7 @@ def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precisi
     config = model_config_for_data(model, load_dataset(data, **data_options), **model_options)
     tx = make_optimizer(optimizer, 0.1 if optimizer == "sgd" else 1e-2)
     graphdef, state = init_state(config.build(seed=0), tx)
-    plan = StepPlan(graphdef, wb.model_class(model).loss, tx, MESHES.get(mode, "data=8"), BATCH, accum,
+    plan = StepPlan(graphdef, wb.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH, accum,
                     precision, tuple(tensor_parallel_rules(model)))
     runner = build_mode(mode, plan)
     state = runner.place_state(state)
@@ -135,7 +135,7 @@ def test_accumulation_in_the_transformer():
 
 
 def test_data_parallel_modes_split_the_batch_over_the_data_axis():
-    plan = StepPlan(*_plan_parts(), mesh="data=8", global_batch=64)
+    plan = StepPlan(*_plan_parts(), mesh=wb.parse_mesh("data=8"), global_batch=64)
     for mode in DATA_PARALLEL_MODES:
         expected = 1 if mode == "single" else 8
         assert build_mode(mode, plan).data_parallel_size == expected, mode
@@ -150,7 +150,7 @@ def _plan_parts():
 def test_fsdp_shards_parameters_and_optimizer_state():
     tx = make_optimizer("adam", 1e-3)
     graphdef, state = init_state(wb.build_model("mlp", hidden=64), tx)
-    mode = build_mode("fsdp", StepPlan(graphdef, wb.model_class("mlp").loss, tx, "data=8", 64))
+    mode = build_mode("fsdp", StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), 64))
     placed = mode.place_state(state)
     kernel = placed.params["hidden2"]["kernel"][...]
     mu = placed.opt_state.inner_state[0].mu["hidden2"]["kernel"][...]
@@ -163,7 +163,8 @@ def test_fsdp_shards_parameters_and_optimizer_state():
 def test_tensor_parallel_splits_the_hidden_layers_over_model():
     tx = make_optimizer("sgd", 0.1)
     graphdef, state = init_state(wb.build_model("mlp", hidden=64), tx)
-    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, "model=2", 64, tp_rules=tuple(tensor_parallel_rules("mlp")))
+    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64,
+                    tp_rules=tuple(tensor_parallel_rules("mlp")))
     placed = build_mode("tp", plan).place_state(state)
     assert placed.params["hidden1"]["kernel"][...].addressable_shards[0].data.shape == (64, 32)  # columns
     assert placed.params["hidden2"]["kernel"][...].addressable_shards[0].data.shape == (32, 64)  # rows
@@ -171,14 +172,15 @@ def test_tensor_parallel_splits_the_hidden_layers_over_model():
 
 
 BAD_PLANS = [
-    ("tp", {"mesh": "data=8"}, "needs a mesh axis 'model'"),
-    ("dp-tp", {"mesh": "model=2", "tp_rules": tuple(tensor_parallel_rules("mlp"))}, "needs a mesh axis 'data'"),
-    ("tp", {"mesh": "model=2"}, "no splittable layer pair"),  # the model declares no tp rules here
-    ("dp-pmap", {"mesh": "data=4,model=2"}, "uses only mesh axes .data."),
+    ("tp", {"mesh": wb.parse_mesh("data=8")}, "needs a mesh axis 'model'"),
+    ("dp-tp", {"mesh": wb.parse_mesh("model=2"), "tp_rules": tuple(tensor_parallel_rules("mlp"))},
+     "needs a mesh axis 'data'"),
+    ("tp", {"mesh": wb.parse_mesh("model=2")}, "no splittable layer pair"),  # the model declares no tp rules here
+    ("dp-pmap", {"mesh": wb.parse_mesh("data=4,model=2")}, "uses only mesh axes .data."),
     ("dp", {"global_batch": 100}, "96 or 104"),
     ("dp", {"accum": 3}, "3 microbatches"),
     ("simulated", {"global_batch": 12}, "8 or 16"),
-    ("dp", {"mesh": "data=16"}, "needs 16 devices but JAX has 8"),
+    ("dp", {"mesh": wb.parse_mesh("data=16")}, "needs 16 devices but JAX has 8"),
     ("dp", {"precision": "fp16"}, "precision 'fp16'"),
     ("dp", {"accum": 0}, "accum=0"),
 ]
@@ -186,7 +188,7 @@ BAD_PLANS = [
 
 @pytest.mark.parametrize("mode,changes,message", BAD_PLANS)
 def test_bad_combinations_are_refused_before_compiling(mode, changes, message):
-    plan = StepPlan(*_plan_parts(), **{"mesh": "data=8", "global_batch": 64, **changes})
+    plan = StepPlan(*_plan_parts(), **{"mesh": wb.parse_mesh("data=8"), "global_batch": 64, **changes})
     with pytest.raises(wb.WorkbenchError, match=message.replace("(", r"\(")):
         build_mode(mode, plan)
 
@@ -194,13 +196,13 @@ def test_bad_combinations_are_refused_before_compiling(mode, changes, message):
 def test_tensor_parallelism_needs_a_splittable_layer():
     tx = make_optimizer("sgd", 0.1)
     graphdef, _ = init_state(wb.build_model("linear"), tx)
-    plan = StepPlan(graphdef, wb.model_class("linear").loss, tx, "model=2", 64, tp_rules=())
+    plan = StepPlan(graphdef, wb.model_class("linear").loss, tx, wb.parse_mesh("model=2"), 64, tp_rules=())
     with pytest.raises(wb.WorkbenchError, match="no splittable layer"):
         build_mode("tp", plan)
 
 
 def test_single_accepts_any_mesh_and_ignores_its_size():
-    plan = StepPlan(*_plan_parts(), mesh="data=4,model=2", global_batch=64)
+    plan = StepPlan(*_plan_parts(), mesh=wb.parse_mesh("data=4,model=2"), global_batch=64)
     assert build_mode("single", plan).mesh.size == 1
 
 
@@ -220,7 +222,7 @@ def test_every_compiled_step_donates_its_state(mode):
     the old one, as production steps do, so no device holds both. The caller's host state survives."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.build_model("mlp", hidden=32), tx)
-    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, MESHES.get(mode, "data=8"), BATCH,
+    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH,
                     tp_rules=tuple(tensor_parallel_rules("mlp")))
     runner = build_mode(mode, plan)
     placed, batch = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
@@ -239,7 +241,7 @@ def test_simulated_update_donates_the_state():
     that writes the new state, aliases the whole state."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.build_model("mlp", hidden=32), tx)
-    runner = build_mode("simulated", StepPlan(graphdef, wb.model_class("mlp").loss, tx, "data=8", BATCH))
+    runner = build_mode("simulated", StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH))
     placed, shards = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
     sums = jax.eval_shape(runner._shard_sums, placed, shards[0])
     memory = runner._update.lower(placed, sums, diagnostics=False).compile().memory_analysis()

@@ -60,7 +60,7 @@ def test_layers_are_list_elements_at_any_depth_and_other_children():
 def _train(mode: str, module: nnx.Module, steps: int = 3):
     tx = optax.sgd(0.1)
     graphdef, state = init_state(module, tx)
-    runner = build_mode(mode, StepPlan(graphdef, regression_loss, tx, "data=8", 64))
+    runner = build_mode(mode, StepPlan(graphdef, regression_loss, tx, wb.parse_mesh("data=8"), 64))
     rng = np.random.default_rng(0)
     state = runner.place_state(state)
     losses = []
@@ -92,7 +92,7 @@ class TiedLM(nnx.Module):
 def test_weights_read_outside_their_layer_are_refused_with_the_fix():
     tx = optax.sgd(0.1)
     graphdef, state = init_state(TiedLM(nnx.Rngs(0)), tx)
-    runner = build_mode("fsdp", StepPlan(graphdef, wb.model_class("transformer").loss, tx, "data=8", 8))
+    runner = build_mode("fsdp", StepPlan(graphdef, wb.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8))
     tokens = np.zeros((8, 4), np.int32)
     batch = runner.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)})
     with pytest.raises(wb.WorkbenchError, match="'embed/embedding' was read outside its own call.*fsdp-whole-tree"):
@@ -109,7 +109,7 @@ def _train_lm(mode: str, precision: str = "fp32", steps: int = 2):
     tx = optax.sgd(0.1)
     model = wb.build_model("transformer", seed=0, loss_tile=24, **LM_OPTIONS)  # 64 words: 3 tiles, the last padded
     graphdef, state = init_state(model, tx)
-    runner = build_mode(mode, StepPlan(graphdef, wb.model_class("transformer").loss, tx, "data=8", 16,
+    runner = build_mode(mode, StepPlan(graphdef, wb.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 16,
                                        precision=precision))
     rng = np.random.default_rng(0)
     state, losses = runner.place_state(state), []

@@ -118,7 +118,7 @@ def test_a_users_own_buggy_step_is_diagnosed_from_measurements():
     model = wb.model_config_for_data("mlp", dataset, **SMALL).build(seed=0)
     tx = wb.make_optimizer("adam", 1e-3)
     graphdef, state = init_state(model, tx)
-    users = _UsersShardMapStep(StepPlan(graphdef, type(model).loss, tx, "data=4", 32))
+    users = _UsersShardMapStep(StepPlan(graphdef, type(model).loss, tx, wb.parse_mesh("data=4"), 32))
     assert users.faults == ()
     report = reference_check(users, state, list(itertools.islice(dataset.batches(32, seed=0), 3)))
     assert report.grad_scale == pytest.approx(4.0, rel=1e-5)
@@ -140,7 +140,7 @@ def test_faults_are_off_unless_asked_for():
     assert wb.TrainConfig().checked().faults == ()
     plan = StepPlan(None, None, None)
     assert plan.faults == ()
-    assert build_mode("dp", StepPlan(None, None, None, "data=4", 32)).faults == ()
+    assert build_mode("dp", StepPlan(None, None, None, wb.parse_mesh("data=4"), 32)).faults == ()
 
 
 def test_check_cli_json_contract_and_exit_status(capsys):

@@ -20,7 +20,7 @@ def _setup(mode_name: str, mesh: str = "data=8", batch_size: int = 64):
     tx = wb.make_optimizer("sgd", 0.1)
     model = config.build(seed=0)
     graphdef, state = init_state(model, tx)
-    mode = build_mode(mode_name, StepPlan(graphdef, type(model).loss, tx, mesh, batch_size))
+    mode = build_mode(mode_name, StepPlan(graphdef, type(model).loss, tx, wb.parse_mesh(mesh), batch_size))
     batch = next(dataset.batches(batch_size, seed=0))
     return mode, mode.place_state(state), batch, model
 

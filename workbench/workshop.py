@@ -403,19 +403,20 @@ def process_rows(mesh: str = "data=8", processes: int = 2, batch: int = 64, mode
     from .training.process_share import batch_share
     from .errors import MeshError, WorkbenchError
     from .training.config import TrainConfig
-    from .training.modes import mesh_fit, mode_class
+    from .training.modes import mesh_fit
     from .training.modes.base import training_mesh
 
-    config = TrainConfig(mode=mode, mesh=mesh, batch=batch, processes=processes).checked()
-    fit = mesh_fit(mode, config.mesh_shape)
+    resolved = TrainConfig(mode=mode, mesh=mesh, batch=batch, processes=processes).resolved()
+    config, shape = resolved.config, resolved.mesh_shape
+    fit = mesh_fit(resolved.mode_class, shape)
     if not fit.ok:
         raise MeshError(fit.message)
-    axis = mode_class(mode).batch_axis
-    parts = config.mesh_shape.axis_size(axis) if axis else 1
+    axis = resolved.mode_class.batch_axis
+    parts = shape.axis_size(axis) if axis else 1
     if batch % parts:
         raise WorkbenchError(f"global batch {batch} does not split into the {parts} parts of axis {axis!r} of mesh "
                              f"{config.mesh}: use a multiple of {parts}")
-    layout = _mesh_across_processes(training_mesh(config.mesh_shape), processes)
+    layout = _mesh_across_processes(training_mesh(shape), processes)
     out = []
     for process in range(processes):
         held = [(layout_index, device) for layout_index, device in np.ndenumerate(layout.devices)

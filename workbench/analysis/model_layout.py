@@ -114,7 +114,10 @@ def standard_rules(model: str, mesh: Any, mode: str, model_options: dict | None 
         >>> print(standard_rules("mlp", "data=8", "dp").to_text())
         .* => P()
     """
-    return _plan(model, str(parse_mesh(mesh)), mode, _options_key(model_options), optimizer).rule_table
+    from ..training.modes import mode_class
+
+    mesh_shape = parse_mesh(mesh)  # read once, here: the planner below takes the records
+    return _plan(model, mesh_shape, mode_class(mode), _options_key(model_options), optimizer).rule_table
 
 
 def _options_key(options: dict | None) -> tuple:
@@ -122,7 +125,7 @@ def _options_key(options: dict | None) -> tuple:
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(model: str, mesh: str, mode: str, options: tuple, optimizer: str):
+def _plan(model: str, mesh: MeshShape, mode: type, options: tuple, optimizer: str):
     from .planning import plan_training
 
     return plan_training(model, dict(options), mesh, mode, optimizer=optimizer, hardware="cpu", precision="fp32")
@@ -166,17 +169,18 @@ def model_layout(
     from ..training.config import make_optimizer
     from ..training.modes import mode_class
 
-    mesh_shape = parse_mesh(mesh)
+    mesh_shape = parse_mesh(mesh)  # read once, here: the planner below takes the records
     data_options, batch_shapes = _data_shapes(model, batch)
+    declared = mode_class(mode)
     options = {**data_options, **(model_options or {})}
-    plan = _plan(model, str(mesh_shape), mode, _options_key(options), optimizer)
+    plan = _plan(model, mesh_shape, declared, _options_key(options), optimizer)
     table = plan.rule_table if rules is None else (RuleTable.parse(rules) if isinstance(rules, str) else RuleTable(rules))
     params = nnx.state(abstract_model(model, **options), nnx.Param)
     opt_state = jax.eval_shape(make_optimizer(optimizer, 1e-3).init, params)
     target = abstract_mesh(mesh_shape)
     params_layout = layout_tree(params, target, table)
     opt_layout = layout_tree(opt_state, target, table)
-    batch_axis = mode_class(mode).batch_axis if plan.data_parallel_size > 1 else None  # as the mode splits it
+    batch_axis = declared.batch_axis if plan.data_parallel_size > 1 else None  # as the mode splits it
     batch_layout = layout_tree(
         batch_shapes, target, {name: ((batch_axis,) if batch_axis else ()) for name in batch_shapes}
     )

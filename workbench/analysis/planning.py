@@ -494,12 +494,12 @@ def _own_model(model: Any, model_options: Any) -> Any:
 # --- the plan --------------------------------------------------------------------------------------
 
 
-def _check_mesh(mesh: MeshShape, mode: str) -> list[str]:
-    """The trainer's own verdict on ``mode`` x ``mesh`` (:func:`~workbench.mesh_fit`): its MeshError
-    when the mode cannot train there, else notes for devices that only repeat others' work or stay idle."""
+def _check_mesh(mesh: MeshShape, declared: type) -> list[str]:
+    """The trainer's own verdict on mode ``declared`` (its class) x ``mesh`` (:func:`~workbench.mesh_fit`): its
+    MeshError when the mode cannot train there, else notes for devices that only repeat others' work or stay idle."""
     from ..training.modes import mesh_fit
 
-    fit = mesh_fit(mode, mesh)
+    fit = mesh_fit(declared, mesh)
     if not fit.ok:
         raise MeshError(fit.message)
     return [fit.message] if fit.level == "warning" or "idle" in fit.message else []
@@ -784,7 +784,7 @@ def plan_training(
     model: Any,
     model_options: dict[str, Any] | str | None,
     mesh: Any,
-    mode: str,
+    mode: str | type,
     optimizer: str = "adamw",
     hardware: str | Hardware | None = None,
     device_memory: int | str | None = None,
@@ -812,7 +812,8 @@ def plan_training(
             Its compute is estimated as 6 FLOPs per parameter per example (per token with ``seq_len``)
             and its activations are not estimated.
         mesh: e.g. ``"data=64,model=8"``.
-        mode: a parallel mode (see :data:`workbench.training.modes.MODES`).
+        mode: a parallel mode (see :data:`workbench.training.modes.MODES`), or its class where the name was
+            resolved already (:func:`~workbench.mode_class`).
         optimizer: ``sgd``, ``adam`` or ``adamw`` (what its state holds is read from optax itself).
         hardware: a preset name of :data:`workbench.analysis.cost_model.HARDWARE` or a ``Hardware``;
             default ``tpu-v5p``, or the preset of the TPU topology ``verify`` names.
@@ -858,13 +859,14 @@ def plan_training(
     memory_rules = compiler_rules(compiler or (settings.target.kind if settings is not None else hw.compiler))
     memory = hw.memory_bytes if device_memory is None else parse_byte_size(device_memory)
     compute_time(0.0, hw, utilisation)  # checks utilisation now, not when the plan is printed
-    declared = mode_class(mode)  # unknown mode: the modes' own message, listing them
+    declared = mode if isinstance(mode, type) else mode_class(mode)  # unknown: the modes' message, listing them
+    mode = declared.name
     if precision not in PRECISIONS:
         raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     mesh_shape = parse_mesh(mesh)  # parsed once, here; everything below takes the record
     if settings is not None:
-        _check_verifiable(settings, mesh_shape, mode, model, rules)
-    notes = _check_mesh(mesh_shape, mode)
+        _check_verifiable(settings, mesh_shape, declared, model, rules)
+    notes = _check_mesh(mesh_shape, declared)
     custom_rules = RuleTable(rules) if rules is not None else None
     planned = _resolve_model(model, model_options, seq_len, notes)
     abstract = planned.abstract
@@ -915,8 +917,8 @@ def plan_training(
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = _transient_params_bytes(declared, params_layout, precision, notes, abstract)
-    simulated, caveat = _simulated_memory(planned, mode, mesh_shape, batch, seq_len, precision, optimizer,
-                                       custom_rules, loss, example_batch, memory_rules)
+    simulated, caveat = _simulated_memory(planned, declared, mesh_shape, batch, seq_len, precision, optimizer,
+                                          custom_rules, loss, example_batch, memory_rules)
     notes.append(_assumption_note(precision, utilisation))
 
     plan = TrainingPlan(
@@ -930,37 +932,42 @@ def plan_training(
     )
     if settings is None:
         return plan
-    from .verification import verify_plan
+    from ..training.models import model_class
+    from .verification import verify_step
 
-    return plan.with_compiled(verify_plan(plan, settings))
+    # The step the plan describes, from the records read above: the compile checks it without reading text again.
+    step = _step_config(planned.name, dict(planned.options), declared, mesh_shape, batch, precision, optimizer,
+                        model_class(planned.name))
+    return plan.with_compiled(verify_step(step, settings.target, seq_len=seq_len, timeout=settings.timeout,
+                                          on_progress=settings.on_progress))
 
 
-def _simulated_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch: int, seq_len: int | None,
+def _simulated_memory(planned: "_PlannedModel", declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
                       precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
                       compiler: CompilerRules):
     """(the step's simulated :class:`~.step_memory.StepMemory`, None) or (None, why it is not modelled)."""
     from .step_memory import NotSimulated
 
     try:
-        return _simulate_memory(planned, mode, mesh, batch, seq_len, precision, optimizer, custom_rules, loss,
+        return _simulate_memory(planned, declared, mesh, batch, seq_len, precision, optimizer, custom_rules, loss,
                                 example_batch, compiler)
     except NotSimulated as reason:
         return None, str(reason)
 
 
-def _simulate_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch: int, seq_len: int | None,
+def _simulate_memory(planned: "_PlannedModel", declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
                      compiler: CompilerRules):
     from ..training.step import check_compiles_ahead
 
     try:
-        check_compiles_ahead(mode)
+        check_compiles_ahead(declared)
     except WorkbenchError:
-        return None, f"mode {mode!r} is not one jit program, so there is no single step to simulate"
+        return None, f"mode {declared.name!r} is not one jit program, so there is no single step to simulate"
     if custom_rules is not None:
         return None, "the step lays out the mode's own state, not your rule table"
     if planned.registered:
-        key = (planned.name, tuple(sorted(planned.options.items())), mode, str(mesh), batch, seq_len, precision,
+        key = (planned.name, tuple(sorted(planned.options.items())), declared, mesh, batch, seq_len, precision,
                optimizer, compiler.kind)
         try:
             hash(key)
@@ -970,38 +977,46 @@ def _simulate_memory(planned: "_PlannedModel", mode: str, mesh: MeshShape, batch
     if example_batch is None:
         return None, (f"your {planned.name}'s step needs the shapes of its input to be traced: pass "
                       "example_batch=<a batch of its input> (and loss=fn unless it has a loss method)")
-    from ..training.config import TrainConfig
     from ..training.step import CustomModel
     from .step_memory import planned_step_memory
 
     if loss is None and not hasattr(type(planned.abstract), "loss"):
         raise WorkbenchError(f"your {planned.name} has no loss method: pass loss=fn with fn(model, batch) -> "
                              "(loss, aux) to simulate its step")
-    config = TrainConfig(model=f"custom:{planned.name}", mode=mode, mesh=str(mesh), batch=batch, precision=precision,
-                         optimizer=optimizer)
+    config = _step_config(f"custom:{planned.name}", {}, declared, mesh, batch, precision, optimizer, None)
     custom = CustomModel(planned.abstract, loss, batches=())
     return planned_step_memory(config, custom=custom, example_batch=example_batch, compiler=compiler), None
 
 
 @functools.lru_cache(maxsize=32)
-def _registered_memory(name: str, options: tuple, mode: str, mesh: str, batch: int, seq_len: int | None,
+def _registered_memory(name: str, options: tuple, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
                        precision: str, optimizer: str, compiler: str):
     """A registered model's simulated step memory, once per model, options, mode, mesh, batch and precision."""
-    from ..training.config import TrainConfig
+    from ..training.models import model_class
     from .step_memory import planned_step_memory
 
-    config = TrainConfig(model=name, model_options=dict(options), mode=mode, mesh=mesh, batch=batch,
-                         precision=precision, optimizer=optimizer)
+    config = _step_config(name, dict(options), declared, mesh, batch, precision, optimizer, model_class(name))
     return planned_step_memory(config, seq_len=seq_len, compiler=compiler)
 
 
-def _check_verifiable(settings: Any, mesh: MeshShape, mode: str, model: Any, rules: Any) -> None:
+def _step_config(model: str, options: dict, declared: type, mesh: MeshShape, batch: int, precision: str,
+                 optimizer: str, model_cls: type | None):
+    """The step :func:`plan_training` simulates, as the resolved record the trainer's would be: built from what
+    the planner has checked and parsed already (mode, mesh, batch, precision, optimizer), not from text again."""
+    from ..training.config import ResolvedConfig, TrainConfig
+
+    config = TrainConfig(model=model, model_options=options, mode=declared.name, mesh=str(mesh), batch=batch,
+                         precision=precision, optimizer=optimizer)
+    return ResolvedConfig(config, mesh, declared, model_cls)
+
+
+def _check_verifiable(settings: Any, mesh: MeshShape, declared: type, model: Any, rules: Any) -> None:
     """Bad ``verify`` input, before anything is planned: the target against the mesh, a mode that is not one
     program, your own model or rules."""
     from ..training.step import check_compiles_ahead
     from .compile_target import check_target
 
-    check_compiles_ahead(mode)
+    check_compiles_ahead(declared)
     check_target(settings.target, mesh)
     if not isinstance(model, str):
         raise WorkbenchError("verify compiles the workbench's own step, which cannot rebuild your module in another "

@@ -851,26 +851,29 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
         >>> planned_step_memory(config).alias_bytes > 0
         True
     """
+    from ..training.config import resolve_config
     from ..training.models import model_config
-    from ..training.modes import mode_class
     from ..training.modes.base import ABSTRACT_DEVICES
     from ..training.step import build_abstract_step
 
     rules = _rules(compiler)
+    resolved = resolve_config(config)  # once: every simulation below takes the record
+    config = resolved.config
 
-    def simulate(config):
-        step = build_abstract_step(config, seq_len=seq_len, devices=ABSTRACT_DEVICES, custom=custom,
+    def simulate(resolved):
+        step = build_abstract_step(resolved, seq_len=seq_len, devices=ABSTRACT_DEVICES, custom=custom,
                                    example_batch=example_batch)
         return _step_memory(step, rules)
 
     options = model_config(config.model, **config.model_options).options if custom is None else {}
     layers, scanned = options.get("n_layers"), bool(options.get("scan_layers"))  # scanned: one body, any depth
     if config.model != "transformer" or custom is not None or scanned or not layers or layers <= 2:
-        return simulate(config)[0]
-    def with_layers(n: int) -> Any:
-        return dataclasses.replace(config, model_options={**config.model_options, "n_layers": n})
+        return simulate(resolved)[0]
+    def with_layers(n: int) -> Any:  # model options name no record: the parsed mesh and classes still hold
+        return dataclasses.replace(resolved, config=dataclasses.replace(
+            config, model_options={**config.model_options, "n_layers": n}))
 
-    if mode_class(config.mode).parameter_gathering == "whole-tree":
+    if resolved.mode_class.parameter_gathering == "whole-tree":
         # The whole tree is gathered outside the blocks' calls: their buffers are not the blocks' own, so the
         # increment per block is measured (1 and 2 blocks) rather than read off one trace.
         (one, _, _), (two, _, _) = simulate(with_layers(1)), simulate(with_layers(2))

@@ -37,13 +37,13 @@ from ..devices import local_devices_text
 from ..errors import WorkbenchError
 from ..formatting import format_bytes
 from ..layout.mesh import MeshShape, parse_mesh
-from ..training.config import TrainConfig
+from ..training.config import ResolvedConfig, TrainConfig, resolve_config
 from ..training.host_memory import (HOST_BATCH_COPIES, USABLE_FRACTION, available_host_memory, batch_bytes,
                                     devices_share_host_memory, largest_batch_within)
 from ..training.data import load_dataset
 from ..training.models import (MODELS, abstract_batch, model_config, model_config_for_data,
                                tensor_parallel_rules)
-from ..training.modes import MeshFix, mesh_fit, mode_class
+from ..training.modes import MeshFix, mesh_fit
 from ..training.modes.base import StepPlan
 from ..training.modes.declaration import reshaped_mesh
 
@@ -76,7 +76,7 @@ class TrainingVerdict:
                 "fixes": [dataclasses.asdict(fix) for fix in self.fixes], "notes": list(self.notes)}
 
 
-def training_verdict(config: TrainConfig, *, devices: int | None = None,
+def training_verdict(config: TrainConfig | ResolvedConfig, *, devices: int | None = None,
                      available_memory: int | None = None) -> TrainingVerdict:
     """The verdict on training ``config`` (checked here: an unchecked config is fine) on this machine.
 
@@ -90,29 +90,29 @@ def training_verdict(config: TrainConfig, *, devices: int | None = None,
         ('error', 'use mode dp')
     """
     try:
-        config = config.checked()
+        resolved = resolve_config(config)  # once: everything below takes the parsed mesh and the mode's class
     except WorkbenchError as error:
         return TrainingVerdict("error", str(error))
-    fit = mesh_fit(config.mode, config.mesh)
+    declared, mesh = resolved.mode_class, resolved.mesh_shape
+    fit = mesh_fit(declared, mesh)
     if not fit.ok:
         return TrainingVerdict("error", fit.message, fit.fixes)
     try:
-        refusal = _step_refusal(config)
+        refusal = _step_refusal(resolved)
     except WorkbenchError as error:  # e.g. a model option the model does not have
         return TrainingVerdict("error", str(error))
     if refusal is not None:
         return refusal
     notes = (fit.message,) if fit.level == "warning" else ()
     devices = len(jax.devices()) if devices is None else devices
-    mesh = config.mesh_shape
-    if not mode_class(config.mode).one_device and mesh.size > devices:
-        smaller = _trainable_mesh_here(config.mode, mesh, devices)
+    if not declared.one_device and mesh.size > devices:
+        smaller = _trainable_mesh_here(declared, mesh, devices)
         message = (f"plan and verify only: mesh {mesh} has {mesh.size:,} devices and this machine has "
                    f"{local_devices_text(devices)}; training needs {mesh.size:,}. Plan it and verify it with the "
                    f"compiler here, or train on mesh {smaller}")
         return TrainingVerdict("plan", message, (MeshFix(f"use mesh {smaller}", mesh=str(smaller)),), notes)
     try:
-        memory = _memory_refusal(config, available_memory)
+        memory = _memory_refusal(resolved, available_memory)
     except WorkbenchError as error:  # data the model or its options contradict: the trainer refuses, the compiler does not
         return TrainingVerdict("plan", f"plan and verify only: {error}", (), notes)
     if memory is not None:
@@ -134,20 +134,19 @@ def mesh_within(mesh: MeshShape, devices: int) -> MeshShape:
     return MeshShape(mesh.names, tuple(sizes))
 
 
-def _trainable_mesh_here(mode: str, mesh: MeshShape, devices: int) -> MeshShape:
-    """A mesh of at most ``devices`` for ``mode``: ``mesh`` shrunk (its inner axes kept), unless that leaves
-    devices repeating the work; then the mode's own arrangement of the devices."""
+def _trainable_mesh_here(declared: type, mesh: MeshShape, devices: int) -> MeshShape:
+    """A mesh of at most ``devices`` for mode ``declared`` (its class): ``mesh`` shrunk (its inner axes kept),
+    unless that leaves devices repeating the work; then the mode's own arrangement of the devices."""
     shrunk = mesh_within(mesh, devices)
-    if mesh_fit(mode, shrunk).level == "ok":
+    if mesh_fit(declared, shrunk).level == "ok":
         return shrunk
-    declared = mode_class(mode)
     return parse_mesh(reshaped_mesh(declared.axes, devices, declared.mesh_example))
 
 
-def _step_refusal(config: TrainConfig) -> TrainingVerdict | None:
+def _step_refusal(resolved: ResolvedConfig) -> TrainingVerdict | None:
     """What the mode's own check refuses before compiling (a batch that does not split into the data axis's
     parts and the microbatches, a model with no layer pair to split), in the trainer's words, with fixes."""
-    declared = mode_class(config.mode)
+    config, declared, mesh = resolved.config, resolved.mode_class, resolved.mesh_shape
     tp_rules = ()
     if declared.state_placement == "tensor-parallel" and config.model in MODELS:
         tp_rules = tuple(tensor_parallel_rules(config.model, options=model_config(config.model,
@@ -155,9 +154,9 @@ def _step_refusal(config: TrainConfig) -> TrainingVerdict | None:
     elif declared.state_placement == "tensor-parallel":
         tp_rules = (("your own model", "its rules"),)  # your module brings its rules: the trainer checks them
     try:
-        declared.check(StepPlan(None, None, None, config.mesh_shape, config.batch, config.accum, tp_rules=tp_rules))
+        declared.check(StepPlan(None, None, None, mesh, config.batch, config.accum, tp_rules=tp_rules))
     except WorkbenchError as error:
-        unit = declared.batch_parts(config.mesh_shape) * config.accum
+        unit = declared.batch_parts(mesh) * config.accum
         fixes = batch_fixes(config.batch, unit) if config.batch % unit else (MeshFix("use mode dp", mode="dp"),)
         return TrainingVerdict("error", str(error), fixes)
     return None
@@ -174,18 +173,19 @@ def batch_fixes(batch: int, unit: int) -> tuple[MeshFix, ...]:
     return tuple(MeshFix(f"use batch {size}", batch=size) for size in dict.fromkeys((lower, upper)) if size)
 
 
-def _memory_refusal(config: TrainConfig, available: int | None) -> TrainingVerdict | None:
+def _memory_refusal(resolved: ResolvedConfig, available: int | None) -> TrainingVerdict | None:
     """``plan`` when this machine's memory cannot hold the run (registered models: yours is not sized here)."""
+    config, declared, mesh = resolved.config, resolved.mode_class, resolved.mesh_shape
     if config.model not in MODELS:
         return None
     data = (config.data, tuple(sorted(config.data_options.items())))  # the seed changes values, not sizes
-    fixed, per_example = _memory_need(config.model, tuple(sorted(config.model_options.items())), data, config.mode,
-                                      config.mesh, config.batch, config.accum, config.precision, config.optimizer)
+    fixed, per_example = _memory_need(config.model, tuple(sorted(config.model_options.items())), data, declared,
+                                      mesh, config.batch, config.accum, config.precision, config.optimizer)
     need = fixed + per_example * config.batch
     available = available_host_memory() if available is None else available
     if need <= USABLE_FRACTION * available:
         return None
-    unit = mode_class(config.mode).batch_parts(config.mesh_shape) * config.accum
+    unit = declared.batch_parts(mesh) * config.accum
     fits = largest_batch_within(int(USABLE_FRACTION * available), fixed, per_example, unit)
     fix = (f"use a batch of at most {fits:,}", (MeshFix(f"use batch {fits}", batch=fits),)) if fits else (
         "no batch fits: use a smaller model or more memory", ())
@@ -196,7 +196,7 @@ def _memory_refusal(config: TrainConfig, available: int | None) -> TrainingVerdi
 
 
 @functools.lru_cache(maxsize=64)
-def _memory_need(model: str, options: tuple, data: tuple, mode: str, mesh: str, batch: int, accum: int,
+def _memory_need(model: str, options: tuple, data: tuple, declared: type, mesh: MeshShape, batch: int, accum: int,
                  precision: str, optimizer: str) -> tuple[float, float]:
     """(bytes that do not grow with the batch, bytes per example) this machine holds to train the config.
 
@@ -213,9 +213,9 @@ def _memory_need(model: str, options: tuple, data: tuple, mode: str, mesh: str, 
     per_example = float(HOST_BATCH_COPIES * batch_bytes(examples))
     if not devices_share_host_memory():
         return 0.0, per_example
-    plan = plan_training(model, dict(options), mesh, mode, optimizer=optimizer, global_batch=max(batch // accum, 1),
+    plan = plan_training(model, dict(options), mesh, declared, optimizer=optimizer, global_batch=max(batch // accum, 1),
                          precision=precision, hardware="cpu")
-    used = 1 if mode_class(mode).one_device else parse_mesh(mesh).size
+    used = 1 if declared.one_device else mesh.size
     state = plan.total_bytes
     growing = max(plan.peak_bytes - state, 0) * accum / batch  # the microbatch's activations, per example of the batch
     return float(state * used), per_example + growing * used

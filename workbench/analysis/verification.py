@@ -89,11 +89,10 @@ def planned_hardware(hardware: Any, settings: VerifySettings | None) -> Any:
     return hardware
 
 
-def _child_environment(config: Any, target: CompileTarget) -> dict[str, str]:
-    """The child's environment: CPU only, the mesh's device count, no compilation cache."""
-    from ..training.modes import mode_class
-
-    devices = 1 if target.kind in ("tpu", "gpu") or mode_class(config.mode).one_device else config.mesh_shape.size
+def _child_environment(resolved: Any, target: CompileTarget) -> dict[str, str]:
+    """The child's environment (for a :class:`~workbench.training.config.ResolvedConfig`): CPU only, the mesh's
+    device count, no compilation cache."""
+    devices = 1 if target.kind in ("tpu", "gpu") or resolved.mode_class.one_device else resolved.mesh_shape.size
     # Compile for real: a cached program would report a stale compile time (and op metadata, which the cache key
     # leaves out), and a 512-device program is not worth keeping. libtpu locks /tmp/libtpu_lockfile for one
     # process at a time; compiling for a topology uses no chip.
@@ -125,6 +124,10 @@ class VerificationJob:
 
     def __init__(self, config: Any, target: CompileTarget, seq_len: int | None, timeout: float,
                  on_progress: ProgressFn | None):
+        from ..training.config import resolve_config
+
+        resolved = resolve_config(config)
+        config = resolved.config
         self.config, self.target, self.timeout = config, target, float(timeout)
         self._on_progress = on_progress
         self._progress: list[str] = []
@@ -137,7 +140,7 @@ class VerificationJob:
         request = {"config": config.to_json(), "target": str(target), "seq_len": seq_len}
         self._process = subprocess.Popen(
             [sys.executable, "-m", "workbench.analysis.compile_child"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._stderr, env=_child_environment(config, target),
+            stdout=subprocess.PIPE, stderr=self._stderr, env=_child_environment(resolved, target),
             start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop the child ourselves
         )
         self._finalizer = weakref.finalize(self, stop_process_group, self._process)  # also runs at interpreter exit
@@ -294,8 +297,8 @@ def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None 
         >>> job.cancel()  # doctest: +SKIP
     """
     settings = VerifySettings(target, timeout, on_progress)
-    config = check_verifiable(config, settings.target)
-    return VerificationJob(config, settings.target, seq_len, settings.timeout, settings.on_progress)
+    resolved = _verifiable(config, settings.target)
+    return VerificationJob(resolved, settings.target, seq_len, settings.timeout, settings.on_progress)
 
 
 def check_verifiable(config: Any, target: Any = "cpu") -> Any:
@@ -310,15 +313,21 @@ def check_verifiable(config: Any, target: Any = "cpu") -> Any:
         ...
         workbench.errors.WorkbenchError: mode 'simulated' (...) is not one jit program over a mesh, so its step ...
     """
+    return _verifiable(config, target).config
+
+
+def _verifiable(config: Any, target: Any) -> Any:
+    """:func:`check_verifiable`, returning the :class:`~workbench.training.config.ResolvedConfig` it checked."""
+    from ..training.config import resolve_config
     from ..training.step import check_compiles_ahead
 
-    config = config.checked()
-    verdict = training_verdict(config)  # a batch that does not split fails here, not in the child
+    resolved = resolve_config(config)
+    verdict = training_verdict(resolved)  # a batch that does not split fails here, not in the child
     if not verdict.plans:
         raise WorkbenchError(verdict.message)
-    check_compiles_ahead(config.mode)
-    check_target(parse_target(target), config.mesh_shape)
-    return config
+    check_compiles_ahead(resolved.mode_class)
+    check_target(parse_target(target), resolved.mesh_shape)
+    return resolved
 
 
 def verify_step(config: Any, target: Any = "cpu", *, seq_len: int | None = None, timeout: float = DEFAULT_TIMEOUT_S,

@@ -52,7 +52,7 @@ def _config_from_args(args):
         faults=",".join(args.inject),
         model_options=parse_model_options(args.model_options, args.model),
         data_options=parse_data_options(args.data, args.data_options),
-    ).checked()
+    ).resolved()
 
 
 class _ProgressBar:
@@ -162,7 +162,8 @@ def train_command(args) -> int:
     """Run ``workbench train`` from parsed arguments; returns the exit status."""
     from ..training.trainer import Trainer
 
-    config = _config_from_args(args)
+    resolved = _config_from_args(args)  # checked and resolved once: the trainer takes the record
+    config = resolved.config
     if args.resume is not None:
         trainer = _resuming_trainer(args, config)
         config = trainer.config
@@ -174,7 +175,7 @@ def train_command(args) -> int:
                                "process on the same mesh (the same programs and collectives)")
         return _join(args, config)
     else:
-        trainer = Trainer(config, run_root=args.run_dir, coordinator_port=args.port)
+        trainer = Trainer(resolved, run_root=args.run_dir, coordinator_port=args.port)
     bar = None
     if sys.stderr.isatty():
         bar = _ProgressBar(config.steps, f"{config.model} {config.mode}")

@@ -196,13 +196,25 @@ def build_mesh(mesh: Any, *, axis_types: str | Sequence[str] = "explicit", devic
                 f"{more_devices_hint(shape.size)}"
             )
     devices = list(devices)
+    check_device_list(shape, devices)
+    grid = np.array(devices, dtype=object).reshape(shape.sizes)
+    return jax.sharding.Mesh(grid, shape.names, axis_types=types)
+
+
+def check_device_list(shape: MeshShape, devices: Sequence[Any]) -> None:
+    """MeshError unless ``devices`` are exactly the ``shape.size`` devices a mesh of ``shape`` is laid over.
+
+    Example:
+        >>> check_device_list(parse_mesh("data=8"), ["a device"] * 4)
+        Traceback (most recent call last):
+        ...
+        workbench.errors.MeshError: mesh data=8 needs 8 devices but 4 were given: pass exactly 8 devices
+    """
     if shape.size != len(devices):
         raise MeshError(
             f"mesh {shape} needs {shape.size} devices but {len(devices)} were given: "
             f"pass exactly {shape.size} devices"
         )
-    grid = np.array(devices, dtype=object).reshape(shape.sizes)
-    return jax.sharding.Mesh(grid, shape.names, axis_types=types)
 
 
 def abstract_mesh(mesh: Any, *, axis_types: str | Sequence[str] = "explicit"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,10 @@ import optax
 from ..devices import every_device_mesh
 from ..errors import WorkbenchError
 from ..layout.mesh import MeshShape, parse_mesh
+
+if TYPE_CHECKING:  # annotations only: the modes and models import this module
+    from .models import RegisteredModel
+    from .modes import ParallelMode
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 _OPTAX = {"sgd": optax.sgd, "adam": optax.adam, "adamw": optax.adamw}
@@ -174,8 +178,20 @@ class TrainConfig:
 
     def checked(self) -> "TrainConfig":
         """This config with the mesh normalised, or a WorkbenchError naming the first bad field."""
+        return self.resolved().config
+
+    def resolved(self) -> "ResolvedConfig":
+        """This config checked (as :meth:`checked`) and resolved, once, into records: the parsed mesh, the
+        mode's class and the model's class. What the trainer, :func:`~workbench.training.step.build_step` and
+        the planner pass down, so nothing below them reads the text again.
+
+        Example:
+            >>> resolved = TrainConfig(mode="fsdp", mesh="data=4, model=2").resolved()
+            >>> resolved.config.mesh, resolved.mesh_shape.axes, resolved.mode_class.name
+            ('data=4,model=2', {'data': 4, 'model': 2}, 'fsdp')
+        """
         from .data import DATASETS
-        from .models import MODELS
+        from .models import MODELS, model_class
         from .modes import MODES, PRECISIONS, mode_class
         from .modes.faults import check_faults
 
@@ -195,8 +211,11 @@ class TrainConfig:
         check_positive("lr", self.lr, "1e-3")
         declared = mode_class(self.mode)
         faults = check_faults(self.faults, self.mode, declared.supported_faults, declared.fault_reasons)
-        check_processes(self.processes, declared, parse_mesh(self.mesh), self.batch, faults)
-        return dataclasses.replace(self, mesh=str(parse_mesh(self.mesh)), lr=float(self.lr), faults=faults)
+        mesh = parse_mesh(self.mesh)
+        check_processes(self.processes, declared, mesh, self.batch, faults)
+        config = dataclasses.replace(self, mesh=str(mesh), lr=float(self.lr), faults=faults)
+        model = None if str(self.model).startswith("custom:") else model_class(self.model)
+        return ResolvedConfig(config, mesh, declared, model)
 
     @property
     def mesh_shape(self) -> MeshShape:
@@ -215,3 +234,40 @@ class TrainConfig:
         if "faults" in fields:
             fields["faults"] = tuple(fields["faults"])
         return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedConfig:
+    """A :class:`TrainConfig` checked and resolved into records, once, where it enters (the trainer, a public
+    function, the CLI, a widget), for everything below to take instead of text.
+
+    Made by :meth:`TrainConfig.resolved`. A config changed in fields that name no record (batch, steps, model
+    options, ...) keeps its records: ``dataclasses.replace(resolved, config=...)``.
+
+    Attributes:
+        config: the checked config (mesh text normalised, ``lr`` a float, faults checked): what runs store.
+        mesh_shape: the parsed mesh.
+        mode_class: the parallel mode's class (:func:`~workbench.training.modes.mode_class`).
+        model_class: the registered model's class; None for your own model (``model="custom:..."``).
+
+    Example:
+        >>> TrainConfig(mode="dp", mesh="data=8").resolved().mode_class.batch_axis
+        'data'
+    """
+
+    config: TrainConfig
+    mesh_shape: MeshShape
+    mode_class: type[ParallelMode]
+    model_class: type[RegisteredModel] | None
+
+
+def resolve_config(config: TrainConfig | ResolvedConfig) -> ResolvedConfig:
+    """``config`` resolved (:meth:`TrainConfig.resolved`); a :class:`ResolvedConfig` is returned as it is, so a
+    public function can take either and check a config only where it enters.
+
+    Example:
+        >>> resolved = resolve_config(TrainConfig(mesh="data=8"))
+        >>> resolve_config(resolved) is resolved
+        True
+    """
+    return config if isinstance(config, ResolvedConfig) else config.resolved()

@@ -29,7 +29,7 @@ from typing import Any
 from ..child_processes import child_environment, stop_process_group
 from ..errors import WorkbenchError
 from ..servers import HOST, checked_port
-from .config import TrainConfig
+from .config import ResolvedConfig, TrainConfig, resolve_config
 from .runs import SUMMARY_FILE, RunWriter, load_run
 
 STOP_GRACE_S = 5.0  # after a stop request, how long the processes have to agree and exit before being killed
@@ -42,7 +42,7 @@ class ProcessGroupError(WorkbenchError):
     """A run across processes could not start (e.g. its coordinator port is taken)."""
 
 
-def check_before_start(config: TrainConfig) -> None:
+def check_before_start(config: TrainConfig | ResolvedConfig) -> None:
     """Everything about ``config`` that can be refused without devices or data (the mode on the mesh, the batch
     split, the model's options and tensor-parallel rules), so no process starts only to fail.
 
@@ -52,14 +52,15 @@ def check_before_start(config: TrainConfig) -> None:
         ...
         workbench.errors.WorkbenchError: global batch 62 does not split into 8 parts over 'data' (8 equal parts): use a batch of 56 or 64 (a multiple of 8)
     """
-    from .models import model_class, model_config
-    from .modes import StepPlan, mode_class
+    from .models import model_config
+    from .modes import StepPlan
 
-    config = config.checked()
+    resolved = resolve_config(config)
+    config = resolved.config
     options = model_config(config.model, **config.model_options).options
-    rules = tuple(model_class(config.model).tensor_parallel_rules(options=options))
-    mode_class(config.mode).check(StepPlan(None, None, None, config.mesh, config.batch, config.accum,
-                                           config.precision, rules, config.faults))
+    rules = tuple(resolved.model_class.tensor_parallel_rules(options=options))
+    resolved.mode_class.check(StepPlan(None, None, None, resolved.mesh_shape, config.batch, config.accum,
+                                       config.precision, rules, config.faults))
 
 
 class ProcessGroup:
@@ -80,11 +81,13 @@ class ProcessGroup:
         port: the coordinator's port.
     """
 
-    def __init__(self, config: TrainConfig, run_root: str | os.PathLike = "runs", name: str | None = None, *,
+    def __init__(self, config: TrainConfig | ResolvedConfig, run_root: str | os.PathLike = "runs",
+                 name: str | None = None, *,
                  port: int | None = None, final_params: str | os.PathLike | None = None, task: str = "train",
                  check_steps: int | None = None, resume: Any = None):
-        check_before_start(config)
-        config = config.checked()
+        resolved = resolve_config(config)
+        check_before_start(resolved)
+        config = resolved.config
         if config.processes < 2:
             raise ProcessGroupError(f"a process group needs processes >= 2, got {config.processes}: train in this "
                                     "process with Trainer(config) instead")

@@ -5,6 +5,8 @@ The trainer, the reference check, the communication ledger and the CLI all call 
 what is checked or compiled is exactly what is trained: the same accumulation, precision, data and
 model options, faults and custom model. :func:`build_abstract_step` builds the same step with nothing
 allocated and no data read, for compiling it ahead of time for a mesh larger than the machine.
+The config is resolved once where it enters (:meth:`~workbench.TrainConfig.resolved`): below that the mesh
+is a :class:`~workbench.MeshShape` and the mode and model are their classes, never text read again.
 
 Example:
     >>> built = build_step(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))  # doctest: +SKIP
@@ -24,13 +26,13 @@ from flax import nnx
 
 from .process_share import ProcessShare
 from ..errors import MeshError, WorkbenchError
-from .config import TrainConfig, make_optimizer
+from .config import ResolvedConfig, TrainConfig, make_optimizer, resolve_config
 from .data import Dataset, load_dataset
 from .host_memory import batch_bytes, check_batch_fits_host
 from .layer_scopes import module_paths
-from .models import abstract_batch, model_class, model_config, model_config_for_data
-from .modes import ParallelMode, StepPlan, build_mode, mode_class, mesh_fit
-from .modes.base import ABSTRACT_DEVICES, ShardedJitMode, training_mesh
+from .models import abstract_batch, model_config, model_config_for_data
+from .modes import ParallelMode, StepPlan, mode_class, mesh_fit
+from .modes.base import ABSTRACT_DEVICES, ShardedJitMode, check_enough_devices
 from .modes.core import LossFn, TrainState, init_state
 
 
@@ -88,17 +90,18 @@ class BuiltStep:
         return list(itertools.islice(self.whole_batches(self.config.seed), count))
 
 
-def check_mesh_for_training(config: TrainConfig, devices: Any = None) -> None:
+def check_mesh_for_training(config: TrainConfig | ResolvedConfig, devices: Any = None) -> None:
     """The mode x mesh verdict, the batch split and the device count (of ``devices``, else the local ones),
     in that order (the order :func:`workbench.training_verdict` says them in), before any data or model is
     loaded."""
-    fit = mesh_fit(config.mode, config.mesh)
+    resolved = resolve_config(config)
+    declared, mesh, config = resolved.mode_class, resolved.mesh_shape, resolved.config
+    fit = mesh_fit(declared, mesh)
     if not fit.ok:
         raise MeshError(fit.message)
-    declared = mode_class(config.mode)
-    declared.check_batch_split(StepPlan(None, None, None, fit.mesh, config.batch, config.accum))
+    declared.check_batch_split(StepPlan(None, None, None, mesh, config.batch, config.accum))
     if not declared.one_device:
-        training_mesh(fit.mesh, devices)  # a mesh larger than the machine: says how to get the devices
+        check_enough_devices(mesh, devices)  # a mesh larger than the machine: says how to get the devices
 
 
 def _data(config: TrainConfig, custom: CustomModel | None):
@@ -130,13 +133,13 @@ def _batch_sources(config: TrainConfig, dataset: Dataset | None, custom: CustomM
 
 
 def build_step(
-    config: TrainConfig, *, custom: CustomModel | None = None, modes: dict | None = None
+    config: TrainConfig | ResolvedConfig, *, custom: CustomModel | None = None, modes: dict | None = None
 ) -> BuiltStep:
     """Build everything one training step needs from ``config`` (checked first; a bad value raises a
     WorkbenchError naming it before anything compiles).
 
     Args:
-        config: the run's settings.
+        config: the run's settings (or :meth:`~workbench.TrainConfig.resolved`'s record of them).
         custom: your own model, loss and batches instead of ``config.model`` and ``config.data``.
         modes: a dict kept between calls to reuse built modes (and their compiled steps) when only the
             learning rate, seed or schedule changed.
@@ -146,11 +149,12 @@ def build_step(
         >>> built.mode.plan.precision, built.mode.plan.accum  # doctest: +SKIP
         ('bf16', 2)
     """
-    config = config.checked()
-    check_mesh_for_training(config)
+    resolved = resolve_config(config)
+    config = resolved.config
+    check_mesh_for_training(resolved)
     model_cfg, dataset = _data(config, custom)
     if model_cfg is not None:  # the data set's batches are made here: refuse one this host cannot hold
-        unit = mode_class(config.mode).batch_parts(config.mesh_shape) * config.accum
+        unit = resolved.mode_class.batch_parts(resolved.mesh_shape) * config.accum
         check_batch_fits_host(config.batch, batch_bytes(abstract_batch(model_cfg, 1)), unit)
     if custom is not None and custom.module is not None:
         graphdef, params = custom.initial
@@ -159,11 +163,11 @@ def build_step(
     else:
         model_cfg = model_cfg or model_config(config.model, **config.model_options)
         model = model_cfg.build(seed=config.seed)
-        loss, tp_rules = _registered_loss_and_rules(model_cfg)
+        loss, tp_rules = _registered_loss_and_rules(resolved.model_class, model_cfg)
         options = model_cfg.options
     optimizer = make_optimizer(config.optimizer, config.lr)
     graphdef, state = init_state(model, optimizer)
-    mode = _mode(config, graphdef, state, loss, tp_rules, optimizer, modes)
+    mode = _mode(resolved, graphdef, state, loss, tp_rules, optimizer, modes)
     train, evaluate = _batch_sources(config, dataset, custom, mode.batch_share())
     whole = train if jax.process_count() == 1 else _batch_sources(config, dataset, custom, _whole_share(config.batch))[0]
     return BuiltStep(config, mode, state, model, loss, train, evaluate, dataset, options, whole)
@@ -174,21 +178,21 @@ def _whole_share(rows: int) -> ProcessShare:
     return ProcessShare(jax.process_index(), jax.process_count(), slice(0, rows), rows)
 
 
-def _registered_loss_and_rules(model_cfg) -> tuple[LossFn, tuple]:
-    cls = model_class(model_cfg.name)
+def _registered_loss_and_rules(cls: type, model_cfg) -> tuple[LossFn, tuple]:
     return cls.loss, tuple(cls.tensor_parallel_rules(options=model_cfg.options))
 
 
-def _mode(config: TrainConfig, graphdef: Any, state: TrainState, loss: LossFn, tp_rules: tuple, optimizer: Any,
+def _mode(resolved: ResolvedConfig, graphdef: Any, state: TrainState, loss: LossFn, tp_rules: tuple, optimizer: Any,
           modes: dict | None, devices: tuple | None = None) -> ParallelMode:
     """The built mode for this step, reused from ``modes`` when nothing that decides its program changed."""
+    config = resolved.config
     key = (config.mode, config.mesh, config.batch, config.accum, config.precision, config.optimizer, config.faults,
            str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules, devices)
     modes = {} if modes is None else modes
     if key not in modes:
-        plan = StepPlan(graphdef, loss, optimizer, config.mesh, config.batch, config.accum, config.precision,
+        plan = StepPlan(graphdef, loss, optimizer, resolved.mesh_shape, config.batch, config.accum, config.precision,
                         tp_rules, config.faults, devices)
-        modes[key] = build_mode(config.mode, plan)
+        modes[key] = resolved.mode_class(plan)
     return modes[key]
 
 
@@ -210,13 +214,14 @@ class AbstractStep:
         return self.mode.compile_step(self.state, self.batch)
 
 
-def check_compiles_ahead(mode: str) -> None:
-    """WorkbenchError unless mode ``mode`` is one jit program over a mesh, whose step can be compiled ahead
-    of time for abstract inputs (``simulated`` loops in Python, ``dp-pmap`` maps over local devices)."""
-    cls = mode_class(mode)
+def check_compiles_ahead(mode: str | type[ParallelMode]) -> None:
+    """WorkbenchError unless mode ``mode`` (a name, or its class once resolved) is one jit program over a mesh,
+    whose step can be compiled ahead of time for abstract inputs (``simulated`` loops in Python, ``dp-pmap``
+    maps over local devices)."""
+    cls = mode if isinstance(mode, type) else mode_class(mode)
     if not issubclass(cls, ShardedJitMode):
         raise WorkbenchError(
-            f"mode {mode!r} ({cls.summary}) is not one jit program over a mesh, so its step cannot be compiled "
+            f"mode {cls.name!r} ({cls.summary}) is not one jit program over a mesh, so its step cannot be compiled "
             "ahead of time: use 'dp' for the same data parallelism"
         )
 
@@ -226,7 +231,7 @@ def _with_shardings(tree: Any, shardings: Any) -> Any:
                         tree, shardings)
 
 
-def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devices: Any = None,
+def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | None = None, devices: Any = None,
                         custom: CustomModel | None = None, example_batch: Any = None) -> AbstractStep:
     """The step :func:`build_step` builds for ``config`` (a registered model), with nothing allocated and no
     data read: parameters and optimizer state come from ``jax.eval_shape``, the batch is
@@ -234,7 +239,8 @@ def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devi
     transformer; default its ``max_len``), all laid out as the mode lays them out.
 
     Args:
-        config: the run's settings; ``data`` is not read.
+        config: the run's settings (or :meth:`~workbench.TrainConfig.resolved`'s record of them); ``data``
+            is not read.
         seq_len: tokens per sequence (language models only).
         devices: the devices of the mesh, in mesh order (e.g. a TPU topology's); default the local ones;
             ``ABSTRACT_DEVICES`` (``"abstract"``): an abstract mesh of any size, to trace the step only.
@@ -247,10 +253,11 @@ def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devi
         >>> step.batch["x"].shape, step.batch["x"].sharding.spec
         ((64, 64), P('data',))
     """
-    config = config.checked()
-    check_compiles_ahead(config.mode)
+    resolved = resolve_config(config)
+    config = resolved.config
+    check_compiles_ahead(resolved.mode_class)
     devices = tuple(devices) if devices is not None and devices != ABSTRACT_DEVICES else devices
-    check_mesh_for_training(config, devices)
+    check_mesh_for_training(resolved, devices)
     optimizer = make_optimizer(config.optimizer, config.lr)
     if custom is not None:
         module, loss, tp_rules = custom.module, custom.loss or type(custom.module).loss, tuple(custom.tp_rules)
@@ -258,10 +265,10 @@ def build_abstract_step(config: TrainConfig, *, seq_len: int | None = None, devi
         batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((config.batch, *x.shape[1:]), x.dtype), example_batch)
     else:
         model_cfg = model_config(config.model, **config.model_options)
-        loss, tp_rules = _registered_loss_and_rules(model_cfg)
+        loss, tp_rules = _registered_loss_and_rules(resolved.model_class, model_cfg)
         graphdef, state = jax.eval_shape(lambda: init_state(model_cfg.build(seed=config.seed), optimizer))
         batch = abstract_batch(model_cfg, config.batch, seq_len)
-    mode = _mode(config, graphdef, state, loss, tp_rules, optimizer, None, devices)
+    mode = _mode(resolved, graphdef, state, loss, tp_rules, optimizer, None, devices)
     batch = _with_shardings(batch, jax.tree.map(mode.batch_sharding, batch))
     layers = tuple(module_paths(nnx.merge(graphdef, state.params, state.other)))
     return AbstractStep(config, mode, _with_shardings(state, mode.state_shardings(state)), batch, layers)

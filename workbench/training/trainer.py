@@ -66,7 +66,7 @@ from .models import param_count
 from .runs import END_STATUSES, RunWriter
 from .step import BuiltStep, CustomModel, build_step
 from .sync_diagnostics import sync_report
-from .config import TrainConfig
+from .config import ResolvedConfig, TrainConfig
 
 ACTIVE_STATUSES = ("running", "paused")  # a run holds the trainer: it may pause, save, profile or be stopped
 STATUSES = ("idle", *ACTIVE_STATUSES, *END_STATUSES)
@@ -97,7 +97,8 @@ class Trainer:
     """Trains a model in a parallel mode; see the module docstring.
 
     Args:
-        config: a :class:`~workbench.training.config.TrainConfig` (fields may also be given as keywords).
+        config: a :class:`~workbench.training.config.TrainConfig` (fields may also be given as keywords), or
+            the record :meth:`~workbench.TrainConfig.resolved` made of one where it entered (the CLI's).
         run_root: where runs are written (``runs/`` by default).
         model: your own ``nnx.Module`` instead of ``config.model``; every run starts from its current
             parameters. Needs ``loss`` unless it is a workbench model.
@@ -119,7 +120,7 @@ class Trainer:
 
     def __init__(
         self,
-        config: TrainConfig | None = None,
+        config: TrainConfig | ResolvedConfig | None = None,
         *,
         run_root: str = "runs",
         model: nnx.Module | None = None,
@@ -130,10 +131,14 @@ class Trainer:
         coordinator_port: int | None = None,
         **overrides: Any,
     ):
-        config = dataclasses.replace(config or TrainConfig(), **overrides)
+        resolved = config if isinstance(config, ResolvedConfig) else None
+        config = dataclasses.replace(config.config if resolved else config or TrainConfig(), **overrides)
         if model is not None:
             config = dataclasses.replace(config, model=f"custom:{type(model).__name__}")
-        self.config = config.checked()
+        if resolved is not None and resolved.config == config:
+            self._resolved = resolved  # resolved where it entered, and unchanged since
+        else:
+            self.config = config  # checked and resolved once, here (see the setter)
         self.run_root = run_root
         self.coordinator_port = coordinator_port
         self._custom = None
@@ -188,6 +193,16 @@ class Trainer:
     # --- public control --------------------------------------------------------------------------
 
     @property
+    def config(self) -> TrainConfig:
+        """The checked settings of the next run; setting it checks and resolves the new ones
+        (:meth:`~workbench.TrainConfig.resolved`), once: the runs below take the records, not the text."""
+        return self._resolved.config
+
+    @config.setter
+    def config(self, config: TrainConfig) -> None:
+        self._resolved = config.resolved()
+
+    @property
     def status(self) -> str:
         """``idle``, ``running``, ``paused``, ``finished``, ``stopped`` or ``failed``."""
         return self._status
@@ -214,7 +229,7 @@ class Trainer:
     def configure(self, **changes: Any) -> TrainConfig:
         """Change settings for the next run (refused while a run is active); returns the new config."""
         self._refuse_if_active("change the settings")
-        self.config = dataclasses.replace(self.config, **changes).checked()
+        self.config = dataclasses.replace(self.config, **changes)
         return self.config
 
     def start(self, steps: int | None = None, *, name: str | None = None, profile: int | None = None) -> str:
@@ -362,13 +377,13 @@ class Trainer:
             raise WorkbenchError("a run across processes builds its model from the config in every process: your own "
                                  "model and batches train in this process (processes=1)")
         if steps is not None:
-            self.config = dataclasses.replace(self.config, steps=steps).checked()
+            self.config = dataclasses.replace(self.config, steps=steps)
         # ProcessGroup checks everything it can before any process starts: bad input raises here.
         self._release_processes()
         resumed, self._resume_from = self._resume_from, None  # the processes continue it; a later run starts afresh
         if resumed is not None:
             check_resumable(resumed, self.config)
-        group = ProcessGroup(self.config, self.run_root, name, port=self.coordinator_port, resume=resumed)
+        group = ProcessGroup(self._resolved, self.run_root, name, port=self.coordinator_port, resume=resumed)
         follower = RunFollower(group.path, stopper=group.stop, silent_after=FOLLOWER_SILENT_S)
         follower.subscribe(self._relay)
         self._group, self._follower = group, follower
@@ -401,12 +416,13 @@ class Trainer:
     def build(self) -> BuiltStep:
         """The step this trainer's next run trains (:func:`~workbench.training.step.build_step`), with its
         built modes kept: what :meth:`check` checks and the ledger compiles is exactly what is trained."""
-        return build_step(self.config, custom=self._custom, modes=self._modes)
+        return build_step(self._resolved, custom=self._custom, modes=self._modes)
 
     def _prepare(self, steps: int | None, name: str | None, profile: int | None = None):
         config = self.config
         if steps is not None:
-            config = self.config = dataclasses.replace(config, steps=steps).checked()
+            self.config = dataclasses.replace(config, steps=steps)
+            config = self.config
         self._profile = ProfileRequest(check_profile_steps(profile)) if profile is not None else None
         built = self.build()  # raises on a bad combination, before anything is written
         self._release_processes()  # this run trains here: stop, pause and wait act on it, not on an earlier group
@@ -504,7 +520,7 @@ class _Loop:
 
     def __init__(self, trainer: Trainer, writer: RunWriter, mode, start: _Start, train_batches, eval_batches):
         self.trainer, self.writer, self.mode = trainer, writer, mode
-        self.config = trainer.config
+        self.config, self.mesh_shape = trainer.config, trainer._resolved.mesh_shape
         self.train_batches, self.eval_batches = train_batches, eval_batches
         self.start = start
         self.state = None
@@ -781,7 +797,7 @@ class _Loop:
     def summary(self, status: str, error: str | None) -> dict[str, Any]:
         config = self.config
         result = {
-            "model": config.model, "data": config.data, "mode": config.mode, "mesh": config.mesh_shape.axes,
+            "model": config.model, "data": config.data, "mode": config.mode, "mesh": self.mesh_shape.axes,
             "processes": config.processes,
             "steps": self.step, "final_loss": self.last.get("loss"),
             "eval": dict(self.evals) or None,

@@ -15,7 +15,7 @@
 Every mode computes the same update as ``single`` on the same global batch (tested to 1e-5).
 
 Example:
-    >>> mode = build_mode("dp", StepPlan(graphdef, loss_fn, optax.sgd(0.1), "data=8", 64))  # doctest: +SKIP
+    >>> mode = build_mode("dp", StepPlan(graphdef, loss_fn, optax.sgd(0.1), parse_mesh("data=8"), 64))  # doctest: +SKIP
     >>> state, metrics = mode.step(mode.place_state(state), mode.place_batch(batch))  # doctest: +SKIP
 """
 
@@ -70,14 +70,15 @@ def build_mode(name: str, plan: StepPlan) -> ParallelMode:
     """Mode ``name`` for ``plan``, checked: a bad combination raises here, before anything compiles.
 
     Example:
-        >>> build_mode("tp", StepPlan(g, loss, tx, "data=8", 64))  # doctest: +SKIP
+        >>> build_mode("tp", StepPlan(g, loss, tx, parse_mesh("data=8"), 64))  # doctest: +SKIP
         MeshError: mode 'tp' needs a mesh axis 'model', but mesh data=8 has data: use e.g. --mesh model=8
     """
     return mode_class(name)(plan)
 
 
-def mesh_fit(mode: str, mesh) -> MeshFit:
-    """Whether ``mode`` trains on ``mesh`` (any size: only the axes are judged), with one-click fixes.
+def mesh_fit(mode: str | type[ParallelMode], mesh) -> MeshFit:
+    """Whether ``mode`` (a name, or a mode's class where the name was resolved already) trains on ``mesh``
+    (any size: only the axes are judged), with one-click fixes.
 
     The fixes are a mode that uses exactly the mesh's split axes, if one exists, and the same number of
     devices arranged over the axes ``mode`` uses. Trainer, planner and widgets all ask this.
@@ -87,11 +88,12 @@ def mesh_fit(mode: str, mesh) -> MeshFit:
         >>> fit.ok, fit.level, [(f.mode, f.mesh) for f in fit.fixes]
         (True, 'warning', [('dp-tp', None), (None, 'data=8')])
     """
+    declared = mode if isinstance(mode, type) else mode_class(mode)
     shape = parse_mesh(mesh)
     split = {name for name, size in shape.axes.items() if size > 1}
     alternative = next((name for name, cls in _REGISTRY.items()
-                        if not cls.one_device and set(cls.axes) == split and name != mode), None)
-    return mode_class(mode).fit_mesh(shape, alternative)
+                        if not cls.one_device and set(cls.axes) == split and name != declared.name), None)
+    return declared.fit_mesh(shape, alternative)
 
 
 def modes_supporting(fault: str) -> tuple[str, ...]:

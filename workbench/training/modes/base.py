@@ -28,11 +28,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..process_share import ProcessShare, batch_share, global_arrays
 from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...devices import local_devices_text, more_devices_hint
-from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, parse_mesh
+from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, check_device_list
 from ...layout.rules import RuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
 from .core import TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
-from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, fit_mesh
+from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, example_shape, fit_mesh
 from .faults import FAULTS, check_faults
 
 PLACEMENTS = ("replicate", "shard", "tensor-parallel")
@@ -54,7 +54,8 @@ class StepPlan:
         graphdef: the model's ``nnx`` graph definition (``nnx.split``).
         loss: ``(model, batch) -> (loss, aux)``.
         optimizer: an optax transformation.
-        mesh: the mesh as a :class:`~workbench.MeshShape` (text, a dict or a ``Mesh`` are parsed once, here).
+        mesh: the mesh as a :class:`~workbench.MeshShape` (``parse_mesh("data=8")``): text is read where it
+            enters (:meth:`~workbench.TrainConfig.resolved`), never here.
         global_batch: examples per step over all devices and microbatches.
         accum: microbatches per step (gradients summed, one synchronisation, one update).
         precision: ``"fp32"`` or ``"bf16"`` (bfloat16 compute, float32 master weights).
@@ -76,12 +77,9 @@ class StepPlan:
     devices: tuple | None = None
 
     def __post_init__(self):
-        if not isinstance(self.mesh, MeshShape):  # parsed at the boundary, once
-            object.__setattr__(self, "mesh", parse_mesh(self.mesh))
-
-    @property
-    def mesh_shape(self) -> MeshShape:
-        return self.mesh
+        if not isinstance(self.mesh, MeshShape):  # parsed where it entered, once: a plan holds the record
+            raise WorkbenchError(f"StepPlan.mesh must be a MeshShape, not {type(self.mesh).__name__} {self.mesh!r}: "
+                                 f"pass parse_mesh({self.mesh!r})")
 
 
 def check_batch(plan: StepPlan, parts: int, what: str) -> None:
@@ -116,13 +114,24 @@ def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh:
         return abstract_mesh(shape, axis_types="auto")
     if devices is not None:
         return build_mesh(shape, axis_types="auto", devices=list(devices))
-    available = len(jax.devices())
-    if shape.size > available:
+    check_enough_devices(shape)
+    return build_mesh(shape, axis_types="auto", devices=jax.devices()[: shape.size])
+
+
+def check_enough_devices(shape: MeshShape, devices: Any = None) -> None:
+    """MeshError unless :func:`training_mesh` can lay ``shape`` over ``devices`` (exactly ``shape.size`` given),
+    or over the first ``shape.size`` local devices (None); an abstract mesh (``ABSTRACT_DEVICES``) has any size.
+    The messages are the ones building the mesh gives, without building it."""
+    if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
+        return
+    if devices is not None:
+        check_device_list(shape, devices)
+        return
+    if shape.size > len(jax.devices()):
         raise MeshError(
             f"mesh {shape} needs {shape.size} devices but JAX has {local_devices_text()}: use a smaller mesh, "
             f"{more_devices_hint(shape.size)}"
         )
-    return build_mesh(shape, axis_types="auto", devices=jax.devices()[: shape.size])
 
 
 def single_device_mesh(devices: Any = None) -> Mesh:
@@ -231,7 +240,7 @@ class ParallelMode(abc.ABC):
         """Raise a WorkbenchError (before anything is compiled) if this mode cannot run ``plan``."""
         from . import mesh_fit  # the registry knows which mode to offer instead
 
-        fit = mesh_fit(cls.name, plan.mesh)
+        fit = mesh_fit(cls, plan.mesh)
         if not fit.ok:
             raise MeshError(fit.message)
         if cls.state_placement == "tensor-parallel" and not plan.tp_rules:
@@ -393,6 +402,7 @@ def check_declaration(cls: type[ParallelMode]) -> None:
         problems.append(f"splits the batch over {cls.batch_axis!r}, which is not one of its axes {cls.axes}")
     if problems:
         raise TypeError(f"mode class {cls.__name__}: " + "; ".join(problems))
+    example_shape(cls.mesh_example)  # a malformed example fails here; read once, every fit asks the record
 
 
 class ShardedJitMode(ParallelMode):

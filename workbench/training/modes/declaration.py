@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -120,11 +121,23 @@ def reshaped_mesh(axes: tuple[str, ...], devices: int, example: str) -> str:
     """
     if len(axes) == 1:
         return f"{axes[0]}={devices}"
-    sizes = parse_mesh(example).axes
+    sizes = example_shape(example).axes
     inner = math.prod(sizes[a] for a in axes[1:])
     if devices % inner or devices // inner < 1 or devices == inner:
         return example
     return ",".join([f"{axes[0]}={devices // inner}", *(f"{a}={sizes[a]}" for a in axes[1:])])
+
+
+@functools.lru_cache(maxsize=None)
+def example_shape(example: str) -> MeshShape:
+    """A mode's declared ``mesh_example``, read once (at registration, :func:`~.base.check_declaration`): it is
+    a constant of the class, not input, and is asked each time a mesh is judged.
+
+    Example:
+        >>> example_shape("data=4,model=2").axes
+        {'data': 4, 'model': 2}
+    """
+    return parse_mesh(example)
 
 
 def fit_mesh(mode: str, axes: tuple[str, ...], *, other_axes: str, mesh: Any, example: str,
@@ -162,4 +175,7 @@ def fit_mesh(mode: str, axes: tuple[str, ...], *, other_axes: str, mesh: Any, ex
     return MeshFit(mode, shape, "ok", f"mode {mode!r} trains on mesh {shape}{note}")
 
 
-__all__ = ["CARRIES", "LEVELS", "OTHER_AXES", "CollectiveNeed", "MeshFit", "MeshFix", "fit_mesh", "reshaped_mesh"]
+__all__ = [
+    "CARRIES", "LEVELS", "OTHER_AXES", "CollectiveNeed", "MeshFit", "MeshFix", "example_shape", "fit_mesh",
+    "reshaped_mesh",
+]
