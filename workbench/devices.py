@@ -105,7 +105,7 @@ def configure_cpu_devices() -> DeviceSetup:
 
     Example:
         >>> import workbench  # doctest: +SKIP
-        >>> workbench.device_setup().requested  # doctest: +SKIP
+        >>> workbench.devices.device_setup().requested  # doctest: +SKIP
         8
     """
     global _setup
