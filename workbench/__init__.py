@@ -6,10 +6,16 @@ compilation cache in a per-user folder (``WORKBENCH_COMPILATION_CACHE`` moves it
 switches it off; see :mod:`workbench.compile_cache`), so a new kernel reaches its first step sooner.
 The engine never imports a UI toolkit.
 
+The API has two tiers: this package holds the names a user reaches for first (``__all__``); each layer,
+``wb.layout``, ``wb.training``, ``wb.analysis`` and ``wb.views``, holds its own (its ``__all__``), and the
+helper modules ``wb.devices``, ``wb.formatting`` and ``wb.compile_cache`` theirs.
+
 Example:
     >>> import workbench as wb
     >>> wb.layout_array((8, 16), "data=4,model=2", "data, model").shard_shape
     (2, 8)
+    >>> wb.layout.format_spec(wb.parse_spec("data, None"))
+    'data, None'
 """
 
 from .compile_cache import configure_compilation_cache as _configure_compilation_cache
