@@ -34,7 +34,7 @@ def run() -> list[dict]:
     results = []
     for model, data, batch in CASES:
         dataset = wb.load_dataset(data)
-        params = nnx.state(wb.model_config_for_data(model, dataset).build(seed=0), nnx.Param)
+        params = nnx.state(wb.training.model_config_for_data(model, dataset).build(seed=0), nnx.Param)
         param_bytes = float_param_bytes(params)
         for mode in MODES:
             ledger = ledger_for_config(wb.TrainConfig(model=model, data=data, mode=mode, mesh="data=8", batch=batch))

@@ -43,7 +43,7 @@ def _setup():
 def ledger(mode_name: str, mesh: str = "data=8"):
     """(ledger, mode, placed state) of one compiled step of the digits mlp with Adam."""
     graphdef, state, tx, batch = _setup()
-    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh(mesh), BATCH, 1, "fp32",
+    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(mesh), BATCH, 1, "fp32",
                     tuple(tensor_parallel_rules("mlp")))
     mode = build_mode(mode_name, plan)
     placed = mode.place_state(state)
@@ -132,13 +132,13 @@ def test_fsdp_holds_one_layer_of_gathered_parameters_at_a_time():
     that parameters, not activations, dominate: gathering layer by layer needs a fraction of what
     gathering the whole tree needs, and less than the whole parameters."""
     tx = make_optimizer("sgd", 0.1)
-    model = wb.build_model("transformer", d_model=64, n_heads=4, n_layers=6, vocab=512, max_len=16)
+    model = wb.training.build_model("transformer", d_model=64, n_heads=4, n_layers=6, vocab=512, max_len=16)
     graphdef, state = init_state(model, tx)
     tokens = np.zeros((8, 16), np.int32)
     batch = {"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}
     temps = {}
     for name in ("fsdp", "fsdp-whole-tree"):
-        mode = build_mode(name, StepPlan(graphdef, wb.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8))
+        mode = build_mode(name, StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8))
         temps[name] = mode.compile_step(mode.place_state(state), mode.place_batch(batch)).memory_analysis().temp_size_in_bytes
     whole = float_param_bytes(state.params)
     assert temps["fsdp"] < 0.5 * temps["fsdp-whole-tree"] and temps["fsdp"] < 0.5 * whole, (temps, whole)
@@ -151,7 +151,7 @@ def test_accumulation_synchronises_once_per_step(mode_name):
     # fsdp reduce-scatters each microbatch's gradients inside the loop, by design: a device then only
     # ever accumulates its own 1/8 of them (ZeRO-3), as it only ever holds one layer of them whole.
     graphdef, state, tx, batch = _setup()
-    mode = build_mode(mode_name, StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH, 4))
+    mode = build_mode(mode_name, StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH, 4))
     result = ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))
     per_step = 4 if mode_name == "fsdp" else 1
     gradient_reductions = [c for c in result.collectives if c.kind in ("all-reduce", "reduce-scatter") and c.bytes > 1000]

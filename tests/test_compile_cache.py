@@ -26,7 +26,7 @@ import workbench as wb
 
 trainer = wb.Trainer(wb.TrainConfig(steps=1, batch=64, log_every=1, eval_every=0, sync_every=0), run_root=__import__("sys").argv[1])
 summary = trainer.run()
-print(json.dumps({**counts, "loss": summary["final_loss"], "info": wb.compilation_cache_info()}))
+print(json.dumps({**counts, "loss": summary["final_loss"], "info": wb.compile_cache.compilation_cache_info()}))
 """
 
 
@@ -63,7 +63,7 @@ def test_off_leaves_jax_without_a_cache(tmp_path):
 
 
 def _info(env: dict) -> dict:
-    code = "import json, workbench as wb; print(json.dumps(wb.compilation_cache_info()))"
+    code = "import json, workbench as wb; print(json.dumps(wb.compile_cache.compilation_cache_info()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_environment(**env), check=True)
     return json.loads(done.stdout)
 

@@ -54,7 +54,7 @@ def test_jax_started_first_is_said_once_with_the_fix():
 
 def test_accelerator_platform_is_left_alone():
     # Only reads the decision: starting a CUDA backend is not possible here.
-    done = _python("import workbench as wb; print(wb.device_setup().reason)", JAX_PLATFORMS="cuda")
+    done = _python("import workbench as wb; print(wb.devices.device_setup().reason)", JAX_PLATFORMS="cuda")
     assert "left alone" in done.stdout
 
 
@@ -68,7 +68,7 @@ COUNT_XLA_THREADS = (
     "import os, collections, workbench as wb, jax.numpy as jnp\n"
     "(jnp.ones(3) + 1).block_until_ready()  # the backend starts: its pools exist\n"
     "names = collections.Counter(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
-    "print(wb.device_setup().threads, names['tf_XLAEigen'])\n"
+    "print(wb.devices.device_setup().threads, names['tf_XLAEigen'])\n"
 )
 
 
@@ -88,7 +88,7 @@ def test_a_process_that_inherits_a_parents_pool_size_sizes_its_own():
 
 
 def test_a_child_sizes_its_own_pools_and_keeps_the_users_size(monkeypatch):
-    assert wb.device_setup().threads == 32 and os.environ[THREADS_ENV_VAR] == "32"
+    assert wb.devices.device_setup().threads == 32 and os.environ[THREADS_ENV_VAR] == "32"
     assert THREADS_ENV_VAR not in child_environment(4)  # ours was for 8 devices: the child's import sizes it for 4
     monkeypatch.setenv(THREADS_ENV_VAR, "12")
     assert child_environment(4)[THREADS_ENV_VAR] == "12"

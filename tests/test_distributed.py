@@ -257,6 +257,7 @@ def test_a_checkpoint_resumes_across_processes_onto_another_layout(tmp_path):
     target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype,
                                                             sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])), plain)
     restored = restore_state(wb.latest_checkpoint(first.run_path), target)
-    for (path, value), (_, expected) in zip(wb.leaves_with_paths(restored.params), wb.leaves_with_paths(plain.params)):
+    for (path, value), (_, expected) in zip(wb.layout.leaves_with_paths(restored.params),
+                                            wb.layout.leaves_with_paths(plain.params)):
         scale = max(float(np.max(np.abs(expected))), 1e-3)
         assert float(np.max(np.abs(np.asarray(value) - np.asarray(expected)))) / scale <= EXACT, path

@@ -110,5 +110,5 @@ def test_align_columns_rejects_ragged_rows_and_unknown_columns():
 
 
 def test_flat_namespace_keeps_the_formatters():
-    assert wb.format_bytes is format_bytes and wb.format_seconds is format_seconds
-    assert wb.align_columns is align_columns
+    assert wb.format_bytes is format_bytes and wb.formatting.format_seconds is format_seconds
+    assert wb.formatting.align_columns is align_columns

@@ -90,7 +90,7 @@ def test_abstract_layout_tiles_the_array_exactly(case):
     """On abstract meshes (up to 1,024 devices) every element is held by exactly `replication` devices."""
     mesh_shape, spec, shape, _ = case
     layout = wb.layout_array(shape, mesh_shape, spec, dtype="bfloat16")
-    abstract = wb.abstract_mesh(mesh_shape)
+    abstract = wb.layout.abstract_mesh(mesh_shape)
     assert layout.shard_shape == tuple(NamedSharding(abstract, spec).shard_shape(shape))
     holders = layout.holders()
     assert all(len(ids) == layout.replication for ids in holders.values())
@@ -109,7 +109,7 @@ def test_per_leaf_figures_equal_the_per_device_computation(case, dtype):
     """Shard shape, bytes and replication are worked out once per leaf (no per-device list); each equals what
     the devices' own slices say, and each device's slice computed alone equals the all-devices computation."""
     mesh_shape, spec, shape, _ = case
-    tree = wb.layout_tree({"w": jax.ShapeDtypeStruct(shape, dtype)}, wb.abstract_mesh(mesh_shape), {"w": spec})
+    tree = wb.layout_tree({"w": jax.ShapeDtypeStruct(shape, dtype)}, wb.layout.abstract_mesh(mesh_shape), {"w": spec})
     leaf = tree.leaf("w").layout
     every = wb.layout_array(shape, mesh_shape, spec, dtype=dtype).devices  # vectorised over all devices
     bits = np.dtype(jax.numpy.dtype(dtype)).itemsize * 8 if dtype != "int4" else 4

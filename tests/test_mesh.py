@@ -14,7 +14,7 @@ def test_parse_forms_agree():
     assert wb.parse_mesh({"data": 4, "model": 2}) == expected
     assert wb.parse_mesh((4, 2), names=("data", "model")) == expected
     assert wb.parse_mesh(8, names="data") == wb.MeshShape(("data",), (8,))
-    assert wb.parse_mesh(wb.abstract_mesh("data=4,model=2")) == expected
+    assert wb.parse_mesh(wb.layout.abstract_mesh("data=4,model=2")) == expected
     assert str(expected) == "data=4,model=2" and expected.size == 8
 
 
@@ -37,6 +37,6 @@ def test_mixed_axis_types():
 
 
 def test_abstract_mesh_any_size():
-    mesh = wb.abstract_mesh("data=64,model=16")
+    mesh = wb.layout.abstract_mesh("data=64,model=16")
     assert mesh.axis_sizes == (64, 16) and mesh.axis_names == ("data", "model")
     assert wb.parse_mesh(mesh).size == 1024

@@ -18,12 +18,12 @@ PAIRS = [(mode, model) for mode in MODES for model in SMALL
 
 
 def _config(mode: str, model: str, **changes) -> wb.TrainConfig:
-    fields = {"model": model, "data": wb.default_data(model), "mode": mode, "mesh": MESHES.get(mode, "data=8"),
+    fields = {"model": model, "data": wb.analysis.default_data(model), "mode": mode, "mesh": MESHES.get(mode, "data=8"),
               "batch": 16, "model_options": SMALL[model], **changes}
     return wb.TrainConfig(**fields)
 
 
-def _specs(layout: wb.TreeLayout, prefix: str = "") -> dict:
+def _specs(layout: wb.layout.TreeLayout, prefix: str = "") -> dict:
     return {prefix + leaf.path: leaf.layout.spec for leaf in layout.leaves}
 
 
@@ -49,9 +49,9 @@ def test_declared_collectives_are_the_compiled_ones(mode, model):
 def test_theory_and_selector_text_come_from_the_declaration():
     for mode in MODES:
         declared = mode_class(mode).collectives
-        assert [(e["kind"], e["axes"], e["what"]) for e in wb.theoretical_collectives(mode, 1000)] == [
+        assert [(e["kind"], e["axes"], e["what"]) for e in wb.analysis.theoretical_collectives(mode, 1000)] == [
             (n.kind, [n.axis], n.what) for n in declared]
-    assert wb.DATA_PARALLEL_MODES == tuple(m for m in MODES if "model" not in mode_class(m).axes)
+    assert wb.training.DATA_PARALLEL_MODES == tuple(m for m in MODES if "model" not in mode_class(m).axes)
 
 
 def test_a_mode_that_leaves_a_fact_undeclared_is_refused():

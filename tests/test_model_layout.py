@@ -12,7 +12,7 @@ from workbench.analysis.step_ledger import ledger_for_config
 def test_modes_standard_specs():
     assert standard_rules("mlp", "data=8", "dp").to_text() == ".* => P()"
     fsdp = model_layout("mlp", "data=8", "fsdp")
-    assert wb.format_spec(fsdp.params.leaf("hidden1/kernel").layout.spec) == "None, data"
+    assert wb.layout.format_spec(fsdp.params.leaf("hidden1/kernel").layout.spec) == "None, data"
     assert fsdp.params.leaf("output/bias").layout.replication == 8  # 10 classes do not split 8 ways
     # Adam's moments follow their parameters (the rules match the paths' ends).
     mu = next(leaf for leaf in fsdp.opt_state.leaves if leaf.path.endswith("mu/hidden1/kernel"))

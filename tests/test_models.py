@@ -62,7 +62,7 @@ def make_batch(name: str, batch: int, seed: int = 0) -> dict:
 
 
 def param_leaves(model) -> dict:
-    return dict(wb.leaves_with_paths(nnx.state(model, nnx.Param)))
+    return dict(wb.layout.leaves_with_paths(nnx.state(model, nnx.Param)))
 
 
 def hand_transformer_params(vocab: int, d: int, layers: int, d_ff: int) -> int:

@@ -59,7 +59,7 @@ def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precisi
     config = model_config_for_data(model, load_dataset(data, **data_options), **model_options)
     tx = make_optimizer(optimizer, 0.1 if optimizer == "sgd" else 1e-2)
     graphdef, state = init_state(config.build(seed=0), tx)
-    plan = StepPlan(graphdef, wb.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH, accum,
+    plan = StepPlan(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH, accum,
                     precision, tuple(tensor_parallel_rules(model)))
     runner = build_mode(mode, plan)
     state = runner.place_state(state)
@@ -68,7 +68,7 @@ def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precisi
         state, metrics = runner.step(state, runner.place_batch(batch))
         losses.append(metrics["loss"])
     params = runner.export_state(state).params
-    return np.array(jax.device_get(losses)), [(p, np.asarray(v)) for p, v in wb.leaves_with_paths(params)]
+    return np.array(jax.device_get(losses)), [(p, np.asarray(v)) for p, v in wb.layout.leaves_with_paths(params)]
 
 
 def assert_losses_close(losses, reference, rtol):
@@ -143,14 +143,14 @@ def test_data_parallel_modes_split_the_batch_over_the_data_axis():
 
 def _plan_parts():
     tx = make_optimizer("sgd", 0.1)
-    graphdef, _ = init_state(wb.build_model("mlp", hidden=16), tx)
-    return graphdef, wb.model_class("mlp").loss, tx
+    graphdef, _ = init_state(wb.training.build_model("mlp", hidden=16), tx)
+    return graphdef, wb.training.model_class("mlp").loss, tx
 
 
 def test_fsdp_shards_parameters_and_optimizer_state():
     tx = make_optimizer("adam", 1e-3)
-    graphdef, state = init_state(wb.build_model("mlp", hidden=64), tx)
-    mode = build_mode("fsdp", StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), 64))
+    graphdef, state = init_state(wb.training.build_model("mlp", hidden=64), tx)
+    mode = build_mode("fsdp", StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), 64))
     placed = mode.place_state(state)
     kernel = placed.params["hidden2"]["kernel"][...]
     mu = placed.opt_state.inner_state[0].mu["hidden2"]["kernel"][...]
@@ -162,8 +162,8 @@ def test_fsdp_shards_parameters_and_optimizer_state():
 
 def test_tensor_parallel_splits_the_hidden_layers_over_model():
     tx = make_optimizer("sgd", 0.1)
-    graphdef, state = init_state(wb.build_model("mlp", hidden=64), tx)
-    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64,
+    graphdef, state = init_state(wb.training.build_model("mlp", hidden=64), tx)
+    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64,
                     tp_rules=tuple(tensor_parallel_rules("mlp")))
     placed = build_mode("tp", plan).place_state(state)
     assert placed.params["hidden1"]["kernel"][...].addressable_shards[0].data.shape == (64, 32)  # columns
@@ -195,8 +195,8 @@ def test_bad_combinations_are_refused_before_compiling(mode, changes, message):
 
 def test_tensor_parallelism_needs_a_splittable_layer():
     tx = make_optimizer("sgd", 0.1)
-    graphdef, _ = init_state(wb.build_model("linear"), tx)
-    plan = StepPlan(graphdef, wb.model_class("linear").loss, tx, wb.parse_mesh("model=2"), 64, tp_rules=())
+    graphdef, _ = init_state(wb.training.build_model("linear"), tx)
+    plan = StepPlan(graphdef, wb.training.model_class("linear").loss, tx, wb.parse_mesh("model=2"), 64, tp_rules=())
     with pytest.raises(wb.WorkbenchError, match="no splittable layer"):
         build_mode("tp", plan)
 
@@ -221,8 +221,8 @@ def test_every_compiled_step_donates_its_state(mode):
     """The compiled step (ordinary and diagnostics) aliases the whole state: the new state is written over
     the old one, as production steps do, so no device holds both. The caller's host state survives."""
     tx = make_optimizer("adam", 1e-2)
-    graphdef, state = init_state(wb.build_model("mlp", hidden=32), tx)
-    plan = StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH,
+    graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
+    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH,
                     tp_rules=tuple(tensor_parallel_rules("mlp")))
     runner = build_mode(mode, plan)
     placed, batch = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
@@ -240,8 +240,8 @@ def test_simulated_update_donates_the_state():
     """``simulated`` runs several programs per step (one per shard, then the update): the update, the program
     that writes the new state, aliases the whole state."""
     tx = make_optimizer("adam", 1e-2)
-    graphdef, state = init_state(wb.build_model("mlp", hidden=32), tx)
-    runner = build_mode("simulated", StepPlan(graphdef, wb.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH))
+    graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
+    runner = build_mode("simulated", StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH))
     placed, shards = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
     sums = jax.eval_shape(runner._shard_sums, placed, shards[0])
     memory = runner._update.lower(placed, sums, diagnostics=False).compile().memory_analysis()

@@ -44,8 +44,8 @@ def regression_loss(model, batch):
 
 
 def test_layers_are_list_elements_at_any_depth_and_other_children():
-    assert layer_paths(wb.build_model("transformer", n_layers=2)) == ["blocks/0", "blocks/1", "embed", "final_norm", "head"]
-    assert layer_paths(wb.build_model("mlp")) == ["hidden1", "hidden2", "output"]
+    assert layer_paths(wb.training.build_model("transformer", n_layers=2)) == ["blocks/0", "blocks/1", "embed", "final_norm", "head"]
+    assert layer_paths(wb.training.build_model("mlp")) == ["hidden1", "hidden2", "output"]
     nested = Nested(nnx.Rngs(0))
     layers = layer_paths(nested)
     assert layers == ["encoder/layers/0", "encoder/layers/1", "encoder/layers/2", "encoder/norm",
@@ -92,7 +92,7 @@ class TiedLM(nnx.Module):
 def test_weights_read_outside_their_layer_are_refused_with_the_fix():
     tx = optax.sgd(0.1)
     graphdef, state = init_state(TiedLM(nnx.Rngs(0)), tx)
-    runner = build_mode("fsdp", StepPlan(graphdef, wb.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8))
+    runner = build_mode("fsdp", StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8))
     tokens = np.zeros((8, 4), np.int32)
     batch = runner.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)})
     with pytest.raises(wb.WorkbenchError, match="'embed/embedding' was read outside its own call.*fsdp-whole-tree"):
@@ -107,9 +107,10 @@ LM_OPTIONS = dict(vocab=64, d_model=16, n_heads=2, n_layers=1, max_len=16)
 
 def _train_lm(mode: str, precision: str = "fp32", steps: int = 2):
     tx = optax.sgd(0.1)
-    model = wb.build_model("transformer", seed=0, loss_tile=24, **LM_OPTIONS)  # 64 words: 3 tiles, the last padded
+    # 64 words: 3 tiles, the last padded
+    model = wb.training.build_model("transformer", seed=0, loss_tile=24, **LM_OPTIONS)
     graphdef, state = init_state(model, tx)
-    runner = build_mode(mode, StepPlan(graphdef, wb.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 16,
+    runner = build_mode(mode, StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 16,
                                        precision=precision))
     rng = np.random.default_rng(0)
     state, losses = runner.place_state(state), []
@@ -157,7 +158,8 @@ def test_the_tiled_loss_is_the_plain_cross_entropy():
     """Every word in some tile, padded words never chosen: the same loss, gradient and accuracy."""
     from workbench.training.models import cross_entropy_loss, language_model_loss
 
-    model = wb.build_model("transformer", seed=0, vocab=50, d_model=16, n_heads=2, n_layers=1, max_len=8, loss_tile=16)
+    model = wb.training.build_model("transformer", seed=0, vocab=50, d_model=16, n_heads=2, n_layers=1, max_len=8,
+                                    loss_tile=16)
     rng = np.random.default_rng(1)
     batch = {"x": rng.integers(0, 50, (4, 8)).astype(np.int32), "y": rng.integers(0, 50, (4, 8)).astype(np.int32),
              "mask": np.array([1, 1, 1, 0], np.float32)}

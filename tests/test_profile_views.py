@@ -57,8 +57,8 @@ def test_an_all_reduce_bar_names_its_op_bytes_and_bandwidth(profiled):
     assert len(ops) == len(all_reduce.hovertext) == 2 * DEVICES  # the gradients' and the loss's, on each device
     for op, hover in zip(ops, all_reduce.hovertext):
         assert f"<b>{op.name}</b> · all-reduce on device {op.device}" in hover
-        assert wb.format_bytes_exact(op.bytes) in hover
-        assert f"bandwidth {wb.format_bandwidth(bandwidth[op.name])}" in hover
+        assert wb.formatting.format_bytes_exact(op.bytes) in hover
+        assert f"bandwidth {wb.formatting.format_bandwidth(bandwidth[op.name])}" in hover
     compute_hover = trace(figure, "compute").hovertext[0]
     assert "bandwidth" not in compute_hover and "layer" in compute_hover
     assert figure.layout.legend.title.text == "op kind"
@@ -76,12 +76,12 @@ def test_the_collective_table_gives_the_ledger_bytes_and_the_bandwidth(profiled)
     ledger = wb.ledger_for_config(config)
     ledger_bytes = sorted(c.bytes for c in ledger.collectives if c.kind == "all-reduce" for _ in range(c.count))
     assert sorted(c.bytes for c in timeline.collectives) == ledger_bytes
-    text = wb.timeline_table(timeline)
+    text = wb.views.timeline_table(timeline)
     per_collective = text.split("collectives (bytes per device")[1].splitlines()
     for collective in timeline.collectives:
         row = next(line for line in per_collective if line.startswith(collective.name + " "))
         assert re.search(rf"\ball-reduce\s+{re.escape(wb.format_bytes(collective.bytes))}\s", row)
-        assert wb.format_bandwidth(collective.bandwidth) in row and collective.bandwidth is not None
+        assert wb.formatting.format_bandwidth(collective.bandwidth) in row and collective.bandwidth is not None
         assert row.split()[-2] == "data"  # the axis it reduces over
     for step in timeline.steps:  # one row per profiled step, by its training step
         assert re.search(rf"^\s*{timeline.first_step + step.step}\s+\S+ \S+\s", text, re.M)
@@ -115,7 +115,7 @@ def test_the_profile_text_has_the_tables_the_memory_and_how_to_open_the_trace(pr
     text = wb.profile_text(report)
     assert text.startswith(f"profile of run {report.run}: training steps {report.first_step} to "
                            f"{report.first_step + 4} (5 steps)")
-    assert wb.timeline_table(report.timeline) in text and wb.memory_table(report.memory) in text
+    assert wb.views.timeline_table(report.timeline) in text and wb.views.memory_table(report.memory) in text
     assert text.endswith(report.how_to_open()) and str(report.perfetto_file) in text
     device = report.memory.devices[0]
     # Devices with the same figures share a row ("0-7" when nothing else lives on device 0 alone).

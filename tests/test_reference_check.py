@@ -115,8 +115,8 @@ def test_bf16_with_adam_is_judged_on_the_rms_difference():
 
 def test_a_users_own_buggy_step_is_diagnosed_from_measurements():
     dataset = wb.load_dataset("digits")
-    model = wb.model_config_for_data("mlp", dataset, **SMALL).build(seed=0)
-    tx = wb.make_optimizer("adam", 1e-3)
+    model = wb.training.model_config_for_data("mlp", dataset, **SMALL).build(seed=0)
+    tx = wb.training.make_optimizer("adam", 1e-3)
     graphdef, state = init_state(model, tx)
     users = _UsersShardMapStep(StepPlan(graphdef, type(model).loss, tx, wb.parse_mesh("data=4"), 32))
     assert users.faults == ()

@@ -22,7 +22,7 @@ SMALL = dict(model="mlp", data="digits", mode="dp", mesh="data=8", batch=64, mod
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def kinds(follower: wb.RunFollower) -> list[str]:
+def kinds(follower: wb.training.RunFollower) -> list[str]:
     return [event.kind for event in follower.history]
 
 
@@ -31,7 +31,7 @@ def follow(tmp_path):
     """follow_run under tmp_path with a fast poll; every follower is closed when the test ends."""
     made = []
 
-    def start(run, **options) -> wb.RunFollower:
+    def start(run, **options) -> wb.training.RunFollower:
         follower = wb.follow_run(run, run_root=tmp_path, **{"poll_interval": FAST, **options})
         made.append(follower)
         return follower
@@ -65,7 +65,7 @@ def test_a_run_written_line_by_line_in_another_thread_is_followed_as_it_grows(tm
         if step % 10 == 0:
             records.append({"step": step, "eval_loss": 2.0 / step, "eval_accuracy": step / 30})
             records.append({"step": step, "sync_replicas": 2, "sync_per_replica_grad_norms": [0.5, 0.25 * step]})
-    writer = wb.RunWriter(tmp_path, "live", {"mode": "dp", "mesh": "data=2", "steps": 30})
+    writer = wb.training.RunWriter(tmp_path, "live", {"mode": "dp", "mesh": "data=2", "steps": 30})
     follower = follow("live")
     seen_while_running = []
     follower.subscribe(lambda event: seen_while_running.append(writer.finished))
@@ -102,7 +102,7 @@ def test_a_run_written_line_by_line_in_another_thread_is_followed_as_it_grows(tm
 
 
 def test_a_half_written_line_is_read_when_its_newline_arrives(tmp_path, follow):
-    writer = wb.RunWriter(tmp_path, "half", {"steps": 3})
+    writer = wb.training.RunWriter(tmp_path, "half", {"steps": 3})
     writer.append({"step": 1, "loss": 0.5})
     follower = follow("half")
     assert poll(lambda: "metrics" in kinds(follower))
@@ -126,7 +126,7 @@ def test_a_half_written_line_is_read_when_its_newline_arrives(tmp_path, follow):
 
 
 def test_a_run_that_stops_writing_goes_silent_once_and_comes_back(tmp_path, follow):
-    writer = wb.RunWriter(tmp_path, "quiet", {"steps": 10})
+    writer = wb.training.RunWriter(tmp_path, "quiet", {"steps": 10})
     writer.append({"step": 1, "loss": 1.0})
     follower = follow("quiet", silent_after=0.2)
     assert poll(lambda: follower.status == "silent")
@@ -148,7 +148,7 @@ def test_a_run_folder_that_appears_late_is_followed_and_one_that_never_does_fail
     late = follow("late", appear_timeout=10)
     time.sleep(5 * FAST)
     assert late.status == "running" and late.history == []  # waiting for the launcher to create it
-    with wb.RunWriter(tmp_path, "late", {"steps": 1}) as writer:
+    with wb.training.RunWriter(tmp_path, "late", {"steps": 1}) as writer:
         writer.append({"step": 1, "loss": 0.1})
     assert late.wait(10)["status"] == "finished" and kinds(late) == ["start", "compiled", "metrics", "end"]
 
@@ -160,7 +160,7 @@ def test_a_run_folder_that_appears_late_is_followed_and_one_that_never_does_fail
 
 
 def test_close_ends_the_thread_within_a_poll_and_leaves_the_run_going(tmp_path, follow):
-    writer = wb.RunWriter(tmp_path, "going", {"steps": 10})
+    writer = wb.training.RunWriter(tmp_path, "going", {"steps": 10})
     follower = follow("going", poll_interval=600.0)
     assert poll(lambda: kinds(follower) == ["start"])
     closing = threading.Thread(target=follower.close, daemon=True)
@@ -173,7 +173,7 @@ def test_close_ends_the_thread_within_a_poll_and_leaves_the_run_going(tmp_path, 
 
 
 def test_a_followed_run_refuses_pause_and_stop_unless_given_a_stopper(tmp_path, follow):
-    wb.RunWriter(tmp_path, "elsewhere", {"steps": 10})
+    wb.training.RunWriter(tmp_path, "elsewhere", {"steps": 10})
     follower = follow("elsewhere")
     for control in (follower.pause, follower.resume):
         with pytest.raises(wb.WorkbenchError, match="a followed run cannot be paused from here"):
@@ -188,10 +188,10 @@ def test_a_followed_run_refuses_pause_and_stop_unless_given_a_stopper(tmp_path, 
 
 
 def test_a_broken_subscriber_is_dropped_and_the_others_still_hear(tmp_path, follow):
-    with wb.RunWriter(tmp_path, "done", {"steps": 2}) as writer:
+    with wb.training.RunWriter(tmp_path, "done", {"steps": 2}) as writer:
         writer.append({"step": 1, "loss": 0.5})
         writer.append({"step": 2, "loss": 0.25})
-    follower = wb.RunFollower("done", tmp_path, poll_interval=FAST)
+    follower = wb.training.RunFollower("done", tmp_path, poll_interval=FAST)
     heard = []
 
     def broken(event):
@@ -211,7 +211,7 @@ def test_a_broken_subscriber_is_dropped_and_the_others_still_hear(tmp_path, foll
 @pytest.mark.parametrize(("option", "value"), [("poll_interval", 0), ("silent_after", -1), ("appear_timeout", "5")])
 def test_bad_settings_are_refused_with_the_fix(tmp_path, option, value):
     with pytest.raises(wb.RunError, match=f"{option}={value!r} must be a number of seconds > 0"):
-        wb.RunFollower("any", tmp_path, **{option: value})
+        wb.training.RunFollower("any", tmp_path, **{option: value})
 
 
 def test_the_follower_and_its_events_import_without_jax():

@@ -51,16 +51,16 @@ ENTRY = st.one_of(st.none(), AXES, st.lists(AXES, min_size=2, max_size=3, unique
 def test_format_round_trips(entries):
     spec = P(*entries)
     for style in ("short", "code"):
-        assert wb.parse_spec(wb.format_spec(spec, style)) == spec
-    assert wb.spec_from_json(wb.spec_to_json(spec)) == spec
+        assert wb.parse_spec(wb.layout.format_spec(spec, style)) == spec
+    assert wb.layout.spec_from_json(wb.layout.spec_to_json(spec)) == spec
 
 
 def test_format_examples():
-    assert wb.format_spec(P("data", None, "model")) == "data, None, model"
-    assert wb.format_spec(P(("data", "model"),)) == "(data, model),"
-    assert wb.format_spec(P()) == "P()"
-    assert wb.format_spec(P(("data", "model"), None), "code") == "P(('data', 'model'), None)"
-    assert wb.spec_to_json(P("data", None, ("a", "b"))) == ["data", None, ["a", "b"]]
+    assert wb.layout.format_spec(P("data", None, "model")) == "data, None, model"
+    assert wb.layout.format_spec(P(("data", "model"),)) == "(data, model),"
+    assert wb.layout.format_spec(P()) == "P()"
+    assert wb.layout.format_spec(P(("data", "model"), None), "code") == "P(('data', 'model'), None)"
+    assert wb.layout.spec_to_json(P("data", None, ("a", "b"))) == ["data", None, ["a", "b"]]
 
 
 def test_bracketed_axes_for_a_1d_array_suggest_the_trailing_comma_and_the_suggestion_fits():
@@ -68,13 +68,13 @@ def test_bracketed_axes_for_a_1d_array_suggest_the_trailing_comma_and_the_sugges
     assert wb.parse_spec("(data, model)") == P("data", "model")
     assert wb.parse_spec("(data, model),") == P(("data", "model"))
     with pytest.raises(wb.SpecError) as caught:
-        wb.validate_spec("(data, model)", "data=4,model=2", (16,))
+        wb.layout.validate_spec("(data, model)", "data=4,model=2", (16,))
     message = str(caught.value)
     assert message.startswith("spec P('data', 'model') has 2 entries but the array has 1 dimension(s) (shape (16,))")
     assert "'(data, model)' is read as the whole spec, one entry per dimension" in message
     assert "write '(data, model),' (the trailing comma makes the brackets one entry), or drop the last 1 entry" in message
     suggested = message.split("write ")[1].split(" (the trailing comma")[0].strip("'")
-    assert wb.validate_spec(suggested, "data=4,model=2", (16,)) == P(("data", "model"))
+    assert wb.layout.validate_spec(suggested, "data=4,model=2", (16,)) == P(("data", "model"))
     assert wb.layout_array((16,), "data=4,model=2", suggested).shard_shape == (2,)
     # layout_array passes the text through, so its message (the CLI's, the widget's) says the same.
     with pytest.raises(wb.SpecError, match=r"write '\(data, model\),'"):
@@ -93,13 +93,13 @@ def test_bracketed_axes_for_a_1d_array_suggest_the_trailing_comma_and_the_sugges
 )
 def test_too_many_entries_suggests_the_trailing_comma_only_where_it_fits(spec, shape):
     with pytest.raises(wb.SpecError, match=r"drop the last \d entr") as caught:
-        wb.validate_spec(spec, "data=4,model=2", shape)
+        wb.layout.validate_spec(spec, "data=4,model=2", shape)
     assert "trailing comma" not in str(caught.value)
 
 
 def test_validate_accepts_good_specs():
-    assert wb.validate_spec("data, None", "data=4,model=2", (8, 3)) == P("data", None)
-    assert wb.validate_spec("(data, model)", "data=4,model=2", (8, 16)) == P("data", "model")
-    assert wb.validate_spec("(data, model),", "data=4,model=2", (16, 3)) == P(("data", "model"))
+    assert wb.layout.validate_spec("data, None", "data=4,model=2", (8, 3)) == P("data", None)
+    assert wb.layout.validate_spec("(data, model)", "data=4,model=2", (8, 16)) == P("data", "model")
+    assert wb.layout.validate_spec("(data, model),", "data=4,model=2", (16, 3)) == P(("data", "model"))
     # Fewer entries than dimensions: the rest are unsharded.
-    assert wb.validate_spec("data", "data=4", (8, 5, 7)) == P("data")
+    assert wb.layout.validate_spec("data", "data=4", (8, 5, 7)) == P("data")

@@ -16,8 +16,8 @@ from workbench.training.trainer import Trainer
 
 def _setup(mode_name: str, mesh: str = "data=8", batch_size: int = 64):
     dataset = wb.load_dataset("digits")
-    config = wb.model_config_for_data("mlp", dataset, hidden=32)
-    tx = wb.make_optimizer("sgd", 0.1)
+    config = wb.training.model_config_for_data("mlp", dataset, hidden=32)
+    tx = wb.training.make_optimizer("sgd", 0.1)
     model = config.build(seed=0)
     graphdef, state = init_state(model, tx)
     mode = build_mode(mode_name, StepPlan(graphdef, type(model).loss, tx, wb.parse_mesh(mesh), batch_size))
@@ -26,7 +26,7 @@ def _setup(mode_name: str, mesh: str = "data=8", batch_size: int = 64):
 
 
 def _flat_grad(model, batch) -> np.ndarray:
-    grads = nnx.grad(lambda m: wb.loss_fn(m, batch)[0])(model)
+    grads = nnx.grad(lambda m: wb.training.loss_fn(m, batch)[0])(model)
     return np.concatenate([np.ravel(np.asarray(g)) for g in jax.tree.leaves(nnx.state(grads, nnx.Param))])
 
 
@@ -64,7 +64,7 @@ def test_divergence_shows_a_replica_that_drifted():
 
 def test_replica_divergence_groups_copies_of_the_same_slice():
     mesh = wb.build_mesh("data=4,model=2")
-    placed = wb.shard_model_state({"w": np.arange(16.0).reshape(4, 4)}, mesh, {"w": "None, model"})
+    placed = wb.training.shard_model_state({"w": np.arange(16.0).reshape(4, 4)}, mesh, {"w": "None, model"})
     assert replica_divergence(placed) == 0.0  # 4 copies of each column half, all equal
 
 

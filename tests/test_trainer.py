@@ -66,7 +66,7 @@ def test_long_logging_intervals_and_long_evaluations_do_not_deadlock_the_cpu_col
     code = (
         "import json, sys, workbench as wb\n"
         "data = wb.load_dataset('digits')\n"
-        "model = wb.model_config_for_data('mlp', data).build(seed=0)\n"
+        "model = wb.training.model_config_for_data('mlp', data).build(seed=0)\n"
         "config = wb.TrainConfig(mode='dp', mesh='data=8', batch=64, steps=300, log_every=300, eval_every=0,\n"
         "                        sync_every=0)\n"
         "trainer = wb.Trainer(config, run_root=sys.argv[1], model=model, batches=lambda seed: data.batches(64, seed=seed),\n"
@@ -184,7 +184,7 @@ def test_an_exception_in_a_step_fails_the_run_with_its_message(tmp_path):
     def broken_loss(model, batch):
         raise ValueError("the loss is broken")
 
-    model = wb.build_model("linear", in_features=8)
+    model = wb.training.build_model("linear", in_features=8)
     batches = lambda seed: wb.load_dataset("regression").batches(64, seed=seed)  # noqa: E731
     trainer = Trainer(TrainConfig(mode="single", batch=64, steps=5), run_root=tmp_path, model=model,
                       loss=broken_loss, batches=batches)
@@ -208,14 +208,14 @@ def test_a_new_learning_rate_or_seed_reuses_the_compiled_step(tmp_path):
     assert trainer.compiled_modes == 2
 
 
-@pytest.mark.parametrize("name", wb.OPTIMIZERS)
+@pytest.mark.parametrize("name", wb.training.OPTIMIZERS)
 def test_optimizers_hold_only_the_learning_rate_and_match_optax_exactly(name):
     import optax
 
     params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.ones(4)}
     reference_tx = {"sgd": optax.sgd, "adam": optax.adam, "adamw": optax.adamw}[name](3e-3)
     ours, theirs = params, params
-    tx = wb.make_optimizer(name, 3e-3)
+    tx = wb.training.make_optimizer(name, 3e-3)
     state, reference_state = tx.init(params), reference_tx.init(params)
     step = jax.jit(lambda p, s, g: tx.update(g, s, p))
     for i in range(4):

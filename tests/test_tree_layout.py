@@ -50,7 +50,8 @@ def test_shard_strategy_reports_replicated_leaves(abstract_state):
 
 
 def test_rule_table_first_match_and_unused_rules(abstract_state):
-    rules = wb.RuleTable([(r"kernel$", "None, model"), (r"hidden/bias", "model"), (r"embed", "data"), (r".*", "")])
+    rules = wb.layout.RuleTable([(r"kernel$", "None, model"), (r"hidden/bias", "model"), (r"embed", "data"),
+                                 (r".*", "")])
     table = wb.layout_tree(abstract_state["params"], "data=4,model=2", rules)
     by_path = {leaf.path: leaf for leaf in table.leaves}
     assert by_path["hidden/kernel"].rule == 0 and by_path["hidden/kernel"].layout.spec == P(None, "model")
@@ -61,9 +62,9 @@ def test_rule_table_first_match_and_unused_rules(abstract_state):
 
 
 def test_rule_table_text_and_code_round_trip():
-    table = wb.RuleTable.parse("# comment\nkernel$ => None, model\n\n.* => P()\n")
+    table = wb.layout.RuleTable.parse("# comment\nkernel$ => None, model\n\n.* => P()\n")
     assert [r.pattern for r in table.rules] == ["kernel$", ".*"]
-    assert wb.RuleTable.parse(table.to_text()).rules == table.rules
+    assert wb.layout.RuleTable.parse(table.to_text()).rules == table.rules
     assert "(r'kernel$', P(None, 'model'))," in table.to_code()
 
 
@@ -104,7 +105,7 @@ def test_spec_tree_matches_by_position_even_for_tied_weights():
 
 
 def test_rule_table_code_round_trips_regexes_with_backslashes():
-    table = wb.RuleTable(wb.tensor_parallel_rules("transformer") + [("it's$", "None")])
+    table = wb.layout.RuleTable(wb.training.tensor_parallel_rules("transformer") + [("it's$", "None")])
     namespace: dict = {}
     exec(table.to_code(), namespace)  # our own generated code, as a production script would paste it
     assert [pattern for pattern, _ in namespace["SHARDING_RULES"]] == [rule.pattern for rule in table.rules]
@@ -113,7 +114,7 @@ def test_rule_table_code_round_trips_regexes_with_backslashes():
 
 def test_a_tree_on_16384_devices_holds_no_per_device_lists(abstract_state):
     """Shard shapes and bytes are per leaf; per-device slices are built only for the leaf and device a view asks."""
-    table = wb.layout_tree(abstract_state, wb.abstract_mesh("data=2048,model=8"), [(r".*hidden/kernel", P(None, "model"))])
+    table = wb.layout_tree(abstract_state, wb.layout.abstract_mesh("data=2048,model=8"), [(r".*hidden/kernel", P(None, "model"))])
     layouts = [leaf.layout for leaf in table.leaves]
     assert all(layout.device_ids is layouts[0].device_ids for layout in layouts)  # one id list for the mesh
     assert layouts[0].device_ids == tuple(range(16384))

@@ -41,7 +41,7 @@ def _outcome(action) -> str | None:
 def test_what_the_verdict_lets_through_trains_and_what_it_refuses_nothing_runs(config):
     verdict = wb.training_verdict(config)
     trained = _outcome(lambda: build_step(config))  # what Start and Check build before anything runs
-    verified = _outcome(lambda: wb.check_verifiable(config, "cpu"))
+    verified = _outcome(lambda: wb.analysis.check_verifiable(config, "cpu"))
 
     assert verdict.level in ("ok", "warning", "plan", "error")
     if verdict.trains:
@@ -52,7 +52,7 @@ def test_what_the_verdict_lets_through_trains_and_what_it_refuses_nothing_runs(c
         assert trained == verdict.message  # the trainer's words, word for word
         assert verified == verdict.message  # Verify refuses the same, in the same words
     elif verified is not None:  # Verify refuses only what it cannot compile: a mode that is not one program
-        assert not issubclass(wb.mode_class(config.mode), ShardedJitMode), verified
+        assert not issubclass(wb.training.mode_class(config.mode), ShardedJitMode), verified
     if verdict.level == "plan":
         assert "plan and verify only" in verdict.message and [fix.mesh for fix in verdict.fixes]
     for fix in verdict.fixes:  # every fix leads somewhere that runs, or at least plans
@@ -88,7 +88,7 @@ def test_model_options_the_data_contradicts_are_planned_and_verified_but_never_t
     config = wb.TrainConfig(model="transformer", data="text", model_options={"vocab": 1024}, mesh="data=8", batch=64)
     verdict = wb.training_verdict(config)
     assert verdict.level == "plan" and "vocab=1024 does not fit data 'text'" in verdict.message
-    assert wb.check_verifiable(config, "cpu").model_options == {"vocab": 1024}
+    assert wb.analysis.check_verifiable(config, "cpu").model_options == {"vocab": 1024}
     with pytest.raises(wb.WorkbenchError, match="vocab=1024 does not fit data 'text'"):
         build_step(config)
     other_kind = wb.training_verdict(wb.TrainConfig(model="transformer", data="digits", mesh="data=8"))
@@ -114,7 +114,8 @@ def test_every_tab_shows_the_same_verdict_and_only_ok_gets_a_tick(mesh, mode, ba
         for status in (bench.mode_selector.status, bench.inspector.status):
             assert status.last is None or status.last[0] != "ok", status.last
     verify_refuses = bench.inspector.verification.verify_button.disabled
-    assert verify_refuses == (_outcome(lambda: wb.check_verifiable(bench.selection._config(), "cpu")) is not None)
+    refusal = _outcome(lambda: wb.analysis.check_verifiable(bench.selection._config(), "cpu"))
+    assert verify_refuses == (refusal is not None)
     assert verify_refuses or expected.level != "error"
     bench.close()
 

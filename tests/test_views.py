@@ -555,7 +555,7 @@ def test_memory_bar_figure_from_tree_and_dict():
 def mlp_comparison():
     """The plan of the mlp's fsdp step on data=8 and the compiler's record of that step, compiled here."""
     config = wb.TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64)
-    step = wb.build_abstract_step(config)
+    step = wb.training.build_abstract_step(config)
     compiled = read_compiled_step(step.compile(), step.mode.mesh, step.layers)
     plan = wb.plan_training("mlp", {}, "data=8", "fsdp", optimizer="adam", hardware="cpu", global_batch=64,
                             precision="fp32")

@@ -131,7 +131,7 @@ def test_a_complete_run_fills_every_figure(make_dashboard):
     replicas = [t for t in dashboard.grad_norm_figure.data if t.name.startswith("replica ")]
     assert len(replicas) == 8
     for index, trace in enumerate(replicas):
-        assert trace.name == f"replica {index}" and trace.line.color == wb.device_color(index)
+        assert trace.name == f"replica {index}" and trace.line.color == wb.views.device_color(index)
         assert len(trace.y) == 4 and trace.visible is not False
     # The synchronised gradient is the mean of eight equal-weight local ones: no longer than the longest.
     assert max(t.y[-1] for t in replicas) >= synced[-1]
@@ -161,7 +161,7 @@ def test_each_replica_is_drawn_in_the_colour_of_the_devices_it_holds(make_dashbo
     assert dashboard.wait(120)["steps"] == 10 and not errors(dashboard)
     replicas = [t for t in dashboard.grad_norm_figure.data if t.name.startswith("replica ")]
     assert [t.name for t in replicas] == [f"replica {r} (devices {2 * r}, {2 * r + 1})" for r in range(4)]
-    assert [t.line.color for t in replicas] == [wb.device_color(2 * r) for r in range(4)]  # replica 1: device 2's
+    assert [t.line.color for t in replicas] == [wb.views.device_color(2 * r) for r in range(4)]  # replica 1: device 2's
     assert all(len(t.y) == 2 for t in replicas)  # steps 5 and 10
 
 
@@ -250,7 +250,7 @@ def test_callback_errors_are_shown_not_raised(make_dashboard, tmp_path):
     assert "no run to pause" in dashboard.status.last[1]
 
     # A malformed event reaching the trainer's subscriber is a bug: shown with its type, not raised.
-    dashboard.on_event(wb.TrainEvent("sync", 10, {}, "run"))
+    dashboard.on_event(wb.training.TrainEvent("sync", 10, {}, "run"))
     assert dashboard.status.last[0] == "error" and "KeyError" in dashboard.status.last[1]
 
     shown = len(errors(dashboard))
@@ -345,7 +345,7 @@ def test_the_watch_button_follows_the_one_selected_run(make_dashboard, tmp_path)
     dashboard = make_dashboard(dp_selection(steps=10))
     names = [dashboard.start()]
     assert dashboard.wait(120)["steps"] == 10
-    with wb.RunWriter(tmp_path, "from-the-cli", {"mode": "dp", "mesh": "data=8", "steps": 3}) as writer:
+    with wb.training.RunWriter(tmp_path, "from-the-cli", {"mode": "dp", "mesh": "data=8", "steps": 3}) as writer:
         for step, loss in ((1, 2.0), (2, 1.5), (3, 1.25)):
             writer.append({"step": step, "loss": loss})
     names.append(writer.name)
@@ -367,7 +367,7 @@ def test_the_watch_button_follows_the_one_selected_run(make_dashboard, tmp_path)
 
 
 def test_a_foreign_run_is_not_stopped_its_silence_and_failure_are_shown(tmp_path, attach):
-    writer = wb.RunWriter(tmp_path, "on-another-host", {"mode": "fsdp", "mesh": "data=8", "steps": 100})
+    writer = wb.training.RunWriter(tmp_path, "on-another-host", {"mode": "fsdp", "mesh": "data=8", "steps": 100})
     writer.append({"step": 1, "loss": 2.0})
     dashboard = attach("on-another-host", silent_after=0.2)
     assert poll(lambda: ys(dashboard.loss_figure, "train loss") == [2.0], 10)
@@ -390,7 +390,7 @@ def test_a_foreign_run_is_not_stopped_its_silence_and_failure_are_shown(tmp_path
 
 
 def test_stop_on_a_launched_run_calls_its_stopper(tmp_path, attach):
-    writer = wb.RunWriter(tmp_path, "launched", {"mode": "dp", "mesh": "data=8", "steps": 100})
+    writer = wb.training.RunWriter(tmp_path, "launched", {"mode": "dp", "mesh": "data=8", "steps": 100})
     stops = []
 
     def stop_every_process():
@@ -407,7 +407,7 @@ def test_stop_on_a_launched_run_calls_its_stopper(tmp_path, attach):
 
 
 def test_start_while_watching_stops_watching_not_the_watched_run(make_dashboard, tmp_path):
-    writer = wb.RunWriter(tmp_path, "still-going", {"mode": "dp", "mesh": "data=8", "steps": 100})
+    writer = wb.training.RunWriter(tmp_path, "still-going", {"mode": "dp", "mesh": "data=8", "steps": 100})
     writer.append({"step": 1, "loss": 9.0})
     dashboard = make_dashboard(dp_selection(steps=10))
     follower = dashboard.watch("still-going", **FOLLOW_FAST)

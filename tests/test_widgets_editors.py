@@ -80,7 +80,7 @@ def test_a_mesh_larger_than_the_machine_is_allowed_for_planning_and_says_how_to_
 def test_device_grid_uses_the_shared_device_colours():
     grid = device_grid_html(wb.parse_mesh("data=2,model=4"))
     for device in range(8):
-        assert wb.device_color(device) in grid
+        assert wb.views.device_color(device) in grid
     assert "model=3" in grid and "data=1" in grid
 
 
@@ -109,10 +109,10 @@ def test_invalid_spec_is_flagged_with_the_engines_message_and_the_last_valid_spe
     editor.spec_text.value = "data, None"  # 6 is not divisible by 4
     level, text = editor.status.last
     assert level == "error" and "dimension 0 of size 6 is not divisible by mesh axis 'data' (4)" in text
-    assert wb.format_spec(editor.layout.spec) == "None, data"
+    assert wb.layout.format_spec(editor.layout.spec) == "None, data"
     editor.spec_text.value = "model"
     assert "names axis 'model'" in editor.status.last[1]
-    assert wb.format_spec(editor.layout.spec) == "None, data"
+    assert wb.layout.format_spec(editor.layout.spec) == "None, data"
 
 
 def test_rule_table_shows_what_each_rule_matched_and_refuses_bad_rules():
@@ -123,7 +123,7 @@ def test_rule_table_shows_what_each_rule_matched_and_refuses_bad_rules():
     assert selection.rules[0] == ("kernel$", "None, model")
     assert "matched nothing" in editor.matches.value
     layout = selection.model_layout()
-    assert wb.format_spec(layout.params.leaf("hidden2/kernel").layout.spec) == "None, model"
+    assert wb.layout.format_spec(layout.params.leaf("hidden2/kernel").layout.spec) == "None, model"
     assert not editor.apply_rules("kernel$ => data, data")
     assert editor.rules_status.last[0] == "error"
     assert selection.rules[0] == ("kernel$", "None, model")  # kept
@@ -140,7 +140,7 @@ def test_choosing_a_mode_applies_its_standard_specs():
     selector.mode.value = "fsdp"
     assert selection.mode == "fsdp" and selection.rules == []
     spec = selection.model_layout().params.leaf("hidden1/kernel").layout.spec
-    assert "data" in wb.format_spec(spec)
+    assert "data" in wb.layout.format_spec(spec)
     assert "reduce-scatter" in selector.explanation.value and "all-gather" in selector.explanation.value
 
 
@@ -197,13 +197,13 @@ def test_a_pair_that_repeats_work_warns_and_a_mode_fix_sets_the_dropdown_specs_a
     assert shown(selector.verdict.line) == "✓ mode 'dp-tp' trains on mesh data=4,model=2"
     assert selector.status.last[0] == "ok"
     spec = selection.model_layout().params.leaf("hidden1/kernel").layout.spec
-    assert wb.format_spec(spec) == "None, model"
+    assert wb.layout.format_spec(spec) == "None, model"
 
 
 def test_a_fix_that_fails_is_shown_in_the_widget_and_the_selection_kept():
     selection = Selection(mesh="data=4,model=2", mode="dp")
     selector = ModeSelector(selection)
-    broken = selector.verdict._button(wb.MeshFix("use mesh data=0", mesh="data=0"))  # as a bad fix would be
+    broken = selector.verdict._button(wb.training.MeshFix("use mesh data=0", mesh="data=0"))  # as a bad fix would be
     broken.click()
     level, text = selector.status.last
     assert level == "error" and "'data' has size 0" in text

@@ -43,7 +43,7 @@ def test_verify_compiles_a_mesh_larger_than_the_machine_in_the_background_then_m
     selection = Selection(**SMALL)
     inspector = ShardingInspector(selection)
     panel = inspector.verification  # hosted by the Inspect tab
-    assert panel.target.options == ("cpu", *wb.topologies_for(16), *wb.gpu_targets_for(16))
+    assert panel.target.options == ("cpu", *wb.analysis.topologies_for(16), *wb.analysis.gpu_targets_for(16))
     assert {"tpu:v5e:4x4", "gpu:h100:16"} <= set(panel.target.options)
 
     panel.verify_button.click()

@@ -173,7 +173,7 @@ class Selection(traitlets.HasTraits):
     def mesh_shape(self) -> wb.MeshShape:
         return wb.parse_mesh(self.mesh)
 
-    def verdict(self) -> wb.TrainingVerdict:
+    def verdict(self) -> wb.analysis.TrainingVerdict:
         """Whether the selection trains on this machine (:func:`workbench.training_verdict`): its mode on its
         mesh, its batch, this machine's devices and memory, with the fixes to offer.
 
@@ -185,7 +185,7 @@ class Selection(traitlets.HasTraits):
 
     def options_for_mode(self, name: str) -> dict[str, Any]:
         """The training options, less the teaching faults mode ``name`` cannot have."""
-        supported = wb.mode_class(name).supported_faults
+        supported = wb.training.mode_class(name).supported_faults
         return {**self.options, "faults": tuple(f for f in self.options.get("faults", ()) if f in supported)}
 
     def use_mode(self, name: str) -> None:
@@ -196,7 +196,7 @@ class Selection(traitlets.HasTraits):
             self.rules = []
             self.mode = name
 
-    def apply_fix(self, fix: wb.MeshFix) -> None:
+    def apply_fix(self, fix: wb.training.MeshFix) -> None:
         """Apply one of :meth:`verdict`'s fixes: its mode (as :meth:`use_mode`), its mesh, its batch.
 
         Example:
@@ -213,7 +213,7 @@ class Selection(traitlets.HasTraits):
                 self.options = {**self.options, "batch": fix.batch}
 
     def model_layout(self, batch: int | None = None):
-        """The :class:`workbench.ModelLayout` of the current choices (one global batch of ``batch`` examples,
+        """The :class:`workbench.analysis.ModelLayout` of the current choices (one global batch of ``batch`` examples,
         default the Global batch option).
 
         The last few are kept: every widget showing the selection asks for one after each change, and a
@@ -238,13 +238,14 @@ class Selection(traitlets.HasTraits):
             >>> Selection(mesh="data=4,model=2", mode="dp").smallest_batch()
             4
         """
-        return wb.mode_class(self.mode).batch_parts(self.mesh_shape())
+        return wb.training.mode_class(self.mode).batch_parts(self.mesh_shape())
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""
         return self._config(**overrides).checked()
 
     def _config(self, **overrides: Any) -> wb.TrainConfig:
-        fields = {"model": self.model, "data": wb.default_data(self.model), "mode": self.mode, "mesh": self.mesh,
-                  "steps": DEFAULTS.steps, "model_options": dict(self.model_options), **self.options, **overrides}
+        fields = {"model": self.model, "data": wb.analysis.default_data(self.model), "mode": self.mode,
+                  "mesh": self.mesh, "steps": DEFAULTS.steps, "model_options": dict(self.model_options),
+                  **self.options, **overrides}
         return wb.TrainConfig(**fields)

@@ -7,7 +7,7 @@ most every ``redraw_interval`` seconds (and once more when the run pauses or end
 Every run is written to ``run_root`` by the trainer as it goes, so closing or resetting the dashboard, or
 a crashed kernel, loses nothing; the "compare" list overlays any of those runs' loss curves. Watch (or
 :meth:`TrainingDashboard.attach`) follows a run written elsewhere (the CLI, other processes, a shared
-folder) through :class:`workbench.RunFollower`, with the same plots.
+folder) through :class:`workbench.training.RunFollower`, with the same plots.
 
 Above the progress bar, the same verdict as in the Model & mode and Inspect tabs says whether the
 mode trains on the mesh (with its one-click fixes); Start and Check refuse a pair the trainer refuses,
@@ -58,13 +58,13 @@ UNTIL_STOPPED = 10**9  # the steps of a run trained "until stopped": more than a
 REDRAW_INTERVAL_S = 0.25  # a few redraws per second: smooth to the eye, nothing to training
 STOP_TIMEOUT_S = 10.0  # how long Reset/close/another dashboard's Start wait for a run to stop
 
-TRAIN_COLOR = wb.OKABE_ITO[4]  # blue
-EVAL_COLOR = wb.OKABE_ITO[5]  # vermillion: tells apart from blue for every kind of colour vision
-THROUGHPUT_COLOR = wb.OKABE_ITO[2]  # bluish green
+TRAIN_COLOR = wb.views.OKABE_ITO[4]  # blue
+EVAL_COLOR = wb.views.OKABE_ITO[5]  # vermillion: tells apart from blue for every kind of colour vision
+THROUGHPUT_COLOR = wb.views.OKABE_ITO[2]  # bluish green
 SYNCED_COLOR = "#000000"  # Okabe-Ito black: the one line the replica colours (device colours) never use
-DIVERGENCE_COLOR = wb.OKABE_ITO[6]  # reddish purple
+DIVERGENCE_COLOR = wb.views.OKABE_ITO[6]  # reddish purple
 # Past runs: dashed and translucent, so they stay behind the live run (no blue or vermillion: those are it).
-OVERLAY_COLORS = (wb.OKABE_ITO[7], wb.OKABE_ITO[0], wb.OKABE_ITO[1], wb.OKABE_ITO[2], wb.OKABE_ITO[6])
+OVERLAY_COLORS = tuple(wb.views.OKABE_ITO[index] for index in (7, 0, 1, 2, 6))
 
 _DRAW_NOW = ("start", "compiled", "paused", "resumed", "end")  # events worth a redraw whatever the throttle
 _FOLLOWED_LIVE = ("running", "silent")  # a followed run's statuses before it ends
@@ -127,7 +127,7 @@ class TrainingDashboard(widgets.VBox):
     def _init_run_state(self, redraw_interval: float) -> None:
         """What the dashboard knows about the current run, before any run."""
         self._trainer: wb.Trainer | None = None  # the dashboard's own runs
-        self._follower: wb.RunFollower | None = None  # a run it watches instead (attach, watch)
+        self._follower: wb.training.RunFollower | None = None  # a run it watches instead (attach, watch)
         self._silent = False  # the watched run went silent: say so when its metrics come back
         self._throttle = Throttle(redraw_interval)
         self._late_draw: threading.Timer | None = None
@@ -252,7 +252,7 @@ class TrainingDashboard(widgets.VBox):
         return self._trainer
 
     @property
-    def follower(self) -> wb.RunFollower | None:
+    def follower(self) -> wb.training.RunFollower | None:
         """The run this dashboard watches (:meth:`watch`, :meth:`attach`), or None when it shows its own."""
         return self._follower
 
@@ -288,7 +288,7 @@ class TrainingDashboard(widgets.VBox):
                **follow_options: Any) -> "TrainingDashboard":
         """A dashboard that follows ``run`` (a name under ``run_root``, or a run folder) as its files grow.
 
-        ``follow_options`` go to :class:`workbench.RunFollower`: ``stopper`` (what Stop calls),
+        ``follow_options`` go to :class:`workbench.training.RunFollower`: ``stopper`` (what Stop calls),
         ``poll_interval``, ``silent_after``, ``appear_timeout``.
 
         Example:
@@ -301,15 +301,15 @@ class TrainingDashboard(widgets.VBox):
         return dashboard
 
     @_shown
-    def watch(self, run: Any, **follow_options: Any) -> wb.RunFollower | None:
+    def watch(self, run: Any, **follow_options: Any) -> wb.training.RunFollower | None:
         """Follow ``run`` in this dashboard (as :meth:`attach`); Start goes back to the dashboard's own runs.
 
         Refused while this dashboard's own run is active. Returns the follower.
         """
         if self._active():
-            raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it before "
-                                      "watching another run")
-        follower = wb.RunFollower(run, self.run_root, **follow_options)  # bad input stops here
+            raise wb.training.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: "
+                                               "Stop it before watching another run")
+        follower = wb.training.RunFollower(run, self.run_root, **follow_options)  # bad input stops here
         self._stop_watching()
         self._follower = follower
         self._total = 0
@@ -322,7 +322,7 @@ class TrainingDashboard(widgets.VBox):
         return follower.start()
 
     @_shown
-    def watch_selected(self) -> wb.RunFollower | None:
+    def watch_selected(self) -> wb.training.RunFollower | None:
         """Watch the one run selected in the compare list: what the Watch button does."""
         chosen = self._one_selected("watch")
         return self.watch(chosen) if chosen else None
@@ -336,7 +336,8 @@ class TrainingDashboard(widgets.VBox):
         Invalid settings are shown in the status and nothing starts; the selection is left as it was.
         """
         if self._active():
-            raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it first")
+            raise wb.training.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: "
+                                               "Stop it first")
         if self.until_stopped.value and "steps" not in overrides:
             overrides["steps"] = UNTIL_STOPPED
         config = self._trainable_config(**overrides)  # bad input stops here, before anything changes
@@ -394,7 +395,8 @@ class TrainingDashboard(widgets.VBox):
         active; the selection is left as it was.
         """
         if self._active():
-            raise wb.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: Stop it first")
+            raise wb.training.TrainerBusyError(f"run {self._trainer.run_name!r} is {self._trainer.status}: "
+                                               "Stop it first")
         info = wb.latest_checkpoint(wb.load_run(name, self.run_root).path)  # no checkpoint: says how to save one
         changes = resume_changes(info.config, self._trainable_config(), info.step)
         trainer = wb.Trainer.resuming(info.run_path, **changes)  # a foreign or custom-model run stops here
@@ -491,7 +493,7 @@ class TrainingDashboard(widgets.VBox):
         self._status.show("plots cleared (runs on disk are kept)", "info")
 
     @_shown
-    def check(self) -> wb.CheckReport | None:
+    def check(self) -> wb.analysis.CheckReport | None:
         """Run the reference check of the selection's mode, mesh, model and faults, and show the verdict,
         each finding, and the compiled step's communication ledger in the check panel."""
         config = self._trainable_config()
@@ -503,7 +505,8 @@ class TrainingDashboard(widgets.VBox):
         finally:
             self.check_button.disabled = False
         # The report's own ledger: compiled once, for the step it checked.
-        ledger_text = wb.ledger_table(report.ledger) if report.ledger else getattr(report, "ledger_text", None) or (
+        ledger_text = (wb.analysis.ledger_table(report.ledger) if report.ledger
+                       else getattr(report, "ledger_text", None)) or (
             f"no ledger: mode {config.mode!r} runs several programs per step, so there is no single compiled step")
         self.check_panel.value = check_html(report, ledger_text)
         if report.verdict == "ok":
@@ -559,7 +562,7 @@ class TrainingDashboard(widgets.VBox):
     # --- the training thread's side ----------------------------------------------------------------
 
     @_shown
-    def on_event(self, event: wb.TrainEvent) -> None:
+    def on_event(self, event: wb.training.TrainEvent) -> None:
         """The subscriber to the trainer or the watched run (called in its thread): record the event, redraw
         if due."""
         kind, step, data = event.kind, event.step, event.data
@@ -677,7 +680,7 @@ class TrainingDashboard(widgets.VBox):
         """Whether a watched run is being followed and has not ended."""
         return self._follower is not None and self._follower.following and self._follower.status in _FOLLOWED_LIVE
 
-    def _source(self) -> wb.Trainer | wb.RunFollower | None:
+    def _source(self) -> wb.Trainer | wb.training.RunFollower | None:
         """What the plots show: the watched run, else the dashboard's own."""
         return self._follower if self._follower is not None else self._trainer
 
@@ -706,7 +709,7 @@ class TrainingDashboard(widgets.VBox):
             self._trainer.configure(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
         return self._trainer
 
-    def _on_trainer_event(self, event: wb.TrainEvent) -> None:
+    def _on_trainer_event(self, event: wb.training.TrainEvent) -> None:
         if self._follower is None:  # while a run is watched, the trainer's last events are stale
             self.on_event(event)
 
@@ -750,10 +753,10 @@ class TrainingDashboard(widgets.VBox):
         for replica in range(count):
             name = f"replica {replica}"
             if not self._grad.has_trace(name):
-                self._grad.add_trace(name, color=wb.device_color(replica), width=1.5)
+                self._grad.add_trace(name, color=wb.views.device_color(replica), width=1.5)
             held = devices[replica] if devices else [replica]
             label = name if len(held) == 1 else f"{name} (devices {', '.join(map(str, held))})"
-            self._grad.style(name, name=label, line={"color": wb.device_color(held[0])})
+            self._grad.style(name, name=label, line={"color": wb.views.device_color(held[0])})
         for name in self._grad.names:
             if name.startswith("replica "):
                 self._grad.style(name, visible=int(name.split()[1]) < count)
@@ -820,7 +823,7 @@ def _close_tree(widget: Any) -> None:
     widget.close()
 
 
-def check_html(report: wb.CheckReport, ledger_text: str = "") -> str:
+def check_html(report: wb.analysis.CheckReport, ledger_text: str = "") -> str:
     """The check panel's HTML: the verdict, the key figures, each finding in full, and the ledger.
 
     Example:

@@ -1,7 +1,7 @@
 """The sharding inspector: every array of a training step, where each slice lives, and what it weighs.
 
 For the :class:`~widgets.common.Selection`'s model, mesh and mode it shows, from the engine's
-:class:`workbench.ModelLayout`:
+:class:`workbench.analysis.ModelLayout`:
 
 * a per-leaf table (path, shape, spec, shard shape, bytes per device, replication, why) of the
   parameters, the optimizer state or one batch, with the selected array highlighted;
@@ -68,7 +68,7 @@ def _html_table(headers: list[str], rows: list[list[str]], highlight: int | None
     return f'<table style="{_TABLE_STYLE}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def tree_table_html(tree: wb.TreeLayout, selected: str | None = None) -> str:
+def tree_table_html(tree: wb.layout.TreeLayout, selected: str | None = None) -> str:
     """One row per leaf of ``tree`` (escaped), the ``selected`` path highlighted.
 
     Example:
@@ -81,36 +81,37 @@ def tree_table_html(tree: wb.TreeLayout, selected: str | None = None) -> str:
         if leaf.path == selected:
             highlight = number
         layout = leaf.layout
-        cells = [leaf.path, wb.format_shape(layout.shape), layout.dtype, wb.format_spec(layout.spec, "code"),
-                 wb.format_shape(layout.shard_shape), wb.format_bytes(layout.bytes_per_device), str(layout.replication),
-                 leaf.reason]
+        cells = [leaf.path, wb.formatting.format_shape(layout.shape), layout.dtype,
+                 wb.layout.format_spec(layout.spec, "code"), wb.formatting.format_shape(layout.shard_shape),
+                 wb.format_bytes(layout.bytes_per_device), str(layout.replication), leaf.reason]
         rows.append([html.escape(cell, quote=False) for cell in cells])  # element text: quotes may stay
-    total = f"<div>total: {html.escape(wb.format_bytes_exact(tree.bytes_per_device))} per device</div>"
+    total = f"<div>total: {html.escape(wb.formatting.format_bytes_exact(tree.bytes_per_device))} per device</div>"
     return _html_table(headers, rows, highlight) + total
 
 
-def device_slices_html(layout: wb.ModelLayout, position: int) -> str:
+def device_slices_html(layout: wb.analysis.ModelLayout, position: int) -> str:
     """Device ``position``'s slice of every array of ``layout`` as an HTML table, with its colour."""
     rows = layout.device_slices(position)
     piece = _any_leaf(layout).layout.device_slice(position)
-    color = wb.device_color(piece.device_id)
-    swatch = (f'<span style="background:{color};color:{wb.text_color_for(color)};padding:0 6px">'
+    color = wb.views.device_color(piece.device_id)
+    swatch = (f'<span style="background:{color};color:{wb.views.text_color_for(color)};padding:0 6px">'
               f"device {piece.device_id}</span>")
     total = sum(row["bytes"] for row in rows)
-    header = (f"<div>{swatch} ({html.escape(wb.format_coords(piece.coords))}) holds {len(rows)} arrays, "
-              f"{html.escape(wb.format_bytes_exact(total))}</div>")
-    cells = [[html.escape(str(value)) for value in (row["tree"], row["path"], wb.format_shape(row["shape"]),
-                                                     wb.format_index(row["index"]), wb.format_bytes(row["bytes"]))]
+    header = (f"<div>{swatch} ({html.escape(wb.views.format_coords(piece.coords))}) holds {len(rows)} arrays, "
+              f"{html.escape(wb.formatting.format_bytes_exact(total))}</div>")
+    cells = [[html.escape(str(value)) for value in (row["tree"], row["path"], wb.formatting.format_shape(row["shape"]),
+                                                     wb.views.format_index(row["index"]),
+                                                     wb.format_bytes(row["bytes"]))]
              for row in rows]
     return header + _html_table(["tree", "path", "shape", "index (its slice)", "bytes"], cells)
 
 
-def _any_leaf(layout: wb.ModelLayout) -> wb.LeafLayout:
+def _any_leaf(layout: wb.analysis.ModelLayout) -> wb.layout.LeafLayout:
     """A leaf of the layout: every leaf shares the mesh, so any one gives device ids and coordinates."""
     return next(leaf for tree in layout.trees().values() for leaf in tree.leaves)
 
 
-def memory_figure_for(layout: wb.ModelLayout, compiler_memory: dict | None = None) -> go.Figure:
+def memory_figure_for(layout: wb.analysis.ModelLayout, compiler_memory: dict | None = None) -> go.Figure:
     """Bytes per device predicted by the layout engine, stacked by tree; with the compiler's estimate of
     the step's arguments (same quantity: state + batch) as black diamonds when given.
 
@@ -121,7 +122,7 @@ def memory_figure_for(layout: wb.ModelLayout, compiler_memory: dict | None = Non
     predicted = sum(layout.bytes_per_device().values())
     figure = wb.memory_bar_figure(
         layout.combined(), depth=1,
-        title=f"bytes per device, predicted by the layout engine: {wb.format_bytes_exact(predicted)}",
+        title=f"bytes per device, predicted by the layout engine: {wb.formatting.format_bytes_exact(predicted)}",
     )
     if compiler_memory is not None:
         labels = list(figure.data[0].x)
@@ -139,15 +140,16 @@ def memory_figure_for(layout: wb.ModelLayout, compiler_memory: dict | None = Non
     return figure
 
 
-def leaf_title(tree: str, leaf: wb.LeafLayout) -> str:
+def leaf_title(tree: str, leaf: wb.layout.LeafLayout) -> str:
     """The device-grid figure's title: which array, then its layout in one line."""
     layout = leaf.layout
-    return (f"<b>{html.escape(tree)}/{html.escape(leaf.path)}</b>: {html.escape(wb.describe_array(layout))}<br>"
-            f"<sup>shard {wb.format_shape(layout.shard_shape)}, {wb.format_bytes(layout.bytes_per_device)} per device, "
+    return (f"<b>{html.escape(tree)}/{html.escape(leaf.path)}</b>: {html.escape(wb.views.describe_array(layout))}<br>"
+            f"<sup>shard {wb.formatting.format_shape(layout.shard_shape)}, "
+            f"{wb.format_bytes(layout.bytes_per_device)} per device, "
             f"replication {layout.replication}</sup>")
 
 
-def jax_picture_html(layout: wb.ArrayLayout) -> str:
+def jax_picture_html(layout: wb.layout.ArrayLayout) -> str:
     """JAX's ``visualize_array_sharding`` picture where JAX can draw it; otherwise why not, and our text
     picture (any mesh size) or, for 3-D+ arrays, our text table, so something is always shown."""
     rank, local = len(layout.shape), jax.device_count()
@@ -187,14 +189,14 @@ class ShardingInspector(widgets.VBox):
 
     Attributes:
         selection: the :class:`~widgets.common.Selection` observed.
-        model_layout: the current :class:`workbench.ModelLayout` (None before the first
+        model_layout: the current :class:`workbench.analysis.ModelLayout` (None before the first
             valid one). Not called ``layout``: ipywidgets reserves that name for the CSS layout.
         tree_picker, leaf_picker: which tree, and which of its arrays, is selected.
         table: the selected tree's per-leaf table (HTML).
         figure: the selected array's device grid (a ``go.FigureWidget``, updated in place).
         jax_picture: JAX's own picture, or a note and the workbench's text picture (HTML).
         memory_figure: bytes per device (a ``go.FigureWidget``); ``compile_button`` adds the compiler's
-            estimate (``ledger`` keeps the :class:`workbench.CommLedger`) for a mesh this machine has.
+            estimate (``ledger`` keeps the :class:`workbench.analysis.CommLedger`) for a mesh this machine has.
         verification: "Verify with the compiler" for any mesh up to 2,048 devices, in the background
             (:class:`~widgets.verify_panel.VerifyPanel`).
         device_panel: one device's slice of every array (HTML), from a click or :meth:`show_device`.
@@ -212,7 +214,7 @@ class ShardingInspector(widgets.VBox):
 
     def __init__(self, selection: Selection | None = None, **kwargs: Any):
         self.selection = selection if selection is not None else Selection()
-        self.model_layout: wb.ModelLayout | None = None
+        self.model_layout: wb.analysis.ModelLayout | None = None
         self.ledger = None
         self.device_position: int | None = None
         self.showing_selection = False
@@ -319,7 +321,7 @@ class ShardingInspector(widgets.VBox):
         self.showing_selection = True
         self._show_device_note(layout)
 
-    def _show_refused(self, verdict: wb.TrainingVerdict) -> None:
+    def _show_refused(self, verdict: wb.analysis.TrainingVerdict) -> None:
         """Keep the last valid layout below, marked as not the selection's; the verdict above says why, once."""
         self.showing_selection = False
         self.status.clear()
@@ -334,7 +336,7 @@ class ShardingInspector(widgets.VBox):
         self.summary.value = (f'<div class="wb-stale" style="color:{color}"><b>{html.escape(note)}</b></div>'
                               + self._summary_html(shown))
 
-    def _leaf_view(self, layout: wb.ModelLayout, tree: str, path: str) -> _LeafView:
+    def _leaf_view(self, layout: wb.analysis.ModelLayout, tree: str, path: str) -> _LeafView:
         leaf = layout.trees()[tree].leaf(path)
         return _LeafView(
             tree, path, tree_table_html(layout.trees()[tree], path),
@@ -353,7 +355,7 @@ class ShardingInspector(widgets.VBox):
                 trace.on_click(self._on_click)
         self.jax_picture.value = view.picture
 
-    def _summary_html(self, layout: wb.ModelLayout) -> str:
+    def _summary_html(self, layout: wb.analysis.ModelLayout) -> str:
         sizes = layout.bytes_per_device()
         parts = " + ".join(f"{name} {wb.format_bytes(n)}" for name, n in sizes.items())
         text = (f"<b>{html.escape(layout.model)}</b>, mode <b>{html.escape(layout.mode)}</b> on mesh "
@@ -361,7 +363,7 @@ class ShardingInspector(widgets.VBox):
                 f"{html.escape(wb.format_bytes(sum(sizes.values())))} per device")
         return text
 
-    def _show_device_note(self, layout: wb.ModelLayout) -> None:
+    def _show_device_note(self, layout: wb.analysis.ModelLayout) -> None:
         # The verdict above says whether it trains here; this line says only that the layout is drawn.
         abstract = " (abstract: nothing allocated)" if layout.mesh.size > jax.device_count() else ""
         self.status.show(f"{layout.model} laid out on {layout.mesh} for {layout.mode}{abstract}", "info")

@@ -55,9 +55,9 @@ def device_grid_html(mesh: wb.MeshShape, max_cells: int = MAX_GRID_CELLS) -> str
         cells = []
         for c in range(shown_columns if rest else 1):
             device = r * columns + c
-            color = wb.device_color(device)
+            color = wb.views.device_color(device)
             cells.append(
-                f"<td title='device {device}' style='background:{color};color:{wb.text_color_for(color)};"
+                f"<td title='device {device}' style='background:{color};color:{wb.views.text_color_for(color)};"
                 f"text-align:center;min-width:2.2em;padding:2px 4px;border:1px solid white'>{device}</td>"
             )
         body.append(f"<tr><th style='font-weight:normal;padding:0 4px'>{mesh.names[0]}={r}</th>{''.join(cells)}</tr>")

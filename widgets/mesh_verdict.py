@@ -47,7 +47,7 @@ class MeshVerdict(widgets.VBox):
         self.selection = selection if selection is not None else Selection()
         own_status = status is None
         self.status = StatusArea() if own_status else status
-        self.fit: wb.TrainingVerdict | None = None
+        self.fit: wb.analysis.TrainingVerdict | None = None
         self.line = widgets.HTML()
         self.fix_buttons = widgets.HBox()
         super().__init__([self.line, self.fix_buttons, *([self.status] if own_status else [])], **kwargs)
@@ -62,7 +62,7 @@ class MeshVerdict(widgets.VBox):
         """The labels of the fix buttons shown, in order."""
         return [button.description for button in self.fix_buttons.children]
 
-    def apply(self, fix: wb.MeshFix) -> None:
+    def apply(self, fix: wb.training.MeshFix) -> None:
         """Apply ``fix`` to the selection (what its button does); the verdict redraws itself."""
         self.selection.apply_fix(fix)
 
@@ -80,7 +80,7 @@ class MeshVerdict(widgets.VBox):
             button.close()
         self.fit = fit
 
-    def _button(self, fix: wb.MeshFix) -> widgets.Button:
+    def _button(self, fix: wb.training.MeshFix) -> widgets.Button:
         what = "mode" if fix.mode else "mesh" if fix.mesh else "global batch"
         button = widgets.Button(description=fix.label, icon="wrench", layout=widgets.Layout(width="auto"),
                                 tooltip=f"set the {what} to {fix.mode or fix.mesh or fix.batch}")

@@ -1,7 +1,7 @@
 """ModeSelector: the model, the parallel mode and the training options, each mode explained.
 
 Choosing a mode shows what it shards and which collectives a step needs (as the mode declares them:
-:func:`workbench.mode_class`), and applies the mode's standard specs to the model (custom rules are
+:func:`workbench.training.mode_class`), and applies the mode's standard specs to the model (custom rules are
 dropped), so the inspector shows e.g. FSDP's layout at once. Any mode may be chosen on any mesh: the
 verdict under the dropdowns (:class:`~widgets.mesh_verdict.MeshVerdict`) says at once whether the pair
 trains, and offers one-click fixes when it does not (or wastes devices). Options (optimizer, learning
@@ -40,7 +40,7 @@ def describe_mode(name: str) -> str:
         >>> "all-reduce" in describe_mode("dp")
         True
     """
-    mode = wb.mode_class(name)
+    mode = wb.training.mode_class(name)
     collectives = "".join(f"<li><b>{c.kind}</b> over {c.axis}: {html.escape(c.what)}</li>" for c in mode.collectives)
     collectives = collectives or "<li>none: one device</li>"
     return (f"<div><b>{html.escape(name)}</b>: {html.escape(mode.summary)}<br>"
@@ -68,12 +68,13 @@ class ModeSelector(widgets.VBox):
         options = {**DEFAULT_OPTIONS, **self.selection.options}
         self.selection.options = dict(options)
         self.status = StatusArea()
-        self.model = widgets.Dropdown(options=wb.MODELS, value=self.selection.model, description="Model")
-        self.mode = widgets.Dropdown(options=wb.MODES, value=self.selection.mode, description="Mode")
+        self.model = widgets.Dropdown(options=wb.training.MODELS, value=self.selection.model, description="Model")
+        self.mode = widgets.Dropdown(options=wb.training.MODES, value=self.selection.mode, description="Mode")
         self.mode.add_class("wb-mode")  # found by the browser tests
         self.verdict = MeshVerdict(self.selection, status=self.status)
         self.explanation = widgets.HTML()
-        self.optimizer = widgets.Dropdown(options=wb.OPTIMIZERS, value=options["optimizer"], description="Optimizer")
+        self.optimizer = widgets.Dropdown(options=wb.training.OPTIMIZERS, value=options["optimizer"],
+                                          description="Optimizer")
         self.lr = widgets.FloatText(value=options["lr"], description="Learning rate", step=1e-4)
         self.batch = widgets.IntText(value=options["batch"], description="Global batch")
         self.steps = widgets.IntText(value=options["steps"], description="Steps")
@@ -174,9 +175,9 @@ class ModeSelector(widgets.VBox):
     def _explain(self) -> None:
         name = self.selection.mode
         self.explanation.value = describe_mode(name)
-        supported = wb.mode_class(name).supported_faults
+        supported = wb.training.mode_class(name).supported_faults
         self.fault_help.value = "<br>".join(
-            f"<code>{f}</code>: {html.escape(wb.FAULTS[f].summary)}" for f in supported
+            f"<code>{f}</code>: {html.escape(wb.training.FAULTS[f].summary)}" for f in supported
         ) + "<br><i>Faults are off unless you add them; the reference check (Train tab) finds them.</i>"
         if self._valid():
             config = self.selection.train_config()

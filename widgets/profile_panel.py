@@ -45,11 +45,11 @@ def flags_html(memory: Any) -> str:
     """The memory comparison's flags as a list (or that live matches the prediction), and why a figure is missing.
 
     Example:
-        >>> flags_html(wb.MemoryComparison((), ("device 0: 1.2 MiB live, +40% ...",)))
+        >>> flags_html(wb.analysis.MemoryComparison((), ("device 0: 1.2 MiB live, +40% ...",)))
         '<ul style="margin:4px 0"><li><span style="color:#E69F00">⚠ device 0: 1.2 MiB live, +40% ...</span></li></ul>'
     """
     items = [level_html(flag, "warning") for flag in memory.flags]
-    items += [level_html(note, "info") for note in wb.missing_figures(memory)]
+    items += [level_html(note, "info") for note in wb.views.missing_figures(memory)]
     if not items:
         return level_html("live bytes match the prediction on every device", "ok")
     return '<ul style="margin:4px 0">' + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
@@ -68,7 +68,7 @@ class ProfilePanel(widgets.VBox):
         step_picker: which profiled step the timeline shows (training step numbers).
         timeline, memory: the figures (:class:`~widgets.figure_widget.FigureWidget`, made on the first result); tables, memory_text,
             flags, how_to_open: HTML.
-        report: the :class:`workbench.ProfileReport` shown, None before one.
+        report: the :class:`workbench.analysis.ProfileReport` shown, None before one.
     """
 
     def __init__(self, trainer: Callable[[], Any], **kwargs: Any):
@@ -103,12 +103,12 @@ class ProfilePanel(widgets.VBox):
 
     def profile(self, steps: int | None = None) -> Any:
         """Ask the trainer for a profile of ``steps`` (default: the steps box) steady steps; returns at once with
-        the :class:`workbench.ProfileRequest`. Raises the engine's ProfileError when it refuses (the button
+        the :class:`workbench.training.ProfileRequest`. Raises the engine's ProfileError when it refuses (the button
         shows it in :attr:`status`)."""
         steps = self.steps.value if steps is None else steps
         trainer = self._trainer()
         if trainer is None:
-            raise wb.ProfileError("no run to profile: press Start, then Profile while it trains")
+            raise wb.training.ProfileError("no run to profile: press Start, then Profile while it trains")
         # Shown before asking: the profile event may come back (on the training thread) before the call returns,
         # and its line must be the last word. A refusal replaces this line with its message.
         self.status.show(f"profiling {steps} steps of {trainer.run_name} at the next steady step…", "info")
@@ -168,14 +168,14 @@ class ProfilePanel(widgets.VBox):
             with self._quiet():  # a new profile shows its first step: already drawn above
                 self.step_picker.options = [(f"step {timeline.first_step + i}", i) for i in range(len(timeline.steps))]
                 self.step_picker.value = 0
-            self.tables.value = _pre(wb.timeline_table(timeline))
+            self.tables.value = _pre(wb.views.timeline_table(timeline))
         else:
             self.tables.value = level_html(f"no timeline: {report.timeline_error}", "error")
         self._timeline_box.layout.display = None if timeline is not None else "none"
         replace_figure(self.memory, memory_figure)
         self.flags.value = flags_html(report.memory)
         self.memory_text.value = ("<details><summary>memory per device, as a table</summary>"
-                                  f"{_pre(wb.memory_table(report.memory))}</details>")
+                                  f"{_pre(wb.views.memory_table(report.memory))}</details>")
         self.how_to_open.value = f'<div style="font-size:12px">{html.escape(report.how_to_open())}</div>'
 
     def _on_step_picked(self, change: dict) -> None:

@@ -48,7 +48,7 @@ class SpecEditor(widgets.VBox):
         self.apply_rules_button = widgets.Button(description="Apply rules", button_style="primary")
         self.mode_rules_button = widgets.Button(description="Use the mode's rules", layout=widgets.Layout(width="auto"))
         self.matches = widgets.HTML()
-        self.layout_value: wb.ArrayLayout | None = None
+        self.layout_value: wb.layout.ArrayLayout | None = None
         super().__init__([
             widgets.HTML("<b>One array</b>"), widgets.HBox([self.shape_text, self.dtype]), self.spec_text,
             self.dims_box, self.result, self.status,
@@ -69,7 +69,7 @@ class SpecEditor(widgets.VBox):
         rules_guard(self._show_rules)()  # a selection nothing runs (tp on data=8) says why here too, never raises
 
     @property
-    def layout(self) -> wb.ArrayLayout | None:
+    def layout(self) -> wb.layout.ArrayLayout | None:
         """The array's current (last valid) layout."""
         return self.layout_value
 
@@ -89,16 +89,16 @@ class SpecEditor(widgets.VBox):
 
     def set_dimension(self, dim: int, axes: list[str] | tuple[str, ...]) -> bool:
         """Split dimension ``dim`` over ``axes`` (in order; empty: not split). What a dimension's picker does."""
-        entries = list(wb.spec_to_json(self._spec)) + [None] * (len(self._shape()) - len(self._spec))
+        entries = list(wb.layout.spec_to_json(self._spec)) + [None] * (len(self._shape()) - len(self._spec))
         entries[dim] = None if not axes else (axes[0] if len(axes) == 1 else list(axes))
         while entries and entries[-1] is None:
             entries.pop()  # trailing None entries say nothing
-        return self.set_spec_text(wb.format_spec(wb.spec_from_json(entries)))
+        return self.set_spec_text(wb.layout.format_spec(wb.layout.spec_from_json(entries)))
 
     def _shape(self) -> tuple[int, ...]:
-        return wb.parse_shape(self.shape_text.value)
+        return wb.layout.parse_shape(self.shape_text.value)
 
-    def _layout_for(self, spec) -> wb.ArrayLayout:
+    def _layout_for(self, spec) -> wb.layout.ArrayLayout:
         return wb.layout_array(self._shape(), self.selection.mesh, spec, dtype=self.dtype.value)
 
     def _relayout(self) -> None:
@@ -108,19 +108,19 @@ class SpecEditor(widgets.VBox):
             self.status.show(f"{error} (the spec is kept: edit it, or change the shape or mesh)", "error")
             return
         self.layout_value = layout
-        text = wb.format_spec(self._spec)
+        text = wb.layout.format_spec(self._spec)
         if self.spec_text.value != text and not _same_spec(self.spec_text.value, self._spec):
             self.spec_text.value = text
         self._render_dims(layout)
         self.result.value = f"<pre style='font-size:12px;line-height:1.25'>{html.escape(wb.layout_table(layout, max_devices=8))}</pre>"
         self.status.show(
-            f"{wb.format_spec(layout.spec)}: each device holds {list(layout.shard_shape)}, "
+            f"{wb.layout.format_spec(layout.spec)}: each device holds {list(layout.shard_shape)}, "
             f"{wb.format_bytes(layout.bytes_per_device)}; each shard is held by {layout.replication} device(s)", "ok"
         )
 
-    def _render_dims(self, layout: wb.ArrayLayout) -> None:
+    def _render_dims(self, layout: wb.layout.ArrayLayout) -> None:
         axes = list(self.selection.mesh_shape().names)
-        entries = wb.spec_to_json(layout.spec)
+        entries = wb.layout.spec_to_json(layout.spec)
         pickers = []
         for dim, size in enumerate(layout.shape):
             entry = entries[dim] if dim < len(entries) else None
@@ -137,8 +137,8 @@ class SpecEditor(widgets.VBox):
     def apply_rules(self, text: str) -> bool:
         """Parse ``regex => spec`` lines and lay the model out with them (True); else show why, keep the last."""
         try:
-            table = wb.RuleTable.parse(text)
-            rules = [(rule.pattern, wb.format_spec(rule.spec)) for rule in table.rules]
+            table = wb.layout.RuleTable.parse(text)
+            rules = [(rule.pattern, wb.layout.format_spec(rule.spec)) for rule in table.rules]
             candidate = Selection(**{k: getattr(self.selection, k) for k in ("mesh", "model", "model_options",
                                                                              "mode", "options")}, rules=rules)
             candidate.model_layout(batch=candidate.smallest_batch())  # raises for a rule that does not fit a leaf

@@ -1,6 +1,6 @@
 """VerifyPanel: "Verify with the compiler" for the selection's step, in the background, on any mesh up to 2,048 devices.
 
-A click starts the engine's :func:`workbench.start_verification` of the selection's step (its model and
+A click starts the engine's :func:`workbench.analysis.start_verification` of the selection's step (its model and
 options, mode, mesh, batch, precision, accumulation, optimizer) for ``cpu``, a TPU topology or GPUs, and returns:
 a background thread redraws the progress and elapsed seconds, Cancel kills the child at once, and the
 outcome is the engine's comparison (table, :func:`workbench.comparison_figure`, collectives) or its error,
@@ -41,7 +41,7 @@ _CELL = "padding:2px 8px;white-space:nowrap"
 NOTE_STYLE = "color:#555;white-space:normal;min-width:18em"
 
 
-def comparison_table_html(comparison: wb.PlanComparison) -> str:
+def comparison_table_html(comparison: wb.analysis.PlanComparison) -> str:
     """The side-by-side rows as an HTML table: figure, analytic, compiler, ratio (outside 0.85-1.15 in
     orange), and what each side counts.
 
@@ -89,15 +89,16 @@ class VerifyPanel(widgets.VBox):
         stale: a banner when the result shown is for another selection.
         table: the side-by-side rows (HTML); figure: :func:`workbench.comparison_figure` (a FigureWidget);
         collectives: the compiler's collectives with their layers and code (HTML).
-        job: the :class:`workbench.VerificationJob` of the latest click; plan: the verified
-            :class:`workbench.TrainingPlan` shown (``plan.compiled``, ``plan.comparison``), None before one.
+        job: the :class:`workbench.analysis.VerificationJob` of the latest click; plan: the verified
+            :class:`workbench.analysis.TrainingPlan` shown (``plan.compiled``, ``plan.comparison``), None before
+            one.
     """
 
     def __init__(self, selection: Selection | None = None, *, timeout: float | None = None, **kwargs: Any):
         self.selection = selection if selection is not None else Selection()
         self.timeout = timeout
-        self.job: wb.VerificationJob | None = None
-        self.plan: wb.TrainingPlan | None = None
+        self.job: wb.analysis.VerificationJob | None = None
+        self.plan: wb.analysis.TrainingPlan | None = None
         self._shown_key: tuple | None = None
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
@@ -107,7 +108,7 @@ class VerifyPanel(widgets.VBox):
                                        placeholder="cpu, or tpu:<generation>:<shape>",
                                        layout=widgets.Layout(width="300px"))
         self.target.add_class("wb-verify-target")
-        self.chip = widgets.Dropdown(options=list(wb.HARDWARE), value=DEFAULT_CHIP, description="chip",
+        self.chip = widgets.Dropdown(options=list(wb.analysis.HARDWARE), value=DEFAULT_CHIP, description="chip",
                                      layout=widgets.Layout(width="220px"))
         self.verify_button = widgets.Button(
             description="Verify with the compiler", button_style="primary", icon="check",
@@ -172,7 +173,7 @@ class VerifyPanel(widgets.VBox):
         timeout = {} if self.timeout is None else {"timeout": self.timeout}
         settings = wb.VerifySettings(self.target.value.strip() or "cpu", **timeout)
         key = self._selection_key()
-        job = wb.start_verification(config, settings.target, timeout=settings.timeout,
+        job = wb.analysis.start_verification(config, settings.target, timeout=settings.timeout,
                                     on_progress=lambda _text: self._show_progress())
         self.job, self._cancelled = job, False
         self.verify_button.disabled, self.cancel_button.disabled = True, False
@@ -190,7 +191,7 @@ class VerifyPanel(widgets.VBox):
         self._cancelled = True
         self.job.cancel()
 
-    def wait(self, timeout: float | None = None) -> wb.TrainingPlan | None:
+    def wait(self, timeout: float | None = None) -> wb.analysis.TrainingPlan | None:
         """Wait (at most ``timeout`` seconds) until the latest compile's outcome is shown; returns :attr:`plan`.
 
         For scripts and tests: in a notebook the panel updates itself.
@@ -212,7 +213,8 @@ class VerifyPanel(widgets.VBox):
 
     # --- the background side ----------------------------------------------------------------------------
 
-    def _watch(self, job: wb.VerificationJob, config: wb.TrainConfig, settings: wb.VerifySettings, key: tuple) -> None:
+    def _watch(self, job: wb.analysis.VerificationJob, config: wb.TrainConfig, settings: wb.VerifySettings,
+               key: tuple) -> None:
         """Plan the same step while the child compiles, tick the elapsed seconds, then show the outcome."""
         try:
             plan, plan_error = self._plan(config, settings), None
@@ -222,7 +224,7 @@ class VerifyPanel(widgets.VBox):
             self._show_progress()
         self._finish(job, plan, plan_error, key)
 
-    def _plan(self, config: wb.TrainConfig, settings: wb.VerifySettings) -> wb.TrainingPlan:
+    def _plan(self, config: wb.TrainConfig, settings: wb.VerifySettings) -> wb.analysis.TrainingPlan:
         """The engine's analytic plan of the step being compiled (the mode's standard specs: what is compiled)."""
         return wb.plan_training(
             config.model, dict(config.model_options), config.mesh, config.mode, optimizer=config.optimizer,
@@ -230,8 +232,8 @@ class VerifyPanel(widgets.VBox):
             precision=config.precision, compiler=settings.target.kind,
         )
 
-    def _finish(self, job: wb.VerificationJob, plan: wb.TrainingPlan | None, plan_error: Exception | None,
-                key: tuple) -> None:
+    def _finish(self, job: wb.analysis.VerificationJob, plan: wb.analysis.TrainingPlan | None,
+                plan_error: Exception | None, key: tuple) -> None:
         if job is not self.job:  # a newer compile was started meanwhile: its own watcher shows it
             return
         self.verify_button.disabled, self.cancel_button.disabled = False, True
@@ -262,19 +264,19 @@ class VerifyPanel(widgets.VBox):
                                   f'<pre style="overflow-x:auto;max-width:100%">{listing}</pre></details>')
         self.progress.value = level_html(
             f"compiled for {compiled.target} ({compiled.device_kind}, {compiled.devices:,} devices) in "
-            f"{wb.format_seconds(compiled.compile_seconds)}, {job.elapsed:.0f} s in all", "ok")
+            f"{wb.formatting.format_seconds(compiled.compile_seconds)}, {job.elapsed:.0f} s in all", "ok")
         fits = compiled.peak_bytes <= verified.device_memory
         self.status.show(self._verdict(verified, fits), "ok" if fits else "warning")
         self._mark_stale()
 
-    def _verdict(self, plan: wb.TrainingPlan, fits: bool) -> str:
+    def _verdict(self, plan: wb.analysis.TrainingPlan, fits: bool) -> str:
         compiled, peak = plan.compiled, plan.comparison.row("peak")
         words = (f"compiler: peak {wb.format_bytes(compiled.peak_bytes)} per device, "
                  f"{'fits' if fits else 'does NOT fit'} {plan.hardware.name}'s {wb.format_bytes(plan.device_memory)}; "
                  f"the plan said {wb.format_bytes(plan.peak_bytes)}"
                  + (f" (plan / compiler {peak.ratio:.2f})" if peak.ratio is not None else ""))
-        if compiled.peak_bytes < wb.PLAN_ACCURACY_FROM_BYTES and peak.ratio is not None:
-            words += (f"; a step under {wb.format_bytes(wb.PLAN_ACCURACY_FROM_BYTES)} per device is outside where the plan "
+        if compiled.peak_bytes < wb.analysis.PLAN_ACCURACY_FROM_BYTES and peak.ratio is not None:
+            words += (f"; a step under {wb.format_bytes(wb.analysis.PLAN_ACCURACY_FROM_BYTES)} per device is outside where the plan "
                       "holds ±15%: small buffers the compiler packs or drops dominate it")
         if self.selection.rules:
             words += "; it compiled the mode's standard specs, not your rules"
@@ -313,7 +315,7 @@ class VerifyPanel(widgets.VBox):
     def _judge(self) -> None:
         """Say now what a click would refuse (the engine's own check, nothing started), and disable the button."""
         try:
-            wb.check_verifiable(self.selection._config(), self.target.value.strip() or "cpu")
+            wb.analysis.check_verifiable(self.selection._config(), self.target.value.strip() or "cpu")
         except wb.WorkbenchError as error:
             self.readiness.value = level_html(f"Verify refuses this: {error}", "error")
             self.verify_button.disabled = True
@@ -323,7 +325,7 @@ class VerifyPanel(widgets.VBox):
 
     def _offer_targets(self) -> None:
         devices = self.selection.mesh_shape().size
-        self.target.options = ("cpu", *wb.topologies_for(devices), *wb.gpu_targets_for(devices))
+        self.target.options = ("cpu", *wb.analysis.topologies_for(devices), *wb.analysis.gpu_targets_for(devices))
 
     def _mark_stale(self) -> None:
         if not self.is_stale:

@@ -18,7 +18,7 @@ program (same JAX version, devices and code), so it reaches its first step sever
 
 Example:
     >>> import workbench as wb  # doctest: +SKIP
-    >>> wb.compilation_cache_info()["enabled"]  # doctest: +SKIP
+    >>> wb.compile_cache.compilation_cache_info()["enabled"]  # doctest: +SKIP
     True
 """
 

@@ -105,7 +105,7 @@ def configure_cpu_devices() -> DeviceSetup:
 
     Example:
         >>> import workbench
-        >>> workbench.device_setup().requested
+        >>> workbench.devices.device_setup().requested
         8
     """
     global _setup

@@ -308,8 +308,8 @@ def check_fits_chip(answer: Any, plan: Any, compiled: Any = None, *, name: str =
     is at most ``plan.device_memory``, else ``False``. The compiler is the judge, not the plan's own figure
     (XLA:CPU's, libtpu's or XLA:GPU's, whichever compiled it). ``name`` names the exercise.
 
-    ``compiled`` is the compiler's record of the same step: a :class:`~workbench.VerificationJob` (waited
-    for, so the learner answers while it compiles), a :class:`~workbench.CompiledStep`, or None when
+    ``compiled`` is the compiler's record of the same step: a :class:`~workbench.analysis.VerificationJob` (waited
+    for, so the learner answers while it compiles), a :class:`~workbench.analysis.CompiledStep`, or None when
     ``plan`` is verified (``plan.compiled``). A failed compile raises its WorkbenchError.
 
     Example:
@@ -628,7 +628,7 @@ def _profiled_timeline(report: Any) -> Any:
 
 def dominant_collective_truth(report: Any) -> dict[str, Any]:
     """What a profiled fsdp step spends its collective time on, read from ``report``'s timeline
-    (a :class:`~workbench.ProfileReport`):
+    (a :class:`~workbench.analysis.ProfileReport`):
 
     * ``kind``: the collective kind with the most time per step (first in ``timeline.collective_time_by_kind()``,
       the median time of each of its ops times how often the op runs in a step);

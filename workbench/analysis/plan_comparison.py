@@ -1,6 +1,6 @@
 """The plan's analytic figures beside the compiler's, per device, with their ratio.
 
-:func:`compare_plan` lines a :class:`~workbench.TrainingPlan` up against the
+:func:`compare_plan` lines a :class:`~workbench.analysis.TrainingPlan` up against the
 :class:`~.compiled_step.CompiledStep` of the same step: memory part by part, the peak, FLOPs, and the
 bytes each kind of collective moves. ``ratio`` is analytic / compiler (1.0: the plan is exact; below 1:
 the plan promises less than the compiler needs). A figure the plan does not model has no ratio.

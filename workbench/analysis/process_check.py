@@ -28,7 +28,8 @@ _REPORT_FIGURES = ("verdict", "mode", "mesh", "steps", "grad_scale", "max_param_
 @dataclasses.dataclass(frozen=True)
 class ProcessCheckReport:
     """The reference check of a configuration across processes, as process 0 measured it: ``data`` is its
-    :meth:`~workbench.CheckReport.to_json` object (with ``"text"``, its :meth:`~workbench.CheckReport.to_text`)."""
+    :meth:`~workbench.analysis.CheckReport.to_json` object (with ``"text"``, its
+    :meth:`~workbench.analysis.CheckReport.to_text`)."""
 
     data: dict
     ledger = None  # the compiled step's collectives are in data["collectives"] (see ledger_text)

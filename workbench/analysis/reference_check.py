@@ -476,7 +476,7 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **opt
     :func:`~workbench.training.step.build_step`, so what is checked is exactly what would train.
 
     ``config`` is a :class:`~workbench.TrainConfig`; a :class:`~workbench.Trainer` (its own step, custom
-    model included); a :class:`~workbench.BuiltStep`; or a mode name with the config's fields as keywords
+    model included); a :class:`~workbench.training.BuiltStep`; or a mode name with the config's fields as keywords
     (``model``, ``mesh``, ``faults``, ``batch``, ``lr``, ``optimizer``, ``data``, ``seed``, ``accum``,
     ``precision``, ``model_options``, ...; defaults for a quick check: mesh ``data=4``, batch 64, Adam).
     Everything is checked before anything compiles; a bad value raises a WorkbenchError naming it.

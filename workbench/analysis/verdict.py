@@ -53,7 +53,7 @@ LEVELS = ("ok", "warning", "plan", "error")
 @dataclasses.dataclass(frozen=True)
 class TrainingVerdict:
     """Whether a config trains on this machine: ``level`` (see :data:`LEVELS`), a one-line ``message``, the
-    ``fixes`` to offer (each a :class:`~workbench.MeshFix`: another mode, mesh or batch), and ``notes``: what
+    ``fixes`` to offer (each a :class:`~workbench.training.MeshFix`: another mode, mesh or batch), and ``notes``: what
     else holds (e.g. a mesh that is both larger than the machine and wasteful for the mode)."""
 
     level: str

@@ -352,7 +352,7 @@ def _finished(job: VerificationJob) -> CompiledStep:
 
 
 def plan_config(plan: Any) -> Any:
-    """The :class:`~workbench.TrainConfig` whose step a :class:`~workbench.TrainingPlan` describes.
+    """The :class:`~workbench.TrainConfig` whose step a :class:`~workbench.analysis.TrainingPlan` describes.
 
     Raises WorkbenchError for your own module (the child process cannot rebuild it). The step lays out
     its state as the mode does: a plan made with your own ``rules`` is not what it compiles

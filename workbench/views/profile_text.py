@@ -70,6 +70,7 @@ def timeline_table(timeline: Any, *, max_collectives: int = MAX_COLLECTIVE_ROWS)
     transfer (from the last device's arrival), the bandwidth that transfer achieved, its mesh axes and layer.
 
     Example:
+        >>> from workbench.analysis import Timeline
         >>> from workbench.analysis.timeline import CollectiveTiming, StepTiming
         >>> timeline = Timeline("jit_step", (0, 1), (), (StepTiming(0, 1000.0, 600.0, 300.0, 0.0, 1, 650.0),),
         ...                     (CollectiveTiming("all-reduce.8", "all-reduce", 104_492, ("data",), None, 1, 300.0,

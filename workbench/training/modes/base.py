@@ -346,7 +346,7 @@ class ParallelMode(abc.ABC):
 
     @abc.abstractmethod
     def state_layout(self, state: TrainState) -> TreeLayout:
-        """The :class:`~workbench.TreeLayout` of the (exported) state as this mode places it."""
+        """The :class:`~workbench.layout.TreeLayout` of the (exported) state as this mode places it."""
 
     def export_state(self, state: TrainState) -> TrainState:
         """The state in the plain form every mode shares (for comparison, saving)."""
