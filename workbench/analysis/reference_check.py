@@ -396,7 +396,7 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
         >>> from workbench.training.models import build_model, model_class
         >>> from workbench.training.modes.core import init_state
         >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
-        >>> plan = StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), "data=8", 64)
+        >>> plan = StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
         >>> batches = list(itertools.islice(load_dataset("digits").batches(64, seed=0), MIN_STEPS))
         >>> report = reference_check(build_mode("dp", plan), state, batches)
         >>> report.verdict, round(report.grad_scale, 6)

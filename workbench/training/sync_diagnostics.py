@@ -10,10 +10,12 @@ Example:
     >>> import optax
     >>> from workbench.training.data import load_dataset
     >>> from workbench.training.models import build_model, model_class
+    >>> from workbench.layout import parse_mesh
     >>> from workbench.training.modes import StepPlan, build_mode
     >>> from workbench.training.modes.core import init_state
     >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
-    >>> mode = build_mode("dp", StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), "data=8", 64))
+    >>> plan = StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
+    >>> mode = build_mode("dp", plan)
     >>> state, batch = mode.place_state(state), next(load_dataset("digits").batches(64, seed=0))
     >>> report = sync_report(mode, state, batch)
     >>> round(report.synced_grad_norm, 2), report.replica_divergence
@@ -157,10 +159,12 @@ def state_divergence(mode: ParallelMode, state: TrainState) -> float:
     Example:
         >>> import optax
         >>> from workbench.training.models import build_model, model_class
+        >>> from workbench.layout import parse_mesh
         >>> from workbench.training.modes import StepPlan, build_mode
         >>> from workbench.training.modes.core import init_state
         >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
-        >>> mode = build_mode("dp", StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), "data=8", 64))
+        >>> plan = StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
+        >>> mode = build_mode("dp", plan)
         >>> state_divergence(mode, mode.place_state(state))
         0.0
     """

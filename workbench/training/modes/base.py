@@ -274,8 +274,10 @@ class ParallelMode(abc.ABC):
             >>> from workbench.training.models import abstract_model, model_class
             >>> from workbench.training.modes import build_mode
             >>> g, loss, tx = nnx.graphdef(abstract_model("mlp")), model_class("mlp").loss, optax.sgd(0.1)
+            >>> from workbench.layout import parse_mesh
             >>> rules = tuple(model_class("mlp").tensor_parallel_rules())  # split hidden1 and hidden2 over 'model'
-            >>> build_mode("dp-tp", StepPlan(g, loss, tx, "data=4,model=2", 64, tp_rules=rules)).replica_devices()
+            >>> plan = StepPlan(g, loss, tx, parse_mesh("data=4,model=2"), 64, tp_rules=rules)
+            >>> build_mode("dp-tp", plan).replica_devices()
             [[0, 1], [2, 3], [4, 5], [6, 7]]
         """
         mesh = getattr(self, "mesh", None)
@@ -316,7 +318,8 @@ class ParallelMode(abc.ABC):
             >>> from workbench.training.models import abstract_model, model_class
             >>> from workbench.training.modes import build_mode
             >>> g, loss, tx = nnx.graphdef(abstract_model("mlp")), model_class("mlp").loss, optax.sgd(0.1)
-            >>> mode = build_mode("dp", StepPlan(g, loss, tx, "data=8", 256))
+            >>> from workbench.layout import parse_mesh
+            >>> mode = build_mode("dp", StepPlan(g, loss, tx, parse_mesh("data=8"), 256))
             >>> mode.batch_share().rows  # one process: every row
             slice(0, 256, None)
         """

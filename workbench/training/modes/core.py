@@ -4,30 +4,21 @@ A step is: gradients of the loss on a (micro)batch, combined over microbatches a
 optimizer update. Modes differ only in *where* the combining happens (a Python loop, the compiler, an
 explicit ``pmean``) and in how the state is laid out, so this module gives them the pieces:
 
-* :class:`TrainState`: parameters, optimizer state and the model's other state, one pytree.
-* :func:`mean_loss_and_grads`: the loss and its gradient on one batch, as the loss defines them.
-* :func:`weighted_sums`: the same multiplied by the batch's weight (the number of unmasked examples or
-  tokens). Sums of these add up exactly: the gradient of the mean loss of a whole batch is
-  ``sum(w_i * g_i) / sum(w_i)`` over any split of it, padded or not, equal or not.
-* :func:`weighted_sums_of`: the same sums for any ``params -> (loss, aux)``, weighted before differentiating
-  (``fsdp``'s layers reduce-scatter weighted gradients in their transpose).
-* :func:`accumulate`: the sums over ``k`` microbatches with ``lax.scan`` (one synchronisation per step).
-* :func:`means`: the sums divided by the total weight.
-* :func:`finish_step`: apply the optimizer to mean gradients and report a few metrics.
+:class:`TrainState` (parameters, optimizer state, the model's other state), :func:`weighted_sums` (the loss and
+gradient times the batch's weight: sums of these add up exactly over any split of a batch, padded or not),
+:func:`weighted_sums_of` (the same for any ``params -> (loss, aux)``, as ``fsdp``'s layers need),
+:func:`accumulate` (over ``k`` microbatches with ``lax.scan``), :func:`means` and :func:`finish_step`.
 
 Mixed precision (``"bf16"``): the float32 master parameters and float inputs are cast to bfloat16 for
 the forward and backward pass; gradients arrive in float32 (the cast's transpose) and the update is
 applied to the float32 master copy.
 
 Example:
-    >>> from workbench.training.data import load_dataset
-    >>> from workbench.training.models import build_model, model_class
-    >>> tx, loss = optax.sgd(0.1), model_class("mlp").loss
-    >>> graphdef, state = init_state(build_model("mlp"), tx)
+    >>> from workbench.training import build_model, load_dataset, model_class
+    >>> tx, graphdef, state = optax.sgd(0.1), *init_state(build_model("mlp"), optax.sgd(0.1))
     >>> batch = next(load_dataset("digits").batches(64, seed=0))
-    >>> sums = weighted_sums(graphdef, loss, "fp32", state.params, state.other, batch)
-    >>> state, metrics = finish_step(tx, state, means(sums))
-    >>> sorted(metrics)
+    >>> sums = weighted_sums(graphdef, model_class("mlp").loss, "fp32", state.params, state.other, batch)
+    >>> sorted(finish_step(tx, state, means(sums))[1])
     ['loss']
 """
 
