@@ -198,3 +198,14 @@ def test_a_chain_outside_the_tiers_is_named():
     assert chain_problem(("varying_axes",)) == "wb.varying_axes: workbench does not export 'varying_axes'"
     assert chain_problem(("training", "varying_axes")) is None
     assert chain_problem(("TrainConfig", "mesh")) is None  # past a name, its own attributes
+
+
+def test_a_name_that_left_the_top_tier_still_resolves_and_says_where_it_lives():
+    moved = wb._MOVED
+    assert len(moved) >= 100 and set(moved).isdisjoint(wb.__all__)
+    for name, layer in moved.items():
+        with pytest.warns(DeprecationWarning, match=rf"workbench\.{name} moved to workbench\.{layer}\.{name}"):
+            value = getattr(wb, name)
+        assert value is getattr(importlib.import_module(f"workbench.{layer}"), name)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        wb.no_such_name  # noqa: B018

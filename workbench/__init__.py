@@ -26,6 +26,7 @@ _configure_compilation_cache()  # before the first compile, so a second process 
 
 import importlib
 import importlib.metadata
+import warnings
 
 # The top tier: what a user reaches for first (the README's and notebooks' names). Everything else is one level
 # down, in the layer that owns it: wb.layout, wb.training, wb.analysis, wb.views (each with its __all__), and the
@@ -125,9 +126,44 @@ __all__ = [
 ]
 
 
+# Names that were on the top tier before the two tiers (2026-11) and now live only in a layer: a user's script
+# that reads ``wb.StepPlan`` keeps working, told once where the name lives now. Checked by tests/test_public_api.py.
+_MOVED_TO_A_LAYER = {
+    "training": (
+        "AbstractStep BuiltStep CheckpointError CustomModel DATASETS DATA_PARALLEL_MODES Dataset FAULTS LayoutChange "
+        "MODELS MODES MeshFit MeshFix ModelConfig NonFiniteError OPTIMIZERS ProcessGroup ProcessShare ProfileCapture "
+        "ProfileError Run RunFollower RunWriter StepPlan SyncReport TrainEvent TrainState TrainerBusyError "
+        "abstract_model build_abstract_step build_mode build_model dataset_options describe_modes "
+        "has_tensor_parallel_layers loss_fn make_optimizer mean_of_gradient_trees mode_class model_class model_config "
+        "model_config_for_data noise_scale param_count parse_data_options parse_model_options shard_model_state "
+        "sharded_batches sync_report tensor_parallel_rules varying_axes"),
+    "analysis": (
+        "CheckReport CommLedger CompiledStep GPU_CHIPS HARDWARE Hardware MemoryComparison ModelLayout "
+        "PLAN_ACCURACY_FROM_BYTES PlanComparison ProfileReport Timeline TraceFormatError TrainingPlan TrainingVerdict "
+        "VerificationJob check_across_processes check_verifiable collective_time default_data gpu_targets_for "
+        "group_spans_hosts hardware ledger_table parse_byte_size read_timeline standard_rules start_verification "
+        "theoretical_collectives topologies_for verify_plan verify_step"),
+    "layout": (
+        "ArrayLayout DeviceSlice LeafLayout RuleTable TreeLayout abstract_mesh format_spec leaves_with_paths lint_text "
+        "parse_dtype parse_shape path_to_str spec_from_json spec_to_json validate_spec"),
+    "views": (
+        "JaxPicture OKABE_ITO describe_array device_color format_coords format_index memory_table missing_figures "
+        "text_color_for timeline_table"),
+    "formatting": "align_columns format_bandwidth format_bytes_exact format_seconds format_shape",
+    "devices": "DeviceCountWarning device_setup local_devices_text",
+    "compile_cache": "clear_compilation_cache compilation_cache_info",
+}
+_MOVED = {name: layer for layer, names in _MOVED_TO_A_LAYER.items() for name in names.split()}
+
+
 def __getattr__(name: str):
     """A plotly figure (``wb.layout_figure``, ...), its module imported on first use: `import workbench` stays
-    light and free of plotly (PEP 562)."""
+    light and free of plotly (PEP 562); a name that moved to a layer, from there, with a DeprecationWarning."""
     if name in _FIGURES:
         return getattr(importlib.import_module(f".views.{_FIGURES[name]}", __name__), name)
+    if name in _MOVED:
+        layer = _MOVED[name]
+        warnings.warn(f"workbench.{name} moved to workbench.{layer}.{name}: import it from there",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(f".{layer}", __name__), name)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
