@@ -840,11 +840,11 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
                         compiler: CompilerRules | str = XLA_CPU) -> StepMemory:
     """The simulated memory of ``config``'s step on its mesh, of any size (traced over an abstract mesh).
 
-    The registered transformer's blocks are identical, so each adds the same buffers (measured: the
-    simulated peak grows by the same bytes per block): deeper models are simulated with 2 blocks, traced
-    once, and extended to ``n_layers`` by what the first block holds at the peak, which keeps a 24-layer
-    plan fast. A scanned stack (``scan_layers``) is one
-    loop whose body is simulated once, whatever its depth: it is traced as it is.
+    A registered model's identical blocks (counted by its ``BLOCKS_OPTION``: the transformer's ``n_layers``)
+    each add the same buffers (measured: the simulated peak grows by the same bytes per block): deeper models
+    are simulated with 2 blocks, traced once, and extended to their depth by what the first block holds at
+    the peak, which keeps a 24-layer plan fast. A scanned stack (``scan_layers``) is one loop whose body is
+    simulated once, whatever its depth: it is traced as it is.
 
     Example:
         >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=1024)
@@ -866,12 +866,15 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
         return _step_memory(step, rules)
 
     options = model_config(config.model, **config.model_options).options if custom is None else {}
-    layers, scanned = options.get("n_layers"), bool(options.get("scan_layers"))  # scanned: one body, any depth
-    if config.model != "transformer" or custom is not None or scanned or not layers or layers <= 2:
+    # Only a model that declares identical blocks (BLOCKS_OPTION) is extended from 2 of them.
+    blocks = resolved.model_class.BLOCKS_OPTION if custom is None and resolved.model_class is not None else None
+    layers, scanned = options.get(blocks) if blocks else None, bool(options.get("scan_layers"))  # scanned: any depth
+    if blocks is None or scanned or not layers or layers <= 2:
         return simulate(resolved)[0]
+
     def with_layers(n: int) -> Any:  # model options name no record: the parsed mesh and classes still hold
         return dataclasses.replace(resolved, config=dataclasses.replace(
-            config, model_options={**config.model_options, "n_layers": n}))
+            config, model_options={**config.model_options, blocks: n}))
 
     if resolved.mode_class.parameter_gathering == "whole-tree":
         # The whole tree is gathered outside the blocks' calls: their buffers are not the blocks' own, so the

@@ -6,7 +6,9 @@ Each model class declares, as data:
 * ``loss``: ``(model, batch) -> (loss, aux)``; a batch is ``{"x", "y"}`` plus an optional ``"mask"``
   so that the padding of a final batch never changes the loss;
 * ``tensor_parallel_rules(axis)``: ``(regex, spec)`` pairs over its parameter paths, ready for
-  :func:`~workbench.layout.tree_layout.layout_tree` (empty when the model has nothing to split).
+  :func:`~workbench.layout.tree_layout.layout_tree` (empty when the model has nothing to split);
+* its traits, read by the planner: ``SEQUENCE_OPTION`` (reads sequences up to that option's length),
+  ``BLOCKS_OPTION`` (identical blocks, counted by that option), ``TRANSFORMER_ESTIMATES``.
 
 Adding a model means writing its class and adding it to ``_REGISTRY``.
 
@@ -168,6 +170,13 @@ class RegisteredModel(nnx.Module):
     NAME: ClassVar[str]
     DATA_KIND: ClassVar[str]  # the Dataset kind it trains on: regression, classification or language
     loss: ClassVar[Any]  # staticmethod (model, batch) -> (loss, aux)
+    # Traits the planner and the step-memory simulation read, so that a new model declares them instead of
+    # being named there (defaults: a model of examples, not sequences, with no repeated blocks).
+    SEQUENCE_OPTION: ClassVar[str | None] = None  # the option bounding its sequences' length; None: no sequences
+    BLOCKS_OPTION: ClassVar[str | None] = None  # the option counting its identical blocks (each adds the same memory)
+    # The planner counts its FLOPs, kept activations and tensor-parallel all-reduces with the transformer's formulas
+    # (reading d_model, n_heads, n_layers, vocab, loss_tile and flops_per_token); otherwise 6 FLOPs per parameter.
+    TRANSFORMER_ESTIMATES: ClassVar[bool] = False
 
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
@@ -399,6 +408,9 @@ class TransformerLM(RegisteredModel):
     NAME = "transformer"
     DATA_KIND = "language"
     loss = staticmethod(language_model_loss)
+    SEQUENCE_OPTION = "max_len"
+    BLOCKS_OPTION = "n_layers"
+    TRANSFORMER_ESTIMATES = True
 
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
@@ -686,7 +698,8 @@ def model_config_for_data(name: str, dataset: Any, **overrides: Any) -> ModelCon
         )
     fitted = cls.options_for_data(dataset)
     for key, value in fitted.items():
-        if key in overrides and overrides[key] != value and not (key == "max_len" and overrides[key] > value):
+        # A sequence length above the data's is fine: the model then reads shorter sequences than it could.
+        if key in overrides and overrides[key] != value and not (key == cls.SEQUENCE_OPTION and overrides[key] > value):
             raise WorkbenchError(
                 f"model option {key}={overrides[key]!r} does not fit data {dataset.name!r}, which needs "
                 f"{key}={value}: drop the option (it is set from the data)"
