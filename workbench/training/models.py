@@ -184,7 +184,8 @@ class RegisteredModel(nnx.Module):
         return {}
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model",
+                              options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         """``(regex, spec text)`` pairs for tensor parallelism over ``axis`` of the model built with
         ``options`` (default its preset); empty: nothing to split."""
         return []
@@ -247,7 +248,8 @@ class MLPClassifier(RegisteredModel):
         return self.output(nnx.relu(self.hidden2(nnx.relu(self.hidden1(x)))))
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model",
+                              options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         # The hidden layers are the pair; the output layer is small (10 classes) and stays whole.
         return column_row_rules("hidden1", "hidden2", axis)
 
@@ -292,7 +294,8 @@ class CNNClassifier(RegisteredModel):
         return self.head(x.reshape(x.shape[0], -1))
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model",
+                              options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         # Conv kernels are (h, w, in, out): conv1 splits its output channels, conv2 its input channels.
         return column_row_rules("conv1", "conv2", axis, kernel_rank=4)
 
@@ -479,7 +482,8 @@ class TransformerLM(RegisteredModel):
         return 2 * matmul_weights + 4 * self.n_layers * seq_len * d
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model",
+                              options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         stacked = bool((options or {}).get("scan_layers"))  # the blocks' leading layer axis stays whole
         blocks = "blocks/layer" if stacked else r"blocks/\d+"
         attention, mlp = f"{blocks}/attn", f"{blocks}/mlp"
@@ -707,7 +711,8 @@ def model_config_for_data(name: str, dataset: Any, **overrides: Any) -> ModelCon
     return model_config(name, **{**fitted, **overrides})
 
 
-def tensor_parallel_rules(name: str, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+def tensor_parallel_rules(name: str, axis: str = "model",
+                          options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
     """The tensor-parallel ``(regex, spec text)`` table of model ``name`` over mesh axis ``axis``, for the
     model built with ``options`` (``scan_layers`` stacks the transformer's blocks on a leading axis).
 
