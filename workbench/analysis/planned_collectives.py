@@ -8,8 +8,8 @@ Example:
     >>> from workbench.training.modes import mode_class
     >>> layout = layout_tree(nnx.state(abstract_model("mlp"), nnx.Param), "data=8", "replicate")
     >>> planned, synced = step_collectives(mode_class("dp"), layout.mesh, layout, hardware("cpu"), None, 0, [])
-    >>> [(c.kind, c.what, c.group_size) for c in planned], synced == layout.bytes_per_device
-    ([('all-reduce', 'gradients', 8)], True)
+    >>> [(c.kind, c.axes, c.group_size) for c in planned], synced == layout.bytes_per_device
+    ([('all-reduce', ('data',), 8)], True)
 """
 
 from __future__ import annotations
