@@ -54,7 +54,7 @@ _FUSIBLE = {
     "erf", "erfc", "erf_inv", "sin", "cos", "tan", "atan2", "add_any", "clamp", "nextafter", "broadcast_in_dim",
     "iota", "slice", "pad", "concatenate", "rev", "transpose", "shift_left", "shift_right_logical",
     "shift_right_arithmetic", "population_count", "imag", "real", "conj", "copy", "random_bits", "random_wrap",
-    "random_unwrap", "random_seed", "threefry2x32", "dynamic_slice", "reshard", "sharding_constraint", "square",
+    "random_unwrap", "random_seed", "threefry2x32", "dynamic_slice", "reshard", "sharding_constraint",
     "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "lgamma", "digamma", "mul_add",
 }
 # Consumers that read their operands fused (XLA's reduce and gather fusions), storing only their result.
@@ -136,7 +136,7 @@ def _fit(spec: AxesPerDimension, shape: tuple, sizes: dict[str, int]) -> AxesPer
         return _UNSPLIT[len(shape)] if len(shape) < len(_UNSPLIT) else ((),) * len(shape)
     spec = tuple(spec)[: len(shape)] + ((),) * max(0, len(shape) - len(spec))
     out = []
-    for entry, dim in zip(spec, shape):
+    for entry, dim in zip(spec, shape, strict=True):  # spec was padded or cut to the rank just above
         entry = tuple(a for a in entry if a in sizes)
         out.append(entry if entry and dim % math.prod(sizes[a] for a in entry) == 0 else ())
     return tuple(out)
@@ -176,7 +176,7 @@ class _Program:
         env: dict[Any, Any] = {}
         for var, value in zip(jaxpr.invars, inputs):
             env[var] = value
-        for var, const in zip(jaxpr.constvars, [None] * len(jaxpr.constvars)):
+        for var in jaxpr.constvars:
             env[var] = self.value(var.aval, ())  # closed-over constants: small, held like arguments
             env[var].is_arg = env[var].materialised = True
 
@@ -228,7 +228,7 @@ class _Program:
             # The partitioner computes each device's partial result and sums it over the split axes: an
             # all-reduce into a buffer of its own (XLA combines independent ones: see _schedule).
             summed = [self.value(var.aval, out.spec) for var, out in zip(eqn.outvars, outs)]
-            for partial, total in zip(outs, summed):
+            for partial, total in zip(outs, summed, strict=True):  # one sum per partial result
                 total.producer, total.operands = PARTITIONER_ALL_REDUCE, [partial]
             self.ops.append((PARTITIONER_ALL_REDUCE, list(outs), summed, 0))
             return summed
@@ -359,7 +359,7 @@ def _propagate(eqn: Any, ins: list[Any], local: bool) -> list[AxesPerDimension]:
     return result
 
 
-def _split_created_values(program: "_Program") -> None:
+def _split_created_values(program: _Program) -> None:
     """Backward propagation: a value made from nothing split (zeros, iota, a broadcast scalar) takes the
     sharding of the same-shaped result it feeds, as the partitioner creates it where it is used."""
     for _, ins, outs, _ in reversed(program.ops):
@@ -742,8 +742,9 @@ def _rules(compiler: CompilerRules | str) -> CompilerRules:
     return compiler if isinstance(compiler, CompilerRules) else compiler_rules(compiler)
 
 
-def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_specs: list[AxesPerDimension | None], mesh_sizes: dict[str, int],
-                   donated: list[bool] | None, rules: CompilerRules) -> tuple[StepMemory, int]:
+def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_specs: list[AxesPerDimension | None],
+                   mesh_sizes: dict[str, int], donated: list[bool] | None,
+                   rules: CompilerRules) -> tuple[StepMemory, int]:
     """:func:`simulate_step_memory`, and the temporaries the first block's forward pass leaves live at the peak."""
     program = _Program(dict(mesh_sizes), rules)
     jaxpr = closed_jaxpr.jaxpr
@@ -840,11 +841,11 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
                         compiler: CompilerRules | str = XLA_CPU) -> StepMemory:
     """The simulated memory of ``config``'s step on its mesh, of any size (traced over an abstract mesh).
 
-    The registered transformer's blocks are identical, so each adds the same buffers (measured: the
-    simulated peak grows by the same bytes per block): deeper models are simulated with 2 blocks, traced
-    once, and extended to ``n_layers`` by what the first block holds at the peak, which keeps a 24-layer
-    plan fast. A scanned stack (``scan_layers``) is one
-    loop whose body is simulated once, whatever its depth: it is traced as it is.
+    A registered model's identical blocks (counted by its ``BLOCKS_OPTION``: the transformer's ``n_layers``)
+    each add the same buffers (measured: the simulated peak grows by the same bytes per block): deeper models
+    are simulated with 2 blocks, traced once, and extended to their depth by what the first block holds at
+    the peak, which keeps a 24-layer plan fast. A scanned stack (``scan_layers``) is one loop whose body is
+    simulated once, whatever its depth: it is traced as it is.
 
     Example:
         >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=1024)
@@ -866,12 +867,15 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
         return _step_memory(step, rules)
 
     options = model_config(config.model, **config.model_options).options if custom is None else {}
-    layers, scanned = options.get("n_layers"), bool(options.get("scan_layers"))  # scanned: one body, any depth
-    if config.model != "transformer" or custom is not None or scanned or not layers or layers <= 2:
+    # Only a model that declares identical blocks (BLOCKS_OPTION) is extended from 2 of them.
+    blocks = resolved.model_class.BLOCKS_OPTION if custom is None and resolved.model_class is not None else None
+    layers, scanned = options.get(blocks) if blocks else None, bool(options.get("scan_layers"))  # scanned: any depth
+    if blocks is None or scanned or not layers or layers <= 2:
         return simulate(resolved)[0]
+
     def with_layers(n: int) -> Any:  # model options name no record: the parsed mesh and classes still hold
         return dataclasses.replace(resolved, config=dataclasses.replace(
-            config, model_options={**config.model_options, "n_layers": n}))
+            config, model_options={**config.model_options, blocks: n}))
 
     if resolved.mode_class.parameter_gathering == "whole-tree":
         # The whole tree is gathered outside the blocks' calls: their buffers are not the blocks' own, so the

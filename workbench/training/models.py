@@ -6,7 +6,9 @@ Each model class declares, as data:
 * ``loss``: ``(model, batch) -> (loss, aux)``; a batch is ``{"x", "y"}`` plus an optional ``"mask"``
   so that the padding of a final batch never changes the loss;
 * ``tensor_parallel_rules(axis)``: ``(regex, spec)`` pairs over its parameter paths, ready for
-  :func:`~workbench.layout.tree_layout.layout_tree` (empty when the model has nothing to split).
+  :func:`~workbench.layout.tree_layout.layout_tree` (empty when the model has nothing to split);
+* its traits, read by the planner: ``SEQUENCE_OPTION`` (reads sequences up to that option's length),
+  ``BLOCKS_OPTION`` (identical blocks, counted by that option), ``TRANSFORMER_ESTIMATES``.
 
 Adding a model means writing its class and adding it to ``_REGISTRY``.
 
@@ -168,6 +170,13 @@ class RegisteredModel(nnx.Module):
     NAME: ClassVar[str]
     DATA_KIND: ClassVar[str]  # the Dataset kind it trains on: regression, classification or language
     loss: ClassVar[Any]  # staticmethod (model, batch) -> (loss, aux)
+    # Traits the planner and the step-memory simulation read, so that a new model declares them instead of
+    # being named there (defaults: a model of examples, not sequences, with no repeated blocks).
+    SEQUENCE_OPTION: ClassVar[str | None] = None  # the option bounding its sequences' length; None: no sequences
+    BLOCKS_OPTION: ClassVar[str | None] = None  # the option counting its identical blocks (each adds the same memory)
+    # The planner counts its FLOPs, kept activations and tensor-parallel all-reduces with the transformer's formulas
+    # (reading d_model, n_heads, n_layers, vocab, loss_tile and flops_per_token); otherwise 6 FLOPs per parameter.
+    TRANSFORMER_ESTIMATES: ClassVar[bool] = False
 
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
@@ -175,7 +184,8 @@ class RegisteredModel(nnx.Module):
         return {}
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model",
+                              options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         """``(regex, spec text)`` pairs for tensor parallelism over ``axis`` of the model built with
         ``options`` (default its preset); empty: nothing to split."""
         return []
@@ -238,7 +248,8 @@ class MLPClassifier(RegisteredModel):
         return self.output(nnx.relu(self.hidden2(nnx.relu(self.hidden1(x)))))
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model",
+                              options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         # The hidden layers are the pair; the output layer is small (10 classes) and stays whole.
         return column_row_rules("hidden1", "hidden2", axis)
 
@@ -283,7 +294,8 @@ class CNNClassifier(RegisteredModel):
         return self.head(x.reshape(x.shape[0], -1))
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model",
+                              options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         # Conv kernels are (h, w, in, out): conv1 splits its output channels, conv2 its input channels.
         return column_row_rules("conv1", "conv2", axis, kernel_rank=4)
 
@@ -399,6 +411,9 @@ class TransformerLM(RegisteredModel):
     NAME = "transformer"
     DATA_KIND = "language"
     loss = staticmethod(language_model_loss)
+    SEQUENCE_OPTION = "max_len"
+    BLOCKS_OPTION = "n_layers"
+    TRANSFORMER_ESTIMATES = True
 
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
@@ -467,7 +482,8 @@ class TransformerLM(RegisteredModel):
         return 2 * matmul_weights + 4 * self.n_layers * seq_len * d
 
     @classmethod
-    def tensor_parallel_rules(cls, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    def tensor_parallel_rules(cls, axis: str = "model",
+                              options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
         stacked = bool((options or {}).get("scan_layers"))  # the blocks' leading layer axis stays whole
         blocks = "blocks/layer" if stacked else r"blocks/\d+"
         attention, mlp = f"{blocks}/attn", f"{blocks}/mlp"
@@ -686,7 +702,8 @@ def model_config_for_data(name: str, dataset: Any, **overrides: Any) -> ModelCon
         )
     fitted = cls.options_for_data(dataset)
     for key, value in fitted.items():
-        if key in overrides and overrides[key] != value and not (key == "max_len" and overrides[key] > value):
+        # A sequence length above the data's is fine: the model then reads shorter sequences than it could.
+        if key in overrides and overrides[key] != value and not (key == cls.SEQUENCE_OPTION and overrides[key] > value):
             raise WorkbenchError(
                 f"model option {key}={overrides[key]!r} does not fit data {dataset.name!r}, which needs "
                 f"{key}={value}: drop the option (it is set from the data)"
@@ -694,7 +711,8 @@ def model_config_for_data(name: str, dataset: Any, **overrides: Any) -> ModelCon
     return model_config(name, **{**fitted, **overrides})
 
 
-def tensor_parallel_rules(name: str, axis: str = "model", options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+def tensor_parallel_rules(name: str, axis: str = "model",
+                          options: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
     """The tensor-parallel ``(regex, spec text)`` table of model ``name`` over mesh axis ``axis``, for the
     model built with ``options`` (``scan_layers`` stacks the transformer's blocks on a leading axis).
 

@@ -1,0 +1,130 @@
+"""A plan's arithmetic: a step's FLOPs per device, the activations and parameter copies it keeps beside the
+training state, and whether its compute hides the gradient sync. What it assumes: docs/design/production-planning.md.
+
+Example:
+    >>> from workbench.training.models import abstract_model
+    >>> model = abstract_model("transformer", n_layers=2)
+    >>> activation_bytes(model, examples=8, seq_len=128, split=1, compute_bytes=2) > 0
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..formatting import format_bytes
+from ..layout.tree_layout import TreeLayout
+from ..training.modes.param_gathering import layer_bytes
+from .cost_model import ComputeBoundTest, Hardware, compute_bound_test
+from .planned_model import PlannedModel
+
+GRADIENT_BYTES = 4  # float32: gradients arrive in the master weights' dtype under bf16 compute too
+COMPUTE_BYTES = {"fp32": 4, "bf16": 2}
+
+
+def flops_per_device(planned: PlannedModel, n_params: int, seq_len: int | None, tokens: int, model_size: int,
+                     notes: list[str], recomputed: bool = False) -> float:
+    """FLOPs of one step on one device: the transformer's own count, else 6 per parameter per example/token.
+    ``recomputed``: the backward pass runs each layer's forward pass again (fsdp), all but the output head's
+    (a single matmul, whose backward pass needs none of it)."""
+    if planned.transformer_estimates:
+        abstract = planned.abstract
+        head = 2 * abstract.d_model * abstract.vocab  # the output head is replicated by the tp rules
+        forward = (abstract.flops_per_token(seq_len) - head) / model_size + head
+        return (3.0 * forward + (forward - head if recomputed else 0.0)) * tokens  # backward = 2 forwards (6N)
+    if recomputed and planned.registered:
+        notes.append(f"{planned.name!r}'s layers are single matmuls or convolutions, which fsdp does not recompute")
+    elif recomputed:
+        notes.append("fsdp recomputes each layer of your model in the backward pass; compute counts no recomputation")
+    if model_size > 1:
+        notes.append(f"compute assumes every parameter of {planned.name!r} splits {model_size} ways: an approximation")
+    return 6.0 * n_params * tokens / model_size
+
+
+def activation_bytes(model: Any, examples: int, seq_len: int, split: int, compute_bytes: int,
+                     recomputed: bool = False) -> int:
+    """Activations a transformer keeps for the backward pass on one device.
+
+    Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022), eq. 2:
+    ``s b h (10 + 24/t + 5 a s / (h t))`` bytes per layer for 16-bit activations and tensor parallelism
+    ``t`` (without sequence parallelism), scaled here to the compute dtype, plus the logits held in the
+    compute dtype and as float32 for the loss. Their constants include dropout masks this model does not
+    have, so this errs high: a rough figure. With ``recomputed`` layers (fsdp recomputes each layer in
+    the backward pass) only each layer's input ``s b h`` is kept, plus one layer's activations at a time.
+    The loss computes the logits ``loss_tile`` words of the vocabulary at a time
+    (:meth:`~workbench.training.lm_head.OutputHead.cross_entropy_sums`), so one tile's logits are held.
+    """
+    s, b, h, a = seq_len, examples, model.d_model, model.n_heads
+    per_layer = s * b * h * (10 + 24 / split + 5 * a * s / (h * split)) * compute_bytes / 2
+    logits = s * b * min(model.vocab, model.loss_tile) * (compute_bytes + 4)
+    if recomputed:
+        return int(model.n_layers * s * b * h * compute_bytes + per_layer + logits)
+    return int(model.n_layers * per_layer + logits)
+
+
+def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, notes: list[str],
+                           model: Any = None) -> int:
+    """Parameters a step holds beside the state, as the mode declares it gathers them
+    (``parameter_gathering``), and/or the bf16 compute copy."""
+    bf16 = precision == "bf16"
+    if declared.parameter_gathering == "whole-tree":
+        full_params = params_layout.total_bytes
+        notes.append(f"{declared.name} gathers the whole parameter tree for the step; fsdp gathers one layer at a time")
+        return full_params + (full_params // 2 if bf16 else 0)
+    if declared.parameter_gathering == "per-layer":
+        sizes = layer_bytes(model)
+        own = sizes.pop(None, 0)
+        largest, path = max(((size, path) for path, size in sizes.items()), default=(0, None))
+        if path is not None:
+            notes.append(f"{declared.name} holds one layer's parameters and gradients whole at a time: the largest "
+                         f"layer, {path!r}, is {format_bytes(largest)}")
+        if own:
+            notes.append(f"{format_bytes(own)} of parameters belong to no layer of the model and are gathered for "
+                         "the whole step")
+        gathered = largest + own
+        return 2 * gathered + (gathered // 2 if bf16 else 0)  # gathered, its gradients, its bf16 copy
+    return params_layout.bytes_per_device // 2 if bf16 else 0
+
+
+def tensor_parallel_notes(planned: PlannedModel, tensor_parallel: bool, model_size: int) -> list[str]:
+    """What the plan leaves out or warns about when layers split over 'model'."""
+    if not tensor_parallel or model_size == 1:
+        return []
+    if not planned.transformer_estimates:
+        return [f"the activation all-reduces after {planned.name!r}'s row-parallel layers are not estimated "
+                "(only the transformer's are)"]
+    heads = planned.abstract.n_heads
+    if heads % model_size:
+        return [f"n_heads={heads} does not divide by model={model_size}: devices would split heads; choose n_heads "
+                "divisible by the model axis"]
+    return []
+
+
+def bound_by_compute(declared, sync_bytes: int, data_size: int, flops: float, tokens: int, seq_len: int | None,
+                     hw: Hardware, utilisation: float, notes: list[str]) -> ComputeBoundTest | None:
+    """Whether the gradient sync hides behind the step's compute (None where nothing syncs over 'data')."""
+    if sync_bytes and data_size > 1:
+        synced_params = sync_bytes / GRADIENT_BYTES
+        return compute_bound_test(
+            tokens, hw, bytes_per_param=GRADIENT_BYTES, flops_per_param_per_token=flops / tokens / synced_params,
+            group_size=data_size, utilisation=utilisation, unit="tokens" if seq_len else "examples",
+        )
+    if not declared.one_device:
+        notes.append("no gradient synchronisation over 'data': the compute-bound test does not apply (tp's "
+                     "activation all-reduces grow with the batch as its compute does)")
+    return None
+
+
+def assumption_note(precision: str, utilisation: float) -> str:
+    """The note every plan ends with: what its compute and collective times assume."""
+    slower = ""
+    if precision == "fp32":
+        slower = " (fp32 matmuls run slower: TF32 at half rate on H100, several bf16 passes on TPU)"
+    return (f"compute assumes the chip's bf16 peak at {utilisation:.0%} utilisation{slower}; collectives use one "
+            "ring per mesh axis, and nothing overlaps")
+
+
+__all__ = [
+    "COMPUTE_BYTES", "GRADIENT_BYTES", "activation_bytes", "assumption_note", "bound_by_compute", "flops_per_device",
+    "tensor_parallel_notes", "transient_params_bytes",
+]

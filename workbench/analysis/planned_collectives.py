@@ -1,0 +1,121 @@
+"""The collectives a planned step runs: a mode's declared ones, sized from the layout and priced with the ring model.
+
+Example:
+    >>> from flax import nnx
+    >>> from workbench.analysis.cost_model import hardware
+    >>> from workbench.layout.tree_layout import layout_tree
+    >>> from workbench.training.models import abstract_model
+    >>> from workbench.training.modes import mode_class
+    >>> layout = layout_tree(nnx.state(abstract_model("mlp"), nnx.Param), "data=8", "replicate")
+    >>> planned, synced = step_collectives(mode_class("dp"), layout.mesh, layout, hardware("cpu"), None, 0, [])
+    >>> [(c.kind, c.axes, c.group_size) for c in planned], synced == layout.bytes_per_device
+    ([('all-reduce', ('data',), 8)], True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..layout.mesh import DATA_AXIS, MeshShape
+from ..layout.specs import entry_axes, spec_entries
+from ..layout.tree_layout import TreeLayout
+from ..training.modes.fsdp_whole_tree import WholeTreeShardedDataParallel
+from .collectives import CountedCollective
+from .cost_model import Hardware, collective_time, group_spans_hosts
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedCollective(CountedCollective):
+    """One kind of collective a step runs, in theory.
+
+    Attributes:
+        kind: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
+        what: what it moves, in words.
+        bytes: ``V`` of the ring formula: the full array on each device, for one occurrence.
+        axes: the mesh axes of the group.
+        group_size: devices in each group.
+        count: occurrences per step.
+        time_each_s: ring-model seconds for one occurrence.
+    """
+
+    kind: str
+    what: str
+    bytes: int
+    axes: tuple[str, ...]
+    group_size: int
+    count: int
+    time_each_s: float
+
+    @property
+    def time_s(self) -> float:
+        """Seconds per step for all ``count`` occurrences."""
+        return self.count * self.time_each_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "what": self.what, "bytes": self.bytes, "axes": list(self.axes),
+            "group_size": self.group_size, "count": self.count, "time_each_s": self.time_each_s, "time_s": self.time_s,
+        }
+
+
+def step_collectives(
+    mode_cls, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
+    block_activation: int | None, n_layers: int, notes: list[str], custom: bool = False,
+    gathered_bytes_per_float: int = 4,
+) -> tuple[list[PlannedCollective], int]:
+    """The mode's declared collectives (:attr:`ParallelMode.collectives`), sized from the layout and
+    priced with the ring model, and the per-device gradient bytes synchronised over 'data'.
+
+    Sizes by what each carries: the gradients of leaves not split over the axis (their per-device
+    bytes); leaves split over the axis, gathered or reduce-scattered whole; a transformer block's
+    activations, 4 times per block (2 forward, 2 backward). XLA combines small collectives, so each kind
+    is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a gathered float32
+    parameter takes on the wire (2 where the compiler casts to bf16 before gathering: XLA:GPU).
+    """
+    collectives: list[PlannedCollective] = []
+    synced = 0
+    for need in _needs(mode_cls, custom):
+        group = mesh.axis_size(need.axis) if need.axis in mesh.names else 1
+        split = [leaf for leaf in params_layout.leaves if _split_over(leaf, need.axis)]
+        split_bytes = sum(leaf.layout.bytes_per_device for leaf in split)
+        count = need.times  # fsdp gathers its parameters for the forward and again for the backward pass
+        if need.carries == "sharded-parameters":
+            nbytes = split_bytes * group * gathered_bytes_per_float // 4
+        elif need.carries == "sharded-gradients":
+            nbytes = split_bytes * group
+        elif need.carries in ("gradients", "whole-gradients"):
+            nbytes = params_layout.bytes_per_device - split_bytes
+        else:  # activations
+            nbytes, count = block_activation or 0, 4 * n_layers
+        if need.axis == DATA_AXIS and need.carries != "sharded-parameters":
+            synced += nbytes
+        if nbytes > 0 and group > 1 and count > 0:
+            what = need.what.split(":")[0]
+            spans_hosts = group_spans_hosts(mesh, (need.axis,), hw.devices_per_host)
+            time_each = collective_time(need.kind, nbytes, group, hw, spans_hosts=spans_hosts)
+            collectives.append(PlannedCollective(need.kind, what, int(nbytes), (need.axis,), group, count, time_each))
+    whole = [leaf for leaf in params_layout.leaves if not _split_over(leaf, DATA_AXIS)]
+    if mode_cls.state_placement == "shard" and whole and not custom:
+        notes.append(f"{len(whole)} parameter(s) have no dimension divisible by data={mesh.axis_size(DATA_AXIS)} "
+                     "and stay whole on every device (their gradients are all-reduced)")
+    return collectives, synced
+
+
+def _split_over(leaf, axis: str) -> bool:
+    return any(axis in entry_axes(entry) for entry in spec_entries(leaf.layout.spec))
+
+
+def _needs(mode_cls, custom: bool) -> list:
+    """The collectives to price: the mode's declaration; with your own rule table, the data-axis ones
+    follow the table (leaves split over 'data' are gathered and reduce-scattered, the rest all-reduced),
+    and activations are not estimated (the table's split is unknown to the model)."""
+    needs = list(mode_cls.collectives)
+    if custom:
+        needs = [n for n in needs if n.carries != "activations" and n.axis != DATA_AXIS]
+        if mode_cls.batch_axis == DATA_AXIS and not mode_cls.one_device:
+            needs += list(WholeTreeShardedDataParallel.collectives)
+    return needs
+
+
+__all__ = ["PlannedCollective", "step_collectives"]

@@ -1,0 +1,85 @@
+"""The real step a plan describes, as the trainer would resolve it, and its memory per device simulated from its
+jaxpr (:mod:`.step_memory`): once per model, options, mode, mesh, batch and precision for a registered model.
+
+Example:
+    >>> from workbench.layout.mesh import parse_mesh
+    >>> from workbench.training.models import model_class
+    >>> from workbench.training.modes import mode_class
+    >>> step = step_config("mlp", {}, mode_class("dp"), parse_mesh("data=8"), 64, "bf16", "adamw", model_class("mlp"))
+    >>> step.config.mesh, step.mode_class.name
+    ('data=8', 'dp')
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..errors import WorkbenchError
+from ..layout.mesh import MeshShape
+from ..training.config import ResolvedConfig, TrainConfig
+from ..training.models import model_class
+from ..training.step import CustomModel, check_compiles_ahead
+from .compiler_rules import CompilerRules
+from .planned_model import PlannedModel
+from .step_memory import NotSimulated, StepMemory, planned_step_memory
+
+
+def simulated_memory(planned: PlannedModel, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
+                     precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
+                     compiler: CompilerRules) -> tuple[StepMemory | None, str | None]:
+    """(the step's simulated :class:`~.step_memory.StepMemory`, None) or (None, why it is not modelled)."""
+    try:
+        return _simulate_memory(planned, declared, mesh, batch, seq_len, precision, optimizer, custom_rules, loss,
+                                example_batch, compiler)
+    except NotSimulated as reason:
+        return None, str(reason)
+
+
+def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
+                     precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
+                     compiler: CompilerRules) -> tuple[StepMemory | None, str | None]:
+    try:
+        check_compiles_ahead(declared)
+    except WorkbenchError:
+        return None, f"mode {declared.name!r} is not one jit program, so there is no single step to simulate"
+    if custom_rules is not None:
+        return None, "the step lays out the mode's own state, not your rule table"
+    if planned.registered:
+        key = (planned.name, tuple(sorted(planned.options.items())), declared, mesh, batch, seq_len, precision,
+               optimizer, compiler.kind)
+        try:
+            hash(key)
+        except TypeError:  # an option value that cannot be a key: simulate afresh
+            return _registered_memory.__wrapped__(*key), None
+        return _registered_memory(*key), None
+    if example_batch is None:
+        return None, (f"your {planned.name}'s step needs the shapes of its input to be traced: pass "
+                      "example_batch=<a batch of its input> (and loss=fn unless it has a loss method)")
+    if loss is None and not hasattr(type(planned.abstract), "loss"):
+        raise WorkbenchError(f"your {planned.name} has no loss method: pass loss=fn with fn(model, batch) -> "
+                             "(loss, aux) to simulate its step")
+    config = step_config(f"custom:{planned.name}", {}, declared, mesh, batch, precision, optimizer, None)
+    custom = CustomModel(planned.abstract, loss, batches=())
+    return planned_step_memory(config, custom=custom, example_batch=example_batch, compiler=compiler), None
+
+
+@functools.lru_cache(maxsize=32)
+def _registered_memory(name: str, options: tuple, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
+                       precision: str, optimizer: str, compiler: str) -> StepMemory:
+    """A registered model's simulated step memory, once per model, options, mode, mesh, batch and precision."""
+    config = step_config(name, dict(options), declared, mesh, batch, precision, optimizer, model_class(name))
+    return planned_step_memory(config, seq_len=seq_len, compiler=compiler)
+
+
+def step_config(model: str, options: dict, declared: type, mesh: MeshShape, batch: int, precision: str,
+                optimizer: str, model_cls: type | None) -> ResolvedConfig:
+    """The step :func:`~.planning.plan_training` simulates, as the resolved record the trainer's would be: built
+    from what the planner has checked and parsed already (mode, mesh, batch, precision, optimizer), not from
+    text again. ``model_cls``: the registered model's class; None for your own."""
+    config = TrainConfig(model=model, model_options=options, mode=declared.name, mesh=str(mesh), batch=batch,
+                         precision=precision, optimizer=optimizer)
+    return ResolvedConfig(config, mesh, declared, model_cls)
+
+
+__all__ = ["simulated_memory", "step_config"]
