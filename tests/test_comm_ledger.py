@@ -31,7 +31,7 @@ from workbench.training.config import make_optimizer
 BATCH = 256
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _setup():
     data = wb.load_dataset("digits")
     tx = make_optimizer("adam", 1e-3)
@@ -39,7 +39,7 @@ def _setup():
     return graphdef, state, tx, next(data.batches(BATCH, seed=0))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ledger(mode_name: str, mesh: str = "data=8"):
     """(ledger, mode, placed state) of one compiled step of the digits mlp with Adam."""
     graphdef, state, tx, batch = _setup()

@@ -43,7 +43,7 @@ CASES = {  # model -> (data, data options, model options): small, so 32 combinat
 MESHES = {"tp": "model=2", "dp-tp": "data=4,model=2"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _batches(model: str) -> tuple[dict, ...]:
     data, data_options, _ = CASES[model]
     batches = load_dataset(data, **data_options).batches(BATCH, seed=0)
@@ -52,7 +52,7 @@ def _batches(model: str) -> tuple[dict, ...]:
     return tuple(chosen)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precision: str = "fp32"):
     """(per-step losses, final parameters as NumPy leaves with paths) of ``STEPS`` steps of ``mode``."""
     data, data_options, model_options = CASES[model]

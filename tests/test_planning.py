@@ -2,7 +2,6 @@
 rule table, and the ``workbench plan`` command line (JSON contract, one-line errors with status 2)."""
 
 import json
-import math
 
 import jax
 import pytest

@@ -79,7 +79,7 @@ def _shown(method: Callable) -> Callable:
     (JupyterLab would hide an exception raised in a widget callback)."""
 
     @functools.wraps(method)
-    def wrapper(self: "TrainingDashboard", *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: TrainingDashboard, *args: Any, **kwargs: Any) -> Any:
         return guarded(self._status)(method)(self, *args, **kwargs)
 
     return wrapper
@@ -285,7 +285,7 @@ class TrainingDashboard(widgets.VBox):
     @classmethod
     def attach(cls, run: Any, run_root: str = "runs", *, selection: Selection | None = None,
                redraw_interval: float = REDRAW_INTERVAL_S, max_points: int = MAX_POINTS,
-               **follow_options: Any) -> "TrainingDashboard":
+               **follow_options: Any) -> TrainingDashboard:
         """A dashboard that follows ``run`` (a name under ``run_root``, or a run folder) as its files grow.
 
         ``follow_options`` go to :class:`workbench.training.RunFollower`: ``stopper`` (what Stop calls),

@@ -26,8 +26,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -256,7 +257,7 @@ def check_gradient_sync(local_gradients: Callable[[dict, dict], Any]) -> Exercis
     step = jax.shard_map(local_gradients, mesh=mesh, in_specs=(P(), P("data")), out_specs=P(), check_vma=True)
     try:
         grads = jax.jit(step)(placed_params, placed_batch)
-    except Exception as error:  # the student's code: any failure is feedback, not a crash
+    except Exception as error:  # noqa: BLE001 - the student's code: any failure is feedback, not a crash
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         hint = ""
         if "out_specs" in str(error) or "vary" in str(error):

@@ -58,7 +58,7 @@ class SourceTables:
     frames: dict[int, tuple[Frame, ...]]
 
     @classmethod
-    def parse(cls, hlo_text: str) -> "SourceTables":
+    def parse(cls, hlo_text: str) -> SourceTables:
         """Read the tables at the top of ``hlo_text`` (empty when it has none)."""
         lines, tables, index = hlo_text.splitlines(), {}, 0
         names = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

@@ -78,7 +78,7 @@ class MemoryComparison:
                 "predicted_note": self.predicted_note, "compiled_note": self.compiled_note}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "MemoryComparison":
+    def from_json(cls, data: dict[str, Any]) -> MemoryComparison:
         return cls(tuple(DeviceMemory(**d) for d in data["devices"]), tuple(data["flags"]),
                    data.get("predicted_note"), data.get("compiled_note"))
 

@@ -160,7 +160,7 @@ class Timeline:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Timeline":
+    def from_json(cls, data: dict[str, Any]) -> Timeline:
         return cls(
             module=data["module"], devices=tuple(data["devices"]), trace_file=data["trace_file"],
             first_step=data.get("first_step", 0),
@@ -385,7 +385,7 @@ class _OpTable:
     layers: dict[str, str | None]
 
     @classmethod
-    def read(cls, hlo_text: str, mesh: Any, layers: Iterable[str]) -> "_OpTable":
+    def read(cls, hlo_text: str, mesh: Any, layers: Iterable[str]) -> _OpTable:
         ops = collective_ops(hlo_text, mesh)
         return cls({op.name: op.kind for op in ops}, {op.name: op.bytes for op in ops},
                    {op.name: op.axes for op in ops}, op_layers(hlo_text, layers))

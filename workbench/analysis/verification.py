@@ -136,7 +136,7 @@ class VerificationJob:
         self._why_stopped: str | None = None  # "cancelled" or "timeout", set before the child is killed
         self._done = threading.Event()
         self._started = time.monotonic()
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr, read when it ends; closed there
         request = {"config": config.to_json(), "target": str(target), "seq_len": seq_len}
         self._process = subprocess.Popen(
             [sys.executable, "-m", "workbench.analysis.compile_child"], stdin=subprocess.PIPE,

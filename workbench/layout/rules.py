@@ -53,7 +53,7 @@ class RuleTable:
     Build it from pairs, or from text with one ``regex => spec`` per line (``#`` starts a comment).
     """
 
-    def __init__(self, rules: Iterable[tuple[str, Any]] | "RuleTable"):
+    def __init__(self, rules: Iterable[tuple[str, Any]] | RuleTable):
         if isinstance(rules, RuleTable):
             rules = [(r.pattern, r.spec) for r in rules.rules]
         built = []
@@ -74,7 +74,7 @@ class RuleTable:
         self.rules: tuple[Rule, ...] = tuple(built)
 
     @classmethod
-    def parse(cls, text: str) -> "RuleTable":
+    def parse(cls, text: str) -> RuleTable:
         """Rules from text, one ``regex => spec`` per line.
 
         Example:
@@ -99,7 +99,7 @@ class RuleTable:
                 return index
         return None
 
-    def assign(self, paths: Sequence[str]) -> "RuleReport":
+    def assign(self, paths: Sequence[str]) -> RuleReport:
         """Which rule each path gets, and which rules matched nothing."""
         matched = {path: self.match(path) for path in paths}
         used = {i for i in matched.values() if i is not None}

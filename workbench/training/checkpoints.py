@@ -166,11 +166,11 @@ class CheckpointWriter:
         args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), META_ITEM: ocp.args.JsonSave(meta)})
         try:  # Orbax's save waits for the previous one anyway: waiting here names the save that failed
             self._manager.wait_until_finished()
-        except Exception as error:  # noqa: BLE001 - e.g. the disk filled up while the previous save wrote
+        except Exception as error:  # e.g. the disk filled up while the previous save wrote
             raise self._failed(self.saved.pop() if self.saved else None, error) from error
         try:
             self._manager.save(step, args=args)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise self._failed(step, error) from error
         self.saved.append(step)
 
@@ -178,7 +178,7 @@ class CheckpointWriter:
         """Wait for the last save to be on disk, then release the writer."""
         try:
             self._manager.wait_until_finished()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise self._failed(self.saved[-1] if self.saved else None, error) from error
         finally:
             self._manager.close()
@@ -264,7 +264,7 @@ def read_meta(run_path: str | os.PathLike, step: int) -> dict[str, Any]:
     manager = _manager(run_path, read_only=True)
     try:
         meta = manager.restore(step, args=ocp.args.Composite(**{META_ITEM: ocp.args.JsonRestore()}))[META_ITEM]
-    except Exception as error:  # noqa: BLE001 - Orbax raises many kinds; the message says which checkpoint
+    except Exception as error:  # Orbax raises many kinds; the message says which checkpoint
         raise _unreadable(run_path, step, error) from error
     finally:
         manager.close()
@@ -341,7 +341,7 @@ def restore_state(info: CheckpointInfo, target: Any) -> Any:
     manager = _manager(info.run_path, read_only=True)
     try:
         restored = manager.restore(info.step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise _unreadable(info.run_path, info.step, error) from error
     finally:
         manager.close()

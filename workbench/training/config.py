@@ -176,11 +176,11 @@ class TrainConfig:
     model_options: dict = dataclasses.field(default_factory=dict)
     data_options: dict = dataclasses.field(default_factory=dict)
 
-    def checked(self) -> "TrainConfig":
+    def checked(self) -> TrainConfig:
         """This config with the mesh normalised, or a WorkbenchError naming the first bad field."""
         return self.resolved().config
 
-    def resolved(self) -> "ResolvedConfig":
+    def resolved(self) -> ResolvedConfig:
         """This config checked (as :meth:`checked`) and resolved, once, into records: the parsed mesh, the
         mode's class and the model's class. What the trainer, :func:`~workbench.training.step.build_step` and
         the planner pass down, so nothing below them reads the text again.
@@ -227,7 +227,7 @@ class TrainConfig:
         return {**dataclasses.asdict(self), "faults": list(self.faults)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "TrainConfig":
+    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
         """A config from :meth:`to_json` output; extra keys (run metadata) are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in data.items() if k in names}

@@ -247,7 +247,7 @@ def _bound_axis_names() -> tuple[str, ...] | None:
         from jax._src import core
 
         return tuple(str(name) for name in core.get_axis_env().axis_names())
-    except Exception:
+    except Exception:  # noqa: BLE001 - a private API: any JAX that lacks it only loses the hint
         return None
 
 
@@ -255,7 +255,7 @@ def _mesh_axis_names() -> tuple[str, ...]:
     """The manual mesh axes of the enclosing shard_map (for error messages)."""
     try:
         return tuple(jax.sharding.get_abstract_mesh().manual_axes)
-    except Exception:
+    except Exception:  # noqa: BLE001 - only for an error message: no mesh, no names
         return ()
 
 
@@ -277,7 +277,7 @@ def _check_vma_enabled() -> bool | None:
         from jax._src import config
 
         return bool(config._check_vma.value)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a private flag: a JAX without it means "cannot say"
         return None
 
 
@@ -297,7 +297,7 @@ def varying_axes(value: Any) -> frozenset[str] | None:
     """
     try:
         aval = jax.typeof(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a value JAX cannot type: "cannot say", as documented
         return None
     for getter in (
         lambda a: a.mat.varying,
@@ -327,7 +327,7 @@ def _check_not_already_summed(grads: Any, axes: tuple[str, ...]) -> None:
         axis = summed[0]
         try:
             count = f"{lax.axis_size(axis)}"
-        except Exception:
+        except Exception:  # noqa: BLE001 - only for the message: an unknown size reads "N"
             count = "N"
         raise GradientSyncError(
             f"gradient {_leaf_name(path)} does not vary over axis {axis!r}: inside jax.shard_map with "

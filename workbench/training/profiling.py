@@ -223,7 +223,7 @@ class Capture:
         self.began = time.perf_counter()
 
     @classmethod
-    def begin(cls, request: ProfileRequest, run: str, run_path: Path, first_step: int) -> "Capture | None":
+    def begin(cls, request: ProfileRequest, run: str, run_path: Path, first_step: int) -> Capture | None:
         """Start JAX's profiler for ``request`` (None, with the request failed, if it cannot start)."""
         if not _SESSION.acquire(blocking=False):
             request.finish(error="another profile is being taken in this process (JAX runs one at a time): wait "

@@ -29,7 +29,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _iso(moment: datetime) -> str:
@@ -245,7 +245,7 @@ class RunWriter:
         self._status: str | None = None
 
     @classmethod
-    def adopt(cls, path: str | os.PathLike, config: Mapping | None = None) -> "RunWriter":
+    def adopt(cls, path: str | os.PathLike, config: Mapping | None = None) -> RunWriter:
         """A writer for the run already begun in ``path`` (by another process: a launcher reserves the folder,
         one of its workers writes the run). ``config``, if given, replaces ``config.json`` (``name`` and
         ``created`` kept); metrics are appended after any already written.
@@ -265,7 +265,7 @@ class RunWriter:
         return cls._continuing(path, begun, config)
 
     @classmethod
-    def _continuing(cls, path: Path, begun: Mapping[str, Any], config: Mapping | None) -> "RunWriter":
+    def _continuing(cls, path: Path, begun: Mapping[str, Any], config: Mapping | None) -> RunWriter:
         """A writer appending to the run begun in ``path`` (its config ``begun``), with ``config`` written over it."""
         writer = cls.__new__(cls)
         writer.name, writer.path = path.name, path
@@ -277,7 +277,7 @@ class RunWriter:
         return writer
 
     @classmethod
-    def reopen(cls, path: str | os.PathLike, config: Mapping[str, Any], through_step: int) -> "RunWriter":
+    def reopen(cls, path: str | os.PathLike, config: Mapping[str, Any], through_step: int) -> RunWriter:
         """A writer continuing the run in ``path`` after step ``through_step`` (resumed from a checkpoint):
         metrics of later steps are dropped, ``summary.json`` is removed (the run is going again and writes
         it at its end), ``config.json`` is replaced by ``config`` (``name`` and ``created`` kept).
@@ -496,13 +496,13 @@ def _read_run(folder: Path) -> Run:
 
 def _created(folder: Path) -> datetime:
     """When the run in ``folder`` started, from its config; the earliest time if unknown."""
-    earliest = datetime.min.replace(tzinfo=timezone.utc)
+    earliest = datetime.min.replace(tzinfo=UTC)
     try:
         created = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")).get("created")
         moment = datetime.fromisoformat(created)
     except (OSError, ValueError, TypeError, AttributeError):
         return earliest
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _run_folders(run_root: str | os.PathLike) -> list[Path]:

@@ -162,7 +162,7 @@ class Trainer:
         self.subscriber_errors: list[str] = []
 
     @classmethod
-    def resuming(cls, run: str | Any, **settings: Any) -> "Trainer":
+    def resuming(cls, run: str | Any, **settings: Any) -> Trainer:
         """A trainer whose next :meth:`run` or :meth:`start` continues the run in folder ``run`` from its
         latest checkpoint, appending to that folder: metrics go on at the next step (later ones, written
         after the checkpoint, are dropped) and the summary is rewritten at the end.
@@ -476,7 +476,7 @@ class Trainer:
         self.history.append(event)
         deliver(event, self._subscribers, self.subscriber_errors)
 
-    def _run_safely(self, writer: RunWriter, mode, start: "_Start", train_batches, eval_batches, dataset) -> None:
+    def _run_safely(self, writer: RunWriter, mode, start: _Start, train_batches, eval_batches, dataset) -> None:
         loop = _Loop(self, writer, mode, start, train_batches, eval_batches)
         status, error = "finished", None
         try:
