@@ -84,7 +84,7 @@ def test_a_resumed_run_equals_the_uninterrupted_run(runs, tmp_path):
     assert summary["steps"] == 40 and summary["resumed_from_step"] == 20 and resumed.status == "finished"
     full_losses, resumed_losses = _losses(runs["root"] / "full"), _losses(run_dir)
     assert [s for s, _ in resumed_losses] == [s for s, _ in full_losses]  # 21-25 of the stopped run were dropped
-    np.testing.assert_allclose([l for _, l in resumed_losses], [l for _, l in full_losses], rtol=TOLERANCE)
+    np.testing.assert_allclose([loss for _, loss in resumed_losses], [loss for _, loss in full_losses], rtol=TOLERANCE)
     assert _close(_params(runs["full"]), _params(resumed))
     run = load_run(run_dir)
     assert run.status == "finished" and run.config["resumed_from_step"] == 20

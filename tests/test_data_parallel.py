@@ -390,7 +390,7 @@ def test_reduce_gradients_under_pmap_matches_the_reference():
         PARAMS, X.reshape(DEVICES, -1, 4), Y.reshape(DEVICES, -1, 3)
     )
     for device in range(DEVICES):
-        assert_trees_close(jax.tree_util.tree_map(lambda g: g[device], per_device), REFERENCE_GRADS)
+        assert_trees_close(jax.tree_util.tree_map(lambda g, device=device: g[device], per_device), REFERENCE_GRADS)
 
 
 def test_reduce_gradients_rejects_an_unknown_reduction(mesh):

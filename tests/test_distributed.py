@@ -169,7 +169,7 @@ def test_process_shares_cover_the_batch_once_per_data_position(axes, processes):
     rows = 64
     shares = [batch_share(_Mesh(axes, processes), "data", rows, p) for p in range(processes)]
     per_part = rows // axes["data"]
-    for p, share in enumerate(shares):
+    for share in shares:
         assert share.size % per_part == 0 and share.process_count == jax.process_count()
         assert share.rows.start % per_part == 0
     covered = sorted({r for share in shares for r in range(share.rows.start, share.rows.stop)})

@@ -46,7 +46,7 @@ def unrolled_copy(model: Stacked) -> Stacked:
     copy = Stacked(nnx.Rngs(1), scanned=False)
     stacked = nnx.state(model.blocks.layer, nnx.Param)
     for i, block in enumerate(copy.blocks):
-        nnx.update(block, jax.tree.map(lambda leaf: leaf[i], stacked))
+        nnx.update(block, jax.tree.map(lambda leaf, i=i: leaf[i], stacked))
     nnx.update(copy.out, nnx.state(model.out))
     return copy
 

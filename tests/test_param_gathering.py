@@ -167,6 +167,6 @@ def test_the_tiled_loss_is_the_plain_cross_entropy():
     np.testing.assert_allclose(tiled, plain, rtol=1e-6)
     for key in plain_aux:
         np.testing.assert_allclose(tiled_aux[key], plain_aux[key], rtol=1e-6)
-    grads = [nnx.grad(lambda m: fn(m, batch)[0])(model) for fn in (language_model_loss, cross_entropy_loss)]
+    grads = [nnx.grad(lambda m, fn=fn: fn(m, batch)[0])(model) for fn in (language_model_loss, cross_entropy_loss)]
     for got, want in zip(*(jax.tree.leaves(g) for g in grads)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

@@ -206,7 +206,7 @@ def test_context_manager_marks_failure_and_reraises(tmp_path):
     with pytest.raises(ZeroDivisionError):
         with RunWriter(tmp_path, "crash") as writer:
             writer.append({"step": 0, "loss": 1.0})
-            1 / 0
+            _ = 1 / 0
     run = load_run("crash", tmp_path)
     assert run.status == "failed"
     assert run.summary["error"] == "ZeroDivisionError: division by zero"

@@ -219,7 +219,7 @@ def test_optimizers_hold_only_the_learning_rate_and_match_optax_exactly(name):
     state, reference_state = tx.init(params), reference_tx.init(params)
     step = jax.jit(lambda p, s, g: tx.update(g, s, p))
     for i in range(4):
-        grads = jax.tree.map(lambda x: jnp.sin(x * (i + 1.5)), ours)
+        grads = jax.tree.map(lambda x, i=i: jnp.sin(x * (i + 1.5)), ours)
         updates, state = step(ours, state, grads)
         reference_updates, reference_state = reference_tx.update(grads, reference_state, theirs)
         ours, theirs = optax.apply_updates(ours, updates), optax.apply_updates(theirs, reference_updates)

@@ -302,7 +302,7 @@ def test_capture_visualize_sharding_of_an_abstract_layout(capsys):
 def test_capture_shows_replicated_tiles_like_the_layout():
     layout = layout_array((8, 16), "data=2,model=4", "model")
     picture = capture_visualize_sharding(layout)
-    for block, holders in layout.holders().items():
+    for holders in layout.holders().values():
         assert "CPU " + ",".join(str(d) for d in sorted(holders)) in picture.text
     # Each tile's label sits on the colour of its lowest holder, in a readable text colour.
     labels = re.findall(r'<span style="color: (#\w+);[^"]*background-color: (#\w+)">\s*CPU ([\d,]+)\s*</span>', picture.html)

@@ -125,7 +125,7 @@ class ArrayLayout:
     @functools.cached_property
     def devices(self) -> tuple[DeviceSlice, ...]:
         """Every device's slice, in mesh order (built on first use, for this leaf only)."""
-        self._starts  # every device at once, vectorised, before the per-device records
+        _ = self._starts  # every device at once, vectorised, before the per-device records
         return tuple(self.device_slice(p) for p in range(self.num_devices))
 
     def slice_of_device(self, device_id: int) -> DeviceSlice:

@@ -112,7 +112,7 @@ class TreeLayout:
         for leaf in self.leaves:
             if leaf.path == path:
                 return leaf
-        sample = ", ".join(l.path for l in self.leaves[:5])
+        sample = ", ".join(leaf.path for leaf in self.leaves[:5])
         raise KeyError(f"no leaf {path!r}; paths look like: {sample}")
 
     def rows(self) -> list[dict]:

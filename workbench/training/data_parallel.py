@@ -211,7 +211,7 @@ def shard_model_state(
     planned = iter(layout.leaves)
     flat, treedef = jax.tree_util.tree_flatten_with_path(state)
     placed = []
-    for keypath, leaf in flat:
+    for _keypath, leaf in flat:
         if not is_array_like(leaf):
             placed.append(leaf)
             continue

@@ -45,7 +45,7 @@ class LayoutChange:
         for leaf in self.leaves:
             if leaf.path == path:
                 return leaf
-        raise KeyError(f"no leaf {path!r} in the state: its leaves are e.g. {[l.path for l in self.leaves[:3]]}")
+        raise KeyError(f"no leaf {path!r} in the state: its leaves are e.g. {[leaf.path for leaf in self.leaves[:3]]}")
 
 
 def _state_layout(config: TrainConfig):

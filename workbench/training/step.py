@@ -123,7 +123,7 @@ def _batch_sources(config: TrainConfig, dataset: Dataset | None, custom: CustomM
                                                      drop_remainder=config.drop_remainder, rows=rows, skip=skip)
         return train, (lambda: dataset.eval_batches(config.batch, rows=rows))
     batches, evaluate = custom.batches, custom.eval_batches
-    given = batches if callable(batches) else (lambda seed, it=iter(batches): it)
+    given = batches if callable(batches) else (lambda seed, it=iter(batches): it)  # noqa: B008 - one iterator, shared by every call
     train = lambda seed, skip=0: itertools.islice(given(seed), skip, None)  # noqa: E731
     held_out = evaluate if callable(evaluate) or evaluate is None else (lambda b=evaluate: b)
     if share.whole:

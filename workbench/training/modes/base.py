@@ -372,7 +372,7 @@ class ParallelMode(abc.ABC):
             "inspect: use 'dp' to see the collectives of the same data parallelism"
         )
 
-    def precompile(self, state: TrainState, batch: Any) -> None:
+    def precompile(self, state: TrainState, batch: Any) -> None:  # noqa: B027 - optional: by default, nothing
         """Compile the ordinary step (``diagnostics=False``) ahead of time, without running it.
 
         The trainer runs step 1 with diagnostics and calls this right after, so the second variant's

@@ -68,7 +68,7 @@ class SimulatedDataParallel(ParallelMode):
 
     def place_batch(self, batch: Any) -> Any:
         # Cut on the host into the N shards a real data axis would hold.
-        return [jax.device_put(jax.tree.map(lambda x: x[i], batch), self.device) for i in self._shard_rows(batch)]
+        return [jax.device_put(jax.tree.map(lambda x, i=i: x[i], batch), self.device) for i in self._shard_rows(batch)]
 
     def _shard_rows(self, batch: Any) -> list[slice]:
         rows = len(jax.tree.leaves(batch)[0]) // self.shards
