@@ -80,7 +80,8 @@ def devices_note(mesh: wb.MeshShape) -> tuple[str, str]:
     """(level, text): whether this mesh can train here, and how to get the devices when it cannot."""
     local = len(jax.devices())
     if mesh.size <= local:
-        return "ok", f"{mesh.size} of this machine's {local} {jax.devices()[0].platform.upper()} devices: layouts and training"
+        platform = jax.devices()[0].platform.upper()
+        return "ok", f"{mesh.size} of this machine's {local} {platform} devices: layouts and training"
     return "warning", (
         f"planning only: this mesh has {mesh.size} devices and JAX here has {local}. Layouts, memory and "
         f"communication work on any size; training needs {mesh.size} devices: run on a host (or TPU slice) with "

@@ -276,7 +276,8 @@ class VerifyPanel(widgets.VBox):
                  f"the plan said {wb.format_bytes(plan.peak_bytes)}"
                  + (f" (plan / compiler {peak.ratio:.2f})" if peak.ratio is not None else ""))
         if compiled.peak_bytes < wb.analysis.PLAN_ACCURACY_FROM_BYTES and peak.ratio is not None:
-            words += (f"; a step under {wb.format_bytes(wb.analysis.PLAN_ACCURACY_FROM_BYTES)} per device is outside where the plan "
+            words += (f"; a step under {wb.format_bytes(wb.analysis.PLAN_ACCURACY_FROM_BYTES)} per device "
+                      "is outside where the plan "
                       "holds ±15%: small buffers the compiler packs or drops dominate it")
         if self.selection.rules:
             words += "; it compiled the mode's standard specs, not your rules"

@@ -65,7 +65,8 @@ class RuleTable:
             try:
                 regex = re.compile(pattern)
             except (re.error, TypeError) as error:
-                raise RuleError(f"rule {number} pattern {pattern!r} is not a valid regex ({error}): fix or escape it") from None
+                raise RuleError(f"rule {number} pattern {pattern!r} is not a valid regex ({error}): "
+                                "fix or escape it") from None
             try:
                 parsed = parse_spec(spec)
             except SpecError as error:
@@ -87,7 +88,8 @@ class RuleTable:
             if not stripped or stripped.startswith("#"):
                 continue
             if SEPARATOR not in stripped:
-                raise RuleError(f"rule line {line_number} {stripped!r} has no '{SEPARATOR}': write 'regex {SEPARATOR} spec'")
+                raise RuleError(f"rule line {line_number} {stripped!r} has no '{SEPARATOR}': "
+                                f"write 'regex {SEPARATOR} spec'")
             pattern, _, spec = stripped.partition(SEPARATOR)
             pairs.append((pattern.strip(), spec.strip()))
         return cls(pairs)

@@ -264,7 +264,8 @@ class Capture:
         Python work would fill the trace, so this runs after it)."""
         for logging, (state, batch) in list(self.programs.items()):
             try:
-                compiled = mode.compile_step(state, batch, diagnostics=True) if logging else mode.compile_step(state, batch)
+                compiled = (mode.compile_step(state, batch, diagnostics=True) if logging
+                            else mode.compile_step(state, batch))
             except WorkbenchError:  # a mode of several programs (simulated) has no one step to read
                 del self.programs[logging]
                 continue

@@ -150,7 +150,8 @@ def compare_table(
         RunError: as :func:`compare_runs`, or a name in ``columns`` is no column of these runs.
 
     Example:
-        >>> print(compare_table(list_runs("runs"), columns=["name", "status", "lr", "last_step", "loss"]))  # doctest: +SKIP
+        >>> columns = ["name", "status", "lr", "last_step", "loss"]  # doctest: +SKIP
+        >>> print(compare_table(list_runs("runs"), columns=columns))  # doctest: +SKIP
         name                    status    lr     last_step  loss
         ----------------------  --------  -----  ---------  -------
         mlp-dp-20250101-120000  finished  0.001        999  0.01234

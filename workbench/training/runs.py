@@ -254,7 +254,8 @@ class RunWriter:
             RunError: ``path`` holds no run (no ``config.json``) or the run has ended (``summary.json``).
 
         Example:
-            >>> writer = RunWriter.adopt("runs/mlp-dp-20261123-101500", {"model": "mlp", "processes": 2})  # doctest: +SKIP
+            >>> config = {"model": "mlp", "processes": 2}  # doctest: +SKIP
+            >>> writer = RunWriter.adopt("runs/mlp-dp-20261123-101500", config)  # doctest: +SKIP
         """
         path = Path(path)
         begun = _read_json_file(path / CONFIG_FILE, "config") if (path / CONFIG_FILE).is_file() else None
@@ -269,7 +270,8 @@ class RunWriter:
         """A writer appending to the run begun in ``path`` (its config ``begun``), with ``config`` written over it."""
         writer = cls.__new__(cls)
         writer.name, writer.path = path.name, path
-        writer.config = {**dict(config if config is not None else begun), "name": begun["name"], "created": begun["created"]}
+        writer.config = {**dict(config if config is not None else begun), "name": begun["name"],
+                         "created": begun["created"]}
         if config is not None:
             _write_atomically(path / CONFIG_FILE, _encode(writer.config, "config"))
         writer._metrics = open(path / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
@@ -286,7 +288,8 @@ class RunWriter:
             RunError: ``path`` holds no run (no ``config.json``).
 
         Example:
-            >>> writer = RunWriter.reopen("runs/mlp-dp-20261123-101500", {"model": "mlp"}, through_step=200)  # doctest: +SKIP
+            >>> writer = RunWriter.reopen("runs/mlp-dp-20261123-101500", {"model": "mlp"},  # doctest: +SKIP
+            ...                           through_step=200)
         """
         path = Path(path)
         if not (path / CONFIG_FILE).is_file():
@@ -353,7 +356,8 @@ class RunWriter:
         """
         self._check_open("finish it again")
         if status not in END_STATUSES:
-            raise RunError(f"run status {status!r} is not one of {', '.join(END_STATUSES)}: e.g. run.finish('finished')")
+            raise RunError(f"run status {status!r} is not one of {', '.join(END_STATUSES)}: "
+                           "e.g. run.finish('finished')")
         encoded = _encode(summary, "summary")  # before anything changes: a bad value leaves the run open to retry
         _write_atomically(self.path / SUMMARY_FILE, {"status": status, **encoded, "ended": _iso(_utc_now())})
         self._status = status

@@ -145,7 +145,8 @@ def build_step(
             learning rate, seed or schedule changed.
 
     Example:
-        >>> built = build_step(TrainConfig(mode="fsdp", mesh="data=8", batch=64, precision="bf16", accum=2))  # doctest: +SKIP
+        >>> config = TrainConfig(mode="fsdp", mesh="data=8", batch=64, precision="bf16", accum=2)  # doctest: +SKIP
+        >>> built = build_step(config)  # doctest: +SKIP
         >>> built.mode.plan.precision, built.mode.plan.accum  # doctest: +SKIP
         ('bf16', 2)
     """
@@ -169,7 +170,8 @@ def build_step(
     graphdef, state = init_state(model, optimizer)
     mode = _mode(resolved, graphdef, state, loss, tp_rules, optimizer, modes)
     train, evaluate = _batch_sources(config, dataset, custom, mode.batch_share())
-    whole = train if jax.process_count() == 1 else _batch_sources(config, dataset, custom, _whole_share(config.batch))[0]
+    whole = (train if jax.process_count() == 1
+             else _batch_sources(config, dataset, custom, _whole_share(config.batch))[0])
     return BuiltStep(config, mode, state, model, loss, train, evaluate, dataset, options, whole)
 
 

@@ -200,7 +200,8 @@ def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) ->
     rows = len(jax.tree.leaves(batch)[0])
     mine = replicas * rows // mode.plan.global_batch  # the replicas whose rows this process holds
     shards = jax.tree.map(lambda x: np.asarray(x).reshape(mine, -1, *np.shape(x)[1:]), batch)
-    grads, weights = _replica_gradients_fn(mode.plan.graphdef, mode.plan.loss, mode.plan.precision)(params, other, shards)
+    replica_gradients = _replica_gradients_fn(mode.plan.graphdef, mode.plan.loss, mode.plan.precision)
+    grads, weights = replica_gradients(params, other, shards)
     flat = jax.vmap(_flat)(grads)  # (this process's replicas, parameters)
     if mine < replicas:
         flat, weights = _all_replicas(mode, replicas, np.asarray(flat), np.asarray(weights))

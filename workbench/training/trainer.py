@@ -29,9 +29,9 @@
 
 Events are :class:`TrainEvent` records: ``start``, ``compiled`` (first step, with ``compile_s``),
 ``metrics``, ``eval``, ``checkpoint`` (a save started: ``path``, ``requested``), ``profile`` (a profile
-taken: ``folder``, ``first_step``, ``steps``, ``error``), ``sync`` (gradient-sync diagnostics every ``sync_every`` steps: per-replica and
-synchronised gradient norms, cosines, replica divergence, noise scale), ``paused``, ``resumed`` and
-``end`` (``status`` finished/stopped/failed).
+taken: ``folder``, ``first_step``, ``steps``, ``error``), ``sync`` (gradient-sync diagnostics every ``sync_every``
+steps: per-replica and synchronised gradient norms, cosines, replica divergence, noise scale), ``paused``,
+``resumed`` and ``end`` (``status`` finished/stopped/failed).
 
 Example:
     >>> trainer = Trainer(TrainConfig(model="mlp", data="digits", mode="dp", steps=300))  # doctest: +SKIP
@@ -53,8 +53,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta, checkpoint_steps
-from .checkpoints import checkpoints_folder, latest_checkpoint, restore_state
+from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta
+from .checkpoints import checkpoint_steps, checkpoints_folder, latest_checkpoint, restore_state
 from .process_share import host_values
 from .profiling import Capture, ProfileCapture, ProfileError, ProfileRequest, check_profile_steps
 from ..errors import WorkbenchError
@@ -183,7 +183,8 @@ class Trainer:
         own = {k: settings.pop(k) for k in ("model", "loss", "batches", "eval_batches", "tp_rules") if k in settings}
         saved_model = str(info.config.get("model"))
         if saved_model.startswith("custom:") and own.get("model") is None:
-            raise CheckpointError(f"run {info.run_path.name!r} trained your own model ({saved_model[7:]}): pass it again, "
+            raise CheckpointError(f"run {info.run_path.name!r} trained your own model ({saved_model[7:]}): "
+                                  "pass it again, "
                                   "with its loss and batches: Trainer.resuming(run, model=..., loss=..., batches=...)")
         trainer = cls(TrainConfig.from_json(info.config), run_root=str(info.run_path.parent), **own, **settings)
         check_resumable(info, trainer.config)
@@ -312,7 +313,8 @@ class Trainer:
         self._control.save.set()
         self._control.wake.set()  # a paused run saves at once
 
-    def profile(self, steps: int = 5, *, wait: bool = True, timeout: float | None = 120.0) -> ProfileCapture | ProfileRequest:
+    def profile(self, steps: int = 5, *, wait: bool = True,
+                timeout: float | None = 120.0) -> ProfileCapture | ProfileRequest:
         """Profile ``steps`` steps of the running run with JAX's profiler, from the next step boundary after its
         steps are compiled (never the compiling one), into ``runs/<name>/profile/step-<S>/``; the run and its
         metrics go on. Also sampled: the bytes alive on each device (see :mod:`workbench.training.profiling`).
@@ -455,7 +457,8 @@ class Trainer:
     def _restored_state(mode, state: TrainState, info: CheckpointInfo) -> TrainState:
         """The checkpoint's state read into ``mode``'s layout (``state`` gives the tree, shapes and dtypes)."""
         shardings = mode.restore_shardings(state)
-        target = jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=sharding),
+        target = jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype,
+                                                                          sharding=sharding),
                               state, shardings)
         return mode.place_restored(restore_state(info, target))
 
@@ -693,7 +696,8 @@ class _Loop:
         short = None if capture.complete else (f"run {self.writer.name!r} {ended} after {capture.taken} of "
                                                f"{capture.request.steps} profiled steps")
         taken = capture.end(self.mode, self.state, error=None if capture.taken else short)  # waits for the steps
-        self.trainer._emit("profile", self.step, **taken.to_json(), **({"note": short} if short and capture.taken else {}))
+        note = {"note": short} if short and capture.taken else {}
+        self.trainer._emit("profile", self.step, **taken.to_json(), **note)
         self.restart_interval()
 
     def side_work(self, batch: Any) -> None:

@@ -232,7 +232,8 @@ def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any
 def _module_at(model: nnx.Module, path: str) -> nnx.Module:
     node = model
     for key in path.split("/"):
-        node = node[int(key)] if isinstance(node, nnx.List) else node[key] if isinstance(node, nnx.Dict) else getattr(node, key)
+        node = (node[int(key)] if isinstance(node, nnx.List) else node[key] if isinstance(node, nnx.Dict)
+                else getattr(node, key))
     return node
 
 
@@ -271,7 +272,8 @@ def _scans_gathered(cls: type) -> type:
             path, layer_def, shards, rest, dims, prepare = self._fsdp_layer
             whole = [dim == LAYER_AXIS for dim in jax.tree.leaves(dims)]
             with jax.named_scope(path):
-                leaves = [gather(v, d) if w else v for v, d, w in zip(jax.tree.leaves(shards), jax.tree.leaves(dims), whole)]
+                leaves = [gather(v, d) if w else v
+                          for v, d, w in zip(jax.tree.leaves(shards), jax.tree.leaves(dims), whole)]
                 shards = jax.tree.unflatten(jax.tree.structure(shards), leaves)
                 inner = jax.tree.unflatten(jax.tree.structure(dims), [
                     WHOLE if w or d == WHOLE else d - 1 for d, w in zip(jax.tree.leaves(dims), whole)])
@@ -313,7 +315,8 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
         layer = module.layer if stack else module  # a stack's slices are called as its one layer
         prefix = f"{path}/layer" if stack else path
         layer_def, layer_shards, rest = nnx.split(layer, nnx.Param, ...)
-        layer_shards, rest = jax.tree.map(lambda x: x, (layer_shards, rest))  # own copies: the module's are replaced below
+        # Own copies: the module's are replaced below.
+        layer_shards, rest = jax.tree.map(lambda x: x, (layer_shards, rest))
         inside = [f"{prefix}/{leaf}" for leaf, _ in leaves_with_paths(layer_shards)]
         structure = jax.tree.structure(layer_shards)
         layer_dims = jax.tree.unflatten(structure, [dim_at[name] for name in inside])

@@ -85,7 +85,8 @@ class SimulatedDataParallel(ParallelMode):
         for shard in shards:  # device i's work, one after another
             sums = self._shard_sums(state, shard)
             total = sums if total is None else self._add(total, sums)  # the all-reduce, as a sum
-        return self._update(state, total, diagnostics=diagnostics)  # divides by the total weight: the average; one update
+        # Divides by the total weight: the average; one update.
+        return self._update(state, total, diagnostics=diagnostics)
 
     def precompile(self, state: TrainState, shards: list[Any]) -> None:
         sums = jax.eval_shape(self._shard_sums, state, shards[0])
