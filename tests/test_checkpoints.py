@@ -118,7 +118,8 @@ def test_the_layout_before_and_after_a_restore_is_the_one_each_mode_reads_into(r
     for before_after, mode_config in ((0, CONFIG), (1, config)):  # the arrays a restore into each mode gives
         built = build_step(mode_config)
         shardings = built.mode.restore_shardings(built.state)
-        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), built.state, shardings)
+        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s),
+                              built.state, shardings)
         restored = [path_leaf for path_leaf in leaves_with_paths(restore_state(info, target))]
         assert [path for path, _ in restored] == [leaf.path for leaf in change.leaves]
         for (path, array), leaf in zip(restored, change.leaves):
@@ -134,7 +135,8 @@ def test_the_layout_before_and_after_a_restore_is_the_one_each_mode_reads_into(r
 def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(runs):
     built = build_step(dataclasses.replace(CONFIG, model_options={"hidden": 32}))
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), built.state)
-    with pytest.raises(CheckpointError, match=r"another state .* is \[\d+, \d+\] float32 there, \[\d+, 32\] float32 here"):
+    with pytest.raises(CheckpointError,
+                       match=r"another state .* is \[\d+, \d+\] float32 there, \[\d+, 32\] float32 here"):
         restore_state(latest_checkpoint(runs["cut"]), target)
 
 
@@ -282,8 +284,10 @@ def test_a_disk_that_fills_during_a_save_fails_the_run_in_one_line_keeping_the_e
             process.communicate(timeout=30)
     assert process.returncode == 1
     # Tensorstore's threads print tracebacks of their own writes cut short, which may run into the CLI's line.
-    found = re.findall(r"error: run full-disk failed: (the checkpoint of step (\d+) \('[^']*/checkpoints/\d+'\) could not "
-                       r"be written \(the disk refused a write: \[Errno 27\] File too large\); the checkpoints of steps "
+    found = re.findall(r"error: run full-disk failed: (the checkpoint of step (\d+) "
+                       r"\('[^']*/checkpoints/\d+'\) could not "
+                       r"be written \(the disk refused a write: \[Errno 27\] File too large\); "
+                       r"the checkpoints of steps "
                        r"\[([\d, ]*)\] are intact and the run's metrics are kept: free disk space and resume from the "
                        r"latest \(workbench train --resume <run>\))", err)
     assert len(found) == 1, err[-3000:]

@@ -195,7 +195,8 @@ def test_digits_are_scikit_learns_digits_without_importing_scikit_learn(digits):
     np.testing.assert_array_equal(every_y[order], reference.target[reference_order])
     # Importing scikit-learn costs a fresh process 1.5 s before its first step: it must not happen.
     code = "import sys, workbench; workbench.load_dataset('digits'); print('sklearn' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 @settings(max_examples=60, deadline=None)

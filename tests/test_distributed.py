@@ -73,7 +73,8 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     assert worst <= EXACT, (losses, reference)
 
     saved = np.load(tmp_path / "params.npz", allow_pickle=False)
-    expected = {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(one.state.params)}
+    expected = {jax.tree_util.keystr(k): np.asarray(v)
+                for k, v in jax.tree_util.tree_leaves_with_path(one.state.params)}
     assert sorted(saved.files) == sorted(expected)
     for key, value in expected.items():
         scale = max(float(np.max(np.abs(value))), 1e-3)
@@ -82,7 +83,8 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     if mode not in SYNCED:
         return
     # Gradient-sync diagnostics across processes: every replica's norm, the replicas in step with each other.
-    across, alone = _records(group.path, "sync_per_replica_grad_norms"), _records(one.run_path, "sync_per_replica_grad_norms")
+    across = _records(group.path, "sync_per_replica_grad_norms")
+    alone = _records(one.run_path, "sync_per_replica_grad_norms")
     assert [s for s, _ in across] == [s for s, _ in alone] == [3, 6]
     for (_, norms), (_, expected_norms) in zip(across, alone):
         np.testing.assert_allclose(norms, expected_norms, rtol=1e-4)
@@ -198,7 +200,8 @@ def test_a_data_set_reads_only_a_process_rows():
 def _hosts(tmp_path, env: dict[str, str], *options: str) -> tuple[list[int], list[str]]:
     """Two `workbench train --join` commands, as two hosts would run them: exit statuses and outputs."""
     port = free_port()
-    argv = [sys.executable, "-m", "workbench", "train", "--mode", "fsdp", "--mesh", "data=8", "--steps", "4", "--batch", "64",
+    argv = [sys.executable, "-m", "workbench", "train", "--mode", "fsdp", "--mesh", "data=8", "--steps", "4",
+            "--batch", "64",
             "--log-every", "2", "--eval-every", "0", "--sync-every", "0", "--processes", "2",
             "--join", f"127.0.0.1:{port}", "--name", "joined", "--run-dir", str(tmp_path), *options]
     hosts = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE,
@@ -254,8 +257,8 @@ def test_a_checkpoint_resumes_across_processes_onto_another_layout(tmp_path):
     from workbench.training.checkpoints import restore_state
 
     plain = alone.state  # read the processes' last checkpoint onto one device and compare
-    target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype,
-                                                            sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])), plain)
+    one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=one_device), plain)
     restored = restore_state(wb.latest_checkpoint(first.run_path), target)
     for (path, value), (_, expected) in zip(wb.layout.leaves_with_paths(restored.params),
                                             wb.layout.leaves_with_paths(plain.params)):

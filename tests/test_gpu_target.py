@@ -31,7 +31,8 @@ def test_gpu_targets_name_a_chip_and_whole_hosts():
     assert [parse_target(f"gpu:{chip}:8").hardware for chip in GPU_CHIPS] == [
         "a100-80gb", "h100-nvlink", "h100-pcie", "h200", "b200"]
     assert gpu_topology("h200", 1) == "1x1x1" and gpu_topology("h100", 4096) == "1x512x8"
-    with pytest.raises(WorkbenchError, match=r"unknown GPU 'h300': choose one of a100-80gb, h100, h100-pcie, h200, b200"):
+    with pytest.raises(WorkbenchError,
+                       match=r"unknown GPU 'h300': choose one of a100-80gb, h100, h100-pcie, h200, b200"):
         parse_target("gpu:h300:8")
     with pytest.raises(WorkbenchError, match=r"gpu:h100:12 is not a whole number of 8-GPU hosts: use gpu:h100:8 or "
                                              r"gpu:h100:16"):

@@ -59,7 +59,8 @@ def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precisi
     config = model_config_for_data(model, load_dataset(data, **data_options), **model_options)
     tx = make_optimizer(optimizer, 0.1 if optimizer == "sgd" else 1e-2)
     graphdef, state = init_state(config.build(seed=0), tx)
-    plan = StepPlan(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH, accum,
+    plan = StepPlan(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")),
+                    BATCH, accum,
                     precision, tuple(tensor_parallel_rules(model)))
     runner = build_mode(mode, plan)
     state = runner.place_state(state)
@@ -241,7 +242,8 @@ def test_simulated_update_donates_the_state():
     that writes the new state, aliases the whole state."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
-    runner = build_mode("simulated", StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH))
+    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH)
+    runner = build_mode("simulated", plan)
     placed, shards = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
     sums = jax.eval_shape(runner._shard_sums, placed, shards[0])
     memory = runner._update.lower(placed, sums, diagnostics=False).compile().memory_analysis()

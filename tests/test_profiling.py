@@ -182,7 +182,8 @@ def test_op_names_from_another_compile_are_named_as_such(profiled, tmp_path):
     shutil.copy(profiled["report"].folder.parent.parent / "config.json", run / "config.json")
     (folder / "timeline.json").unlink()
     hlo = folder / "step.hlo.txt"
-    hlo.write_text(re.sub(r"\((hidden1|hidden2|output)\)", "()", re.sub(r"/(hidden1|hidden2|output)/", "/", hlo.read_text())))
+    unnamed = re.sub(r"/(hidden1|hidden2|output)/", "/", hlo.read_text())
+    hlo.write_text(re.sub(r"\((hidden1|hidden2|output)\)", "()", unnamed))
     report = read_profile(folder)
     assert {op.layer for op in report.timeline.ops} == {None}
     (note,) = report.notes

@@ -23,7 +23,8 @@ SMALL = dict(model="mlp", data="digits", mode="dp", mesh="data=8", batch=64, mod
 
 
 def small_trainer(tmp_path, **changes) -> Trainer:
-    return Trainer(TrainConfig(**{**SMALL, "steps": 30, "log_every": 10, "eval_every": 0, **changes}), run_root=tmp_path)
+    config = TrainConfig(**{**SMALL, "steps": 30, "log_every": 10, "eval_every": 0, **changes})
+    return Trainer(config, run_root=tmp_path)
 
 
 def test_a_background_run_streams_events_and_writes_the_run(tmp_path):
@@ -69,7 +70,8 @@ def test_long_logging_intervals_and_long_evaluations_do_not_deadlock_the_cpu_col
         "model = wb.training.model_config_for_data('mlp', data).build(seed=0)\n"
         "config = wb.TrainConfig(mode='dp', mesh='data=8', batch=64, steps=300, log_every=300, eval_every=0,\n"
         "                        sync_every=0)\n"
-        "trainer = wb.Trainer(config, run_root=sys.argv[1], model=model, batches=lambda seed: data.batches(64, seed=seed),\n"
+        "trainer = wb.Trainer(config, run_root=sys.argv[1], model=model,\n"
+        "                     batches=lambda seed: data.batches(64, seed=seed),\n"
         "                     eval_batches=[next(data.eval_batches(64))] * 250)\n"
         "summary = trainer.run()\n"
         "print(json.dumps({'status': trainer.status, 'steps': summary['steps'], 'eval': summary['eval']}))\n"

@@ -305,7 +305,8 @@ def test_capture_shows_replicated_tiles_like_the_layout():
     for holders in layout.holders().values():
         assert "CPU " + ",".join(str(d) for d in sorted(holders)) in picture.text
     # Each tile's label sits on the colour of its lowest holder, in a readable text colour.
-    labels = re.findall(r'<span style="color: (#\w+);[^"]*background-color: (#\w+)">\s*CPU ([\d,]+)\s*</span>', picture.html)
+    labels = re.findall(r'<span style="color: (#\w+);[^"]*background-color: (#\w+)">\s*CPU ([\d,]+)\s*</span>',
+                        picture.html)
     assert sorted(label for _, _, label in labels) == ["0,4", "1,5", "2,6", "3,7"]
     for text_colour, background, label in labels:
         assert background == device_color(int(label.split(",")[0]))
@@ -577,7 +578,8 @@ def test_comparison_figure_puts_two_bars_per_figure_in_the_axis_unit(mlp_compari
     assert labels["peak"] == f"×{peak.ratio:.2f}"
     assert labels["aliased"] == f"×{mlp_comparison.row('aliased').ratio:.2f}" == "×1.00"
     assert list(figure.data[3].x) == [row.figure.removesuffix(" bytes") for row in moved]
-    assert "all-gather" in figure.data[3].x and figure.data[0].marker.pattern.shape != figure.data[1].marker.pattern.shape
+    assert "all-gather" in figure.data[3].x
+    assert figure.data[0].marker.pattern.shape != figure.data[1].marker.pattern.shape
     # The chip's memory: a dashed line while it is on the bars' scale, else named in the panel's title.
     assert any("device memory" in (a.text or "") for a in figure.layout.annotations) and figure.layout.shapes
     far = comparison_figure(mlp_comparison, capacity_bytes=10**12)
@@ -585,7 +587,8 @@ def test_comparison_figure_puts_two_bars_per_figure_in_the_axis_unit(mlp_compari
 
 
 def test_comparison_figure_of_a_step_without_collectives_says_so(mlp_comparison):
-    alone = dataclasses.replace(mlp_comparison, rows=tuple(r for r in mlp_comparison.rows if not r.figure.endswith(" bytes")))
+    alone = dataclasses.replace(mlp_comparison,
+                                rows=tuple(r for r in mlp_comparison.rows if not r.figure.endswith(" bytes")))
     figure = comparison_figure(alone)
     assert len(figure.data) == 2 and not figure.layout.shapes
     assert any("no collectives" in (a.text or "") for a in figure.layout.annotations)
