@@ -76,7 +76,7 @@ def _speed_ratio(root: str) -> dict:
             if side == "saving":
                 kept = summary.get("checkpoints")
                 last_wait.append(timers[side].ended - timers[side].trained)
-    ratios = sorted(n / s for n, s in zip(speeds["none"], speeds["saving"]))
+    ratios = sorted(n / s for n, s in zip(speeds["none"], speeds["saving"], strict=True))
     saves = RUN["steps"] // EVERY
     seconds_per_step = {kind: RUN["steps"] / statistics.median(speeds[kind]) for kind in ("saving", "none")}
     per_save = (seconds_per_step["saving"] - seconds_per_step["none"]) / saves

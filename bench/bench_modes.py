@@ -170,7 +170,8 @@ def _time_rounds(advance_a: Callable, carry_a: Any, advance_b: Callable, carry_b
             carry_a, ta = run(advance_a, carry_a, batches_a)
         times_a.append(ta)
         times_b.append(tb)
-    return statistics.median(times_a), statistics.median(times_b), [a / b for a, b in zip(times_a, times_b)]
+    ratios = [a / b for a, b in zip(times_a, times_b, strict=True)]
+    return statistics.median(times_a), statistics.median(times_b), ratios
 
 
 def _baseline_placement(mode: Any, name: str, params: Any, opt_state: Any, rest: Any, host_batches: list,

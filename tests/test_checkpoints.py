@@ -39,7 +39,7 @@ def _params(trainer):
 
 
 def _close(a, b):
-    return all(np.allclose(x, y, rtol=TOLERANCE, atol=TOLERANCE * np.max(np.abs(x))) for x, y in zip(a, b))
+    return all(np.allclose(x, y, rtol=TOLERANCE, atol=TOLERANCE * np.max(np.abs(x))) for x, y in zip(a, b, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_the_state_is_read_straight_into_the_new_shardings(runs):
     shardings = built.mode.restore_shardings(built.state)
     target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), built.state, shardings)
     restored = restore_state(latest_checkpoint(runs["cut"]), target)
-    for leaf, sharding in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings)):
+    for leaf, sharding in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings), strict=True):
         assert leaf.sharding == sharding
     assert any("model" in str(leaf.sharding.spec) for leaf in jax.tree.leaves(restored.params))
 
@@ -122,7 +122,7 @@ def test_the_layout_before_and_after_a_restore_is_the_one_each_mode_reads_into(r
                               built.state, shardings)
         restored = [path_leaf for path_leaf in leaves_with_paths(restore_state(info, target))]
         assert [path for path, _ in restored] == [leaf.path for leaf in change.leaves]
-        for (path, array), leaf in zip(restored, change.leaves):
+        for (path, array), leaf in zip(restored, change.leaves, strict=True):
             shard = leaf.shard_after if before_after else leaf.shard_before
             assert tuple(array.addressable_shards[0].data.shape) == shard, path
     assert any(leaf.moved for leaf in change.leaves) and not all(leaf.moved for leaf in change.leaves)
@@ -349,5 +349,5 @@ def test_your_own_module_saves_and_resumes_like_a_workbench_model(tmp_path):
     assert resumed.status == "finished" and load_run(tmp_path / "cut").config["model"] == "custom:TwoLayer"
     cut_losses, full_losses = _losses(tmp_path / "cut"), _losses(tmp_path / "full")
     assert cut_losses and [s for s, _ in cut_losses] == [s for s, _ in full_losses]
-    assert all(abs(a - b) <= TOLERANCE * abs(b) for (_, a), (_, b) in zip(cut_losses, full_losses))
+    assert all(abs(a - b) <= TOLERANCE * abs(b) for (_, a), (_, b) in zip(cut_losses, full_losses, strict=True))
     assert _close(_params(resumed), _params(full))

@@ -61,7 +61,7 @@ def rows_in(batch) -> list[int]:
 def assert_same_batches(first, second):
     first, second = list(first), list(second)
     assert len(first) == len(second)
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert a.keys() == b.keys() == {"x", "y", "mask"}
         for key in a:
             np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]))

@@ -69,7 +69,7 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     one.run(name="one")
     losses, reference = _records(group.path, "loss"), _records(one.run_path, "loss")
     assert [s for s, _ in losses] == [s for s, _ in reference] == [1, 3, 6]
-    worst = max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference))
+    worst = max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference, strict=True))
     assert worst <= EXACT, (losses, reference)
 
     saved = np.load(tmp_path / "params.npz", allow_pickle=False)
@@ -86,7 +86,7 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     across = _records(group.path, "sync_per_replica_grad_norms")
     alone = _records(one.run_path, "sync_per_replica_grad_norms")
     assert [s for s, _ in across] == [s for s, _ in alone] == [3, 6]
-    for (_, norms), (_, expected_norms) in zip(across, alone):
+    for (_, norms), (_, expected_norms) in zip(across, alone, strict=True):
         np.testing.assert_allclose(norms, expected_norms, rtol=1e-4)
     assert _records(group.path, "sync_replica_divergence") == [(3, 0.0), (6, 0.0)]
 
@@ -252,7 +252,7 @@ def test_a_checkpoint_resumes_across_processes_onto_another_layout(tmp_path):
     alone.run(name="alone")
     losses, reference = _records(first.run_path, "loss"), _records(alone.run_path, "loss")
     assert [s for s, _ in losses] == [s for s, _ in reference] == [1, 2, 4, 6]
-    assert max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference)) <= EXACT
+    assert max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference, strict=True)) <= EXACT
 
     from workbench.training.checkpoints import restore_state
 
@@ -261,6 +261,6 @@ def test_a_checkpoint_resumes_across_processes_onto_another_layout(tmp_path):
     target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=one_device), plain)
     restored = restore_state(wb.latest_checkpoint(first.run_path), target)
     for (path, value), (_, expected) in zip(wb.layout.leaves_with_paths(restored.params),
-                                            wb.layout.leaves_with_paths(plain.params)):
+                                            wb.layout.leaves_with_paths(plain.params), strict=True):
         scale = max(float(np.max(np.abs(expected))), 1e-3)
         assert float(np.max(np.abs(np.asarray(value) - np.asarray(expected)))) / scale <= EXACT, path

@@ -95,7 +95,7 @@ def test_a_group_spans_hosts_exactly_when_its_devices_do(sizes, per_host):
     strides = [1] * len(sizes)
     for i in range(len(sizes) - 2, -1, -1):
         strides[i] = strides[i + 1] * sizes[i + 1]
-    for axis, (size, stride) in enumerate(zip(sizes, strides)):
+    for axis, (size, stride) in enumerate(zip(sizes, strides, strict=True)):
         # The devices of one group: the axis runs, the others stay at 0; devices fill hosts in mesh order.
         hosts = {(position * stride) // per_host for position in range(size)}
         assert group_spans_hosts(mesh, (mesh.names[axis],), per_host) == (len(hosts) > 1)

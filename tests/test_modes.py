@@ -79,7 +79,7 @@ def assert_losses_close(losses, reference, rtol):
 
 def assert_params_close(params, reference, rtol=1e-5, scale_floor=1e-3):
     assert [p for p, _ in params] == [p for p, _ in reference]
-    for (path, value), (_, expected) in zip(params, reference):
+    for (path, value), (_, expected) in zip(params, reference, strict=True):
         scale = max(float(np.max(np.abs(expected))), scale_floor)
         worst = float(np.max(np.abs(value - expected))) / scale
         assert worst <= rtol, f"parameter {path} differs by {worst:.2e} of its scale (bound {rtol})"

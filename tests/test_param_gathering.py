@@ -76,7 +76,7 @@ def test_nested_layers_and_the_models_own_parameters_train_as_single_does():
     losses, params = _train("fsdp", Nested(nnx.Rngs(0)))
     reference, expected = _train("single", Nested(nnx.Rngs(0)))
     np.testing.assert_allclose(losses, reference, rtol=1e-5)
-    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
@@ -133,7 +133,7 @@ def test_the_tiled_language_model_loss_trains_under_fsdp_as_single_does(precisio
     losses, params = _train_lm("fsdp", precision)
     reference, expected = _train_lm("single", precision)
     np.testing.assert_allclose(losses, reference, rtol=1e-5 if precision == "fp32" else 2e-2)
-    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 if precision == "fp32" else 1e-2)
 
 
@@ -172,5 +172,5 @@ def test_the_tiled_loss_is_the_plain_cross_entropy():
     for key in plain_aux:
         np.testing.assert_allclose(tiled_aux[key], plain_aux[key], rtol=1e-6)
     grads = [nnx.grad(lambda m, fn=fn: fn(m, batch)[0])(model) for fn in (language_model_loss, cross_entropy_loss)]
-    for got, want in zip(*(jax.tree.leaves(g) for g in grads)):
+    for got, want in zip(*(jax.tree.leaves(g) for g in grads), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

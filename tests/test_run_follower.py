@@ -91,7 +91,7 @@ def test_a_run_written_line_by_line_in_another_thread_is_followed_as_it_grows(tm
     assert events[-1].kind == "end" and events[-1].step == 30 and follower.status == "finished"
     body = events[2:-1]
     assert len(body) == len(records)
-    for event, record in zip(body, records):
+    for event, record in zip(body, records, strict=True):
         assert event.step == record["step"]
         data = {k: v for k, v in record.items() if k != "step"}
         if "eval_loss" in record:

@@ -225,7 +225,7 @@ def test_optimizers_hold_only_the_learning_rate_and_match_optax_exactly(name):
         updates, state = step(ours, state, grads)
         reference_updates, reference_state = reference_tx.update(grads, reference_state, theirs)
         ours, theirs = optax.apply_updates(ours, updates), optax.apply_updates(theirs, reference_updates)
-        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
             np.testing.assert_array_equal(a, b)  # the same floats, not merely close
     scalars = [leaf for leaf in jax.tree.leaves(state) if not np.shape(leaf)]
     assert float(state.learning_rate) == pytest.approx(3e-3)

@@ -126,7 +126,7 @@ def test_a_mesh_shrunk_for_the_machine_fits_it_and_keeps_its_axes(sizes, devices
     mesh = wb.MeshShape(tuple(f"a{i}" for i in range(len(sizes))), tuple(sizes))
     shrunk = mesh_within(mesh, devices)
     assert shrunk.names == mesh.names and shrunk.size <= max(devices, 1)
-    assert all(1 <= new <= old for new, old in zip(shrunk.sizes, mesh.sizes))
+    assert all(1 <= new <= old for new, old in zip(shrunk.sizes, mesh.sizes, strict=True))
     if mesh.size <= devices:
         assert shrunk == mesh
 

@@ -25,7 +25,7 @@ def _dict_rows(html: str) -> list[dict[str, str]]:
     parser.feed(html)
     header, *rows = parser.rows
     header = ["mark", *header[1:]]
-    return [dict(zip(header, row)) for row in rows]
+    return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def table(html: str) -> dict[str, dict[str, str]]:

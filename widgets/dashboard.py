@@ -409,7 +409,7 @@ class TrainingDashboard(widgets.VBox):
         self._describe_sync(trainer.config.sync_every)
         self._clear_live()
         steps, losses = wb.load_run(name, self.run_root).series("loss")
-        for step, loss in zip(steps, losses):  # the curve so far, up to the checkpoint
+        for step, loss in zip(steps, losses, strict=True):  # the curve so far, up to the checkpoint
             if step <= info.step:
                 self._loss.append("train", step, loss)
         self._pause_requested = False

@@ -70,7 +70,7 @@ def device_grid_html(mesh: wb.MeshShape, max_cells: int = MAX_GRID_CELLS) -> str
 
 def _coords(names, sizes, flat: int) -> str:
     parts = []
-    for name, size in zip(reversed(names), reversed(sizes)):
+    for name, size in zip(reversed(names), reversed(sizes), strict=True):
         parts.append(f"{name}={flat % size}")
         flat //= size
     return ",".join(reversed(parts))
@@ -141,7 +141,7 @@ class MeshPicker(widgets.VBox):
         names, sizes = list(mesh.names), list(mesh.sizes)
         names[index] = names[index] if name is None else name.strip()
         sizes[index] = sizes[index] if size is None else size
-        return self.apply(",".join(f"{n}={s}" for n, s in zip(names, sizes)))
+        return self.apply(",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True)))
 
     def remove_axis(self, index: int) -> bool:
         mesh = self.selection.mesh_shape()

@@ -162,7 +162,7 @@ class SpecEditor(widgets.VBox):
         if not self.selection.rules:
             self.rules_text.value = layout.rules.to_text()
         rows = []
-        for rule, paths in zip(layout.rules.rules, layout.rule_matches()):
+        for rule, paths in zip(layout.rules.rules, layout.rule_matches(), strict=True):
             matched = (", ".join(paths) if paths
                        else "<span style='color:#D55E00'>matched nothing: check the regex</span>")
             if paths:

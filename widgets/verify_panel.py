@@ -335,7 +335,7 @@ class VerifyPanel(widgets.VBox):
         plan, compiled = self.plan, self.plan.compiled
         now = self._selection_key() or (None, None, None, None)
         changed = [what for what, before, after in zip(("the selection", "the rules", "the target", "the chip"),
-                                                        self._shown_key, now) if before != after]
+                                                        self._shown_key, now, strict=True) if before != after]
         note = (f"Stale: the figures below are for {plan.model} in {plan.mode} on {plan.mesh}, batch "
                 f"{plan.global_batch:,}, {plan.precision}, compiled for {compiled.target}, judged against "
                 f"{plan.hardware.name}; {' and '.join(changed)} changed since. Verify again to update them.")

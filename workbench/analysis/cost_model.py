@@ -217,7 +217,7 @@ def group_spans_hosts(mesh: Any, axes: tuple[str, ...], devices_per_host: int | 
     """
     if not devices_per_host:
         return False
-    sizes = dict(zip(mesh.names, mesh.sizes))
+    sizes = dict(zip(mesh.names, mesh.sizes, strict=True))
     for axis in axes:
         inner = math.prod(sizes[name] for name in mesh.names[mesh.names.index(axis):])
         if sizes[axis] > 1 and inner > devices_per_host:

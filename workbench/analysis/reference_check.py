@@ -417,9 +417,11 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     applied, observed, divergence = _run(mode, state, batches)
     expected_norm, expected, _ = _run(reference, state, batches)
     start = _flat(state.params)
-    reference_step = max(float(np.max(np.abs(b - a), initial=0.0)) for a, b in zip([start, *expected], expected))
+    # Each step's size: consecutive states (start, 1), (1, 2), ... (zip stops at the shorter list on purpose).
+    reference_step = max(float(np.max(np.abs(b - a), initial=0.0))
+                         for a, b in zip([start, *expected], expected, strict=False))
     diffs = tuple(float(np.max(np.abs(o - e), initial=0.0)) for o, e in zip(observed, expected, strict=True))
-    reference_rms = max(_rms(b - a) for a, b in zip([start, *expected], expected))
+    reference_rms = max(_rms(b - a) for a, b in zip([start, *expected], expected, strict=False))
     rms_diffs = tuple(_rms(o - e) for o, e in zip(observed, expected, strict=True))
     bf16 = mode.plan.precision == "bf16"
     across = jax.process_count() > 1 and not mode.batch_share(0).whole

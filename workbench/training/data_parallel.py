@@ -405,7 +405,7 @@ def _tree_mismatch(reference: Any, other: Any, index: int) -> str | None:
         return f"gradient tree {index} has different leaves from tree 0 ({'; '.join(parts) or 'another order'})"
     if jax.tree_util.tree_structure(reference) != jax.tree_util.tree_structure(other):
         return f"gradient tree {index} has the same leaf paths as tree 0 but different container types"
-    for (path, a), (_, b) in zip(ref_leaves, other_leaves):
+    for (path, a), (_, b) in zip(ref_leaves, other_leaves, strict=True):
         if jnp.shape(a) != jnp.shape(b):
             return (
                 f"leaf {_leaf_name(path)} has shape {jnp.shape(a)} in tree 0 but {jnp.shape(b)} in tree "

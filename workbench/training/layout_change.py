@@ -75,7 +75,7 @@ def checkpoint_layout_change(info: CheckpointInfo, config: TrainConfig) -> Layou
     leaves = tuple(
         LeafChange(old.path, tuple(old.layout.shape), format_spec(old.layout.spec), tuple(old.layout.shard_shape),
                    format_spec(new.layout.spec), tuple(new.layout.shard_shape))
-        for old, new in zip(before.leaves, after.leaves))
+        for old, new in zip(before.leaves, after.leaves, strict=False))
     return LayoutChange(f"{saved.mode} on {saved.mesh}", f"{config.mode} on {config.mesh}", leaves)
 
 

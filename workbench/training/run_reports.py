@@ -77,7 +77,7 @@ def compare_runs(
             )
     taken = {"name", "status", *config_fields}
     rows = []
-    for run, final in zip(loaded, finals):
+    for run, final in zip(loaded, finals, strict=True):
         row = {"name": run.name, "status": run.status, **{f: run.config.get(f) for f in config_fields}}
         for key in metrics:
             value = final.get("step") if key == "last_step" else final.get(key)

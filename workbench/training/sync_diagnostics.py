@@ -180,7 +180,8 @@ def _all_replicas(mode: ParallelMode, replicas: int, flat: np.ndarray, weights: 
     first = own.rows.start * replicas // mode.plan.global_batch
     flats, weightss, firsts = multihost_utils.process_allgather((flat, weights, np.int32(first)))
     every_flat, every_weight = np.zeros((replicas, flat.shape[1]), flat.dtype), np.zeros(replicas, weights.dtype)
-    for start, part, weight in zip(np.ravel(firsts), flats, weightss):  # processes holding the same rows agree
+    # Processes holding the same rows agree.
+    for start, part, weight in zip(np.ravel(firsts), flats, weightss, strict=True):
         every_flat[start:start + len(part)], every_weight[start:start + len(weight)] = part, weight
     return jnp.asarray(every_flat), every_weight
 

@@ -756,7 +756,7 @@ class _Loop:
         It names the first non-finite gradient when that step computed gradient norms (a logging
         step), else the first non-finite parameter of the current state, read on the host only now.
         """
-        for step, metrics in zip(steps, values):
+        for step, metrics in zip(steps, values, strict=True):
             grads_finite = np.isfinite(metrics.get("grad_sq_norms", np.zeros(0)))
             if np.isfinite(metrics["loss"]) and grads_finite.all():
                 continue

@@ -370,7 +370,7 @@ def memory_bar_figure(
                 y=values,
                 name=name,
                 marker=dict(color=colors, pattern=dict(shape=BAR_PATTERNS[number % len(BAR_PATTERNS)])),
-                hovertext=[f"device {d}: {name} {format_bytes_exact(v)}" for d, v in zip(ids, values)],
+                hovertext=[f"device {d}: {name} {format_bytes_exact(v)}" for d, v in zip(ids, values, strict=True)],
                 hovertemplate="%{hovertext}<extra></extra>",
             )
         )
