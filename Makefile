@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 
-.PHONY: install install-newest lab test test-newest bench clean gpu-compile
+.PHONY: install install-newest lab lint test test-newest bench clean gpu-compile
 
 install: $(STAMP)
 
@@ -36,6 +36,17 @@ $(GPU_COMPILE_DIR)/.installed: $(STAMP)
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(GPU_COMPILE_DIR) \
 		"jax-cuda12-plugin==$$JAXLIB" "jax-cuda12-pjrt==$$JAXLIB" nvidia-cuda-nvcc-cu12
 	@touch $@
+
+# ruff over the whole tree and pyright (basic mode, [tool.pyright]) over the engine and the widgets, against the
+# packages in $(VENV). The linters are the `lint` extra, installed once beside the project (their own stamp).
+LINT_STAMP := $(VENV)/.lint-installed
+$(LINT_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[lint]'
+	@touch $@
+
+lint: $(LINT_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pyright --pythonpath $(PY)
 
 # Two workers, each taking whole test files (so a file's module fixtures are built once): on a 2-core machine
 # the suite's compiles and its waits on child processes and the browser overlap. TEST_WORKERS=0 runs it in one

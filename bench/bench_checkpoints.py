@@ -76,11 +76,13 @@ def _speed_ratio(root: str) -> dict:
             if side == "saving":
                 kept = summary.get("checkpoints")
                 last_wait.append(timers[side].ended - timers[side].trained)
-    ratios = sorted(n / s for n, s in zip(speeds["none"], speeds["saving"]))
+    ratios = sorted(n / s for n, s in zip(speeds["none"], speeds["saving"], strict=True))
     saves = RUN["steps"] // EVERY
-    per_save = (RUN["steps"] / statistics.median(speeds["saving"]) - RUN["steps"] / statistics.median(speeds["none"])) / saves
+    seconds_per_step = {kind: RUN["steps"] / statistics.median(speeds[kind]) for kind in ("saving", "none")}
+    per_save = (seconds_per_step["saving"] - seconds_per_step["none"]) / saves
     note = (f"median of {REPEATS} alternated rounds (range {ratios[0]:.3f}-{ratios[-1]:.3f}); steps/s none "
-            f"{statistics.median(speeds['none']):.1f}, saving {statistics.median(speeds['saving']):.1f} (each save costs "
+            f"{statistics.median(speeds['none']):.1f}, saving {statistics.median(speeds['saving']):.1f} "
+            "(each save costs "
             f"training about {per_save * 1e3:.0f} ms); "
             f"{RUN['steps']} steps of mlp {RUN['mode']} on {RUN['mesh']}, a checkpoint every {EVERY} (kept: {kept}); "
             f"after the last step, the final evaluation and the wait for the last save took "
@@ -97,7 +99,8 @@ def _transformer_io(root: str) -> list[dict]:
     meta = checkpoint_meta(config, 1, state)
     target_mode = wb.build_step(wb.TrainConfig(**{**config.to_json(), "mode": "dp-tp", "mesh": "data=4,model=2"})).mode
     shardings = target_mode.restore_shardings(state)
-    target = jax.tree.map(lambda leaf, s: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=s), state, shardings)
+    target = jax.tree.map(lambda leaf, s: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=s),
+                          state, shardings)
     calls, on_disk, restores = [], [], []
     for repeat in range(IO_REPEATS + 1):  # the first of each is a warm-up
         run = f"{root}/transformer-{repeat}"
@@ -117,7 +120,8 @@ def _transformer_io(root: str) -> list[dict]:
     size = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(state)) / 2**20
     note = (f"transformer preset, {size:.1f} MiB of state (parameters, Adam moments), fsdp on data=8 restored "
             f"into dp-tp on data=4,model=2; median of {IO_REPEATS}; {machine()}")
-    return [record("transformer checkpoint: save call (training waits)", statistics.median(calls) * 1e3, "ms", note=note),
+    return [record("transformer checkpoint: save call (training waits)", statistics.median(calls) * 1e3, "ms",
+                   note=note),
             record("transformer checkpoint: save until on disk", statistics.median(on_disk) * 1e3, "ms", note=note),
             record("transformer checkpoint: restore into another layout", statistics.median(restores) * 1e3, "ms",
                    note=note)]

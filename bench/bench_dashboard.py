@@ -35,7 +35,7 @@ import statistics
 import tempfile
 import time
 
-import workbench as wb  # noqa: F401  (first: 8 simulated devices before JAX starts, when run on its own)
+import workbench as wb  # first: 8 simulated devices before JAX starts, when run on its own
 from timing import machine, record
 
 from widgets.common import Selection
@@ -105,7 +105,7 @@ def run() -> list[dict]:
 
     attached_speed = statistics.median(speeds["attached"])
     headless_speed = statistics.median(speeds["headless"])
-    per_round = sorted(h / a for h, a in zip(speeds["headless"], speeds["attached"]))
+    per_round = sorted(h / a for h, a in zip(speeds["headless"], speeds["attached"], strict=True))
     ratio = statistics.median(per_round)  # paired: each round's two runs are neighbours in time
     note = (
         f"steady-state steps/s, median of {REPEATS} alternated rounds: headless {headless_speed:.1f}, "

@@ -86,7 +86,8 @@ def measure(case: tuple) -> list[dict]:
     cold_s = statistics.median(c["seconds"] for c, _ in pairs)
     warm_s = statistics.median(w["seconds"] for _, w in pairs)
     ratios = sorted(c["seconds"] / w["seconds"] for c, w in pairs)
-    launch = (statistics.median(c["since_launch"] for c, _ in pairs), statistics.median(w["since_launch"] for _, w in pairs))
+    launch = (statistics.median(c["since_launch"] for c, _ in pairs),
+              statistics.median(w["since_launch"] for _, w in pairs))
     where = f"{model} on {data}, dp on data=8, batch {case[3]}"
     return [
         record(f"first step {model} (fresh process, empty cache)", cold_s, "s", note=(

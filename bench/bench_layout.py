@@ -44,5 +44,6 @@ def run() -> list[dict]:
     per_device = median_seconds(lambda: wb.layout_array((65536, 4096), mesh, "model, data").devices, repeats=5)
     return [
         record(f"layout_tree {leaves} leaves on 1,024 devices", seconds, "s", ("<=", 0.5), note=machine()),
-        record("per-device slices of one array, 1,024 devices", per_device, "s", ("<=", 0.1), note=f"{len(big.devices)} slices; {machine()}"),
+        record("per-device slices of one array, 1,024 devices", per_device, "s", ("<=", 0.1),
+               note=f"{len(big.devices)} slices; {machine()}"),
     ]

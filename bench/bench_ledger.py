@@ -40,7 +40,8 @@ def run() -> list[dict]:
             ledger = ledger_for_config(wb.TrainConfig(model=model, data=data, mode=mode, mesh="data=8", batch=batch))
             kinds = compare_with_theory(ledger, mode, param_bytes)
             theory = sum(k["theory"] or 0 for k in kinds.values())
-            split = "; ".join(f"{kind} {k['measured']:,} B (theory {'layout-dependent' if k['theory'] is None else format(k['theory'], ',')})"
+            split = "; ".join(f"{kind} {k['measured']:,} B (theory "
+                              f"{'layout-dependent' if k['theory'] is None else format(k['theory'], ',')})"
                               for kind, k in kinds.items())
             results.append(record(
                 f"ledger / theory bytes per step, {mode} ({model})", ledger.total_bytes / theory, "x",

@@ -4,8 +4,9 @@ What is measured: for each mode (``single``, ``simulated``, ``dp``, ``dp-shard-m
 ``fsdp-whole-tree``, ``fsdp``, ``tp``, ``dp-tp``) the steady-state wall time of one training step,
 ``mode.step(state, batch)``, and of a plain jitted step written here the way a user would write it
 (``nnx.split``, ``jax.value_and_grad``, ``optax.adam``, ``optax.apply_updates``, the state donated as
-the modes' steps donate theirs), for the same model, mesh, batch and layout. Setting: model ``mlp`` fitted to ``digits``, global batch 256, Adam at 1e-3, fp32, accum 1;
-meshes ``data=8`` for the data-parallel modes, ``model=2`` for ``tp``, ``data=4,model=2`` for ``dp-tp``.
+the modes' steps donate theirs), for the same model, mesh, batch and layout. Setting: model ``mlp`` fitted to
+``digits``, global batch 256, Adam at 1e-3, fp32, accum 1; meshes ``data=8`` for the data-parallel modes,
+``model=2`` for ``tp``, ``data=4,model=2`` for ``dp-tp``.
 ``dp`` is measured again on a small ``transformer`` (d_model 64, 2 layers, 4 heads, ``text`` with
 seq_len 64, batch 32) so a bigger step is covered.
 
@@ -169,7 +170,8 @@ def _time_rounds(advance_a: Callable, carry_a: Any, advance_b: Callable, carry_b
             carry_a, ta = run(advance_a, carry_a, batches_a)
         times_a.append(ta)
         times_b.append(tb)
-    return statistics.median(times_a), statistics.median(times_b), [a / b for a, b in zip(times_a, times_b)]
+    ratios = [a / b for a, b in zip(times_a, times_b, strict=True)]
+    return statistics.median(times_a), statistics.median(times_b), ratios
 
 
 def _baseline_placement(mode: Any, name: str, params: Any, opt_state: Any, rest: Any, host_batches: list,
@@ -256,7 +258,8 @@ def measure(name: str, mesh: str, workload: str) -> dict:
     more_work = name == "fsdp"
     note = (
         f"mode {mode_s * 1e3:.3f} ms/step, hand-written jit {base_s * 1e3:.3f} ms/step; {model_name} on "
-        f"{data_name}, batch {global_batch}, mesh {mesh}; median of {ROUNDS[workload]} rounds of {STEPS} steps (ratio per "
+        f"{data_name}, batch {global_batch}, mesh {mesh}; median of {ROUNDS[workload]} rounds of {STEPS} steps "
+        "(ratio per "
         f"round {min(rounds):.2f}-{max(rounds):.2f}); {machine()}"
     )
     if teaching:

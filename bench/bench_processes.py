@@ -26,7 +26,7 @@ import statistics
 import tempfile
 import time
 
-import workbench as wb  # noqa: F401  (first: 8 simulated devices before JAX starts, when run on its own)
+import workbench as wb  # first: 8 simulated devices before JAX starts, when run on its own
 from timing import machine, record
 
 ROUNDS = 3

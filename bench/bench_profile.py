@@ -72,7 +72,7 @@ def _speed_ratio(root: str) -> dict:
     for round_ in range(REPEATS):
         for hooks in ((True, False) if round_ % 2 == 0 else (False, True)):
             speeds[hooks].append(_timed_run(trainer, hooks))
-    ratios = sorted(without / with_ for without, with_ in zip(speeds[False], speeds[True]))
+    ratios = sorted(without / with_ for without, with_ in zip(speeds[False], speeds[True], strict=True))
     note = (f"median of {REPEATS} alternated rounds (range {ratios[0]:.3f}-{ratios[-1]:.3f}); steps/s with the "
             f"hooks {statistics.median(speeds[True]):.1f}, without {statistics.median(speeds[False]):.1f}; "
             f"{RUN['steps']} steps of mlp dp on data=8; {machine()}")

@@ -1,9 +1,9 @@
 """The plan's simulated peak per device against XLA:CPU's compiled peak of the same step (arguments + outputs -
 aliased + temporaries, nothing allocated), per configuration: target 0.85-1.15 (workbench/analysis/step_memory.py).
 
-The matrix is the test's (tests/test_step_memory.py, read from there) plus dp-tp in bf16. The cnn is not in it: its plan says
-"not modelled" (XLA:CPU expands max-pooling's gradient into buffers the jaxpr does not show; the simulation
-measured 0.40-0.45 of the compiler there). With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
+The matrix is the test's (tests/test_step_memory.py, read from there) plus dp-tp in bf16. The cnn is not in it:
+its plan says "not modelled" (XLA:CPU expands max-pooling's gradient into buffers the jaxpr does not show; the
+simulation measured 0.40-0.45 of the compiler there). With ``BENCH_STEP_MEMORY_1_3B=1`` it also runs
 ``--verify cpu`` of the README's 1.3B transformer in fsdp on data=64,model=8, unrolled and scanned (about a minute).
 """
 

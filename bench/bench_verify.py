@@ -47,7 +47,8 @@ def _records(target: str, seconds_target: float) -> list[dict]:
                ("<=", 4096.0) if not target.startswith("tpu") else None, note=f"VmHWM of the child; {machine()}"),
         record(f"{what}: compiled temporaries / the whole float32 parameter tree", compiled.temp_bytes / whole, "x",
                ("<=", 0.25) if target == "cpu" and MODE == "fsdp" else None,
-               note=f"temporaries {compiled.temp_bytes / 2**30:.2f} GiB, the tree {whole / 2**30:.2f} GiB: fsdp holds one "
+               note=f"temporaries {compiled.temp_bytes / 2**30:.2f} GiB, the tree {whole / 2**30:.2f} GiB: "
+                    "fsdp holds one "
                     "layer gathered at a time"),
         record(f"{what}: analytic / compiler peak", ratio, "x", ("±", 1.0, 0.15) if target == "cpu" else None,
                note=f"plan {plan.peak_bytes / 2**30:.2f} GiB, compiler {compiled.peak_bytes / 2**30:.2f} GiB "

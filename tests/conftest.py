@@ -6,15 +6,15 @@ import os
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("WORKBENCH_CPU_DEVICES", "8")
 
-import workbench  # noqa: E402,F401  (configures the devices before JAX starts)
+import workbench  # noqa: F401  (configures the devices before JAX starts)
 
-import contextlib  # noqa: E402
-import pathlib  # noqa: E402
+import contextlib
+import pathlib
 
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
-from widgets.dashboard import TrainingDashboard  # noqa: E402
+from widgets.dashboard import TrainingDashboard
 
 NUM_DEVICES = 8
 

@@ -210,7 +210,8 @@ def _run_all(page, timeout_s: float, name: str) -> dict:
 
 def _put_notebook(base: str, name: str, code: str) -> None:
     """Save a one-cell notebook ``name`` on the server (Jupyter's contents API)."""
-    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": code}],
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                           "source": code}],
                 "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
                 "nbformat": 4, "nbformat_minor": 4}
     request = urllib.request.Request(
@@ -284,7 +285,8 @@ def test_workbench_renders_and_reacts_in_jupyterlab(browser, lab_server):
 
         # Changing the mesh changes the inspector's figure.
         _tab(root, "4 · Inspect")
-        page.wait_for_function("() => { const h = document.querySelector('.js-plotly-plot.wb-inspector-figure, .wb-inspector-figure .js-plotly-plot');"
+        page.wait_for_function("() => { const h = document.querySelector("
+                               "'.js-plotly-plot.wb-inspector-figure, .wb-inspector-figure .js-plotly-plot');"
                                " return h && h.data && h.data.length > 0; }", timeout=60_000)
         before = _figure_data(page, "wb-inspector-figure")
         _shot(root, "03-inspector-before")
@@ -294,7 +296,8 @@ def test_workbench_renders_and_reacts_in_jupyterlab(browser, lab_server):
         mesh.press("Enter")
         _tab(root, "4 · Inspect")
         page.wait_for_function("""(before) => {
-            const h = document.querySelector('.js-plotly-plot.wb-inspector-figure, .wb-inspector-figure .js-plotly-plot');
+            const h = document.querySelector(
+                '.js-plotly-plot.wb-inspector-figure, .wb-inspector-figure .js-plotly-plot');
             return h && h.data && JSON.stringify(h.data.map(t => [t.type, t.x, t.y, t.z, t.text])) !== before;
         }""", arg=before, timeout=60_000)
         _shot(root, "04-inspector-after-mesh-change")
@@ -322,10 +325,13 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
         dashboard = page.locator(".jp-OutputArea-output").filter(has=page.locator(".wb-start")).first
         dashboard.scroll_into_view_if_needed()
         dashboard.locator(".wb-start").click()
-        page.wait_for_function("() => { const h = document.querySelector('.js-plotly-plot.wb-loss-figure, .wb-loss-figure .js-plotly-plot');"
+        page.wait_for_function("() => { const h = document.querySelector("
+                               "'.js-plotly-plot.wb-loss-figure, .wb-loss-figure .js-plotly-plot');"
                                " return h && h.data && h.data[0].x && h.data[0].x.length >= 2; }", timeout=90_000)
         first = json.loads(_figure_data(page, "wb-loss-figure"))[0][1]
-        page.wait_for_function("(n) => document.querySelector('.js-plotly-plot.wb-loss-figure, .wb-loss-figure .js-plotly-plot').data[0].x.length > n",
+        page.wait_for_function("(n) => document.querySelector("
+                               "'.js-plotly-plot.wb-loss-figure, .wb-loss-figure .js-plotly-plot')"
+                               ".data[0].x.length > n",
                                arg=len(first), timeout=90_000)
         _shot(dashboard, "06-training-live")
         assert _overflowing_plots(dashboard) == [], "plots wider than the notebook beside the file browser"
@@ -333,11 +339,15 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
         # Profile, timed in the page from the click to the timeline drawn (held in bench/bench_profile.py: the
         # widget path; the figure kept here is what the browser adds).
         profiled_after_ms = page.evaluate("""() => new Promise(resolve => {
-            const host = [...document.querySelectorAll('.jp-OutputArea-output')].find(o => o.querySelector('.wb-profile'));
+            const host = [...document.querySelectorAll('.jp-OutputArea-output')]
+                .find(o => o.querySelector('.wb-profile'));
             const clicked = performance.now();
             const timer = setInterval(() => {
-                const plot = host.querySelector('.js-plotly-plot.wb-profile-timeline, .wb-profile-timeline .js-plotly-plot');
-                if (plot && plot.data && plot.data.length > 0) { clearInterval(timer); resolve(performance.now() - clicked); }
+                const plot = host.querySelector(
+                    '.js-plotly-plot.wb-profile-timeline, .wb-profile-timeline .js-plotly-plot');
+                if (plot && plot.data && plot.data.length > 0) {
+                    clearInterval(timer); resolve(performance.now() - clicked);
+                }
             }, 20);
             setTimeout(() => { clearInterval(timer); resolve(null); }, 120000);
             host.querySelector('.wb-profile').click();
@@ -349,11 +359,14 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
         # Timed in the page, from the click to the status saying "stopped": what the user waits for, without
         # the test driver's own overhead (on a busy 2-core machine that alone can take a second or more).
         stopped_after_ms = page.evaluate("""() => new Promise(resolve => {
-            const host = [...document.querySelectorAll('.jp-OutputArea-output')].find(o => o.querySelector('.wb-start'));
+            const host = [...document.querySelectorAll('.jp-OutputArea-output')]
+                .find(o => o.querySelector('.wb-start'));
             const status = host.querySelector('.wb-status');
             const clicked = performance.now();
             const observer = new MutationObserver(() => {
-                if (status.textContent.includes('stopped ')) { observer.disconnect(); resolve(performance.now() - clicked); }
+                if (status.textContent.includes('stopped ')) {
+                    observer.disconnect(); resolve(performance.now() - clicked);
+                }
             });
             observer.observe(status, {subtree: true, childList: true, characterData: true});
             setTimeout(() => { observer.disconnect(); resolve(null); }, 60000);
@@ -375,7 +388,8 @@ def _overflowing_plots(output) -> list[str]:
         const edge = output.getBoundingClientRect().right + 1;
         return [...output.querySelectorAll('.js-plotly-plot')]
             .filter(plot => plot.offsetParent !== null)  // shown
-            .filter(plot => [...plot.querySelectorAll('.main-svg')].some(svg => svg.getBoundingClientRect().right > edge))
+            .filter(plot => [...plot.querySelectorAll('.main-svg')]
+                .some(svg => svg.getBoundingClientRect().right > edge))
             .map(plot => (plot.layout && plot.layout.title && plot.layout.title.text) || 'untitled');
     }""")
 
@@ -394,7 +408,8 @@ def test_workbench_app_serves_the_widgets_without_code_and_draws_everything(brow
     home = tmp_path / "app"
     env = _isolated_env(home)
     port = free_port()
-    argv = [sys.executable, "-m", "workbench", "app", "--port", str(port), "--no-browser", "--run-dir", str(home / "runs")]
+    argv = [sys.executable, "-m", "workbench", "app", "--port", str(port), "--no-browser",
+            "--run-dir", str(home / "runs")]
     with served(argv, env, port, "/login", home / "app.log", cwd=home):  # /login answers without running anything
         assert listening_addresses(port) <= {"0100007F"}
         assert _refused_without_token(f"http://127.0.0.1:{port}/")
@@ -446,7 +461,8 @@ CLASS_PREHEATED = 2
 def test_a_class_of_five_on_one_server_each_in_a_browser_of_its_own(browser, tmp_path):
     """`workbench app --devices 2 --preheat 2` serves five students at once on this machine: every page opens
     in a kernel of its own (two started ahead), on 2 simulated devices, and all five train the default run at
-    once, each curve drawn to its last step. One browser process per student, as in a class (a browser holds 6 connections per host)."""
+    once, each curve drawn to its last step. One browser process per student, as in a class (a browser holds
+    6 connections per host)."""
     home = tmp_path / "class"
     port = free_port()
     argv = [sys.executable, "-m", "workbench", "app", "--port", str(port), "--no-browser", "--run-dir",
@@ -607,7 +623,8 @@ def test_verify_with_the_compiler_from_the_inspect_tab(browser, lab_server):
         plot = "document.querySelector('.js-plotly-plot.wb-verify-figure, .wb-verify-figure .js-plotly-plot')"
         page.wait_for_function(f"() => {{ const h = {plot}; return h && h.data && h.data.length === 4; }}",
                                timeout=60_000)
-        names = [trace[0] for trace in json.loads(page.evaluate(f"() => JSON.stringify({plot}.data.map(t => [t.name]))"))]
+        shown = page.evaluate(f"() => JSON.stringify({plot}.data.map(t => [t.name]))")
+        names = [trace[0] for trace in json.loads(shown)]
         assert names == ["plan (analytic)", "compiler"] * 2
         panel = root.locator(".wb-verify-panel:visible")
         panel.scroll_into_view_if_needed()

@@ -39,7 +39,7 @@ def _params(trainer):
 
 
 def _close(a, b):
-    return all(np.allclose(x, y, rtol=TOLERANCE, atol=TOLERANCE * np.max(np.abs(x))) for x, y in zip(a, b))
+    return all(np.allclose(x, y, rtol=TOLERANCE, atol=TOLERANCE * np.max(np.abs(x))) for x, y in zip(a, b, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_a_resumed_run_equals_the_uninterrupted_run(runs, tmp_path):
     assert summary["steps"] == 40 and summary["resumed_from_step"] == 20 and resumed.status == "finished"
     full_losses, resumed_losses = _losses(runs["root"] / "full"), _losses(run_dir)
     assert [s for s, _ in resumed_losses] == [s for s, _ in full_losses]  # 21-25 of the stopped run were dropped
-    np.testing.assert_allclose([l for _, l in resumed_losses], [l for _, l in full_losses], rtol=TOLERANCE)
+    np.testing.assert_allclose([loss for _, loss in resumed_losses], [loss for _, loss in full_losses], rtol=TOLERANCE)
     assert _close(_params(runs["full"]), _params(resumed))
     run = load_run(run_dir)
     assert run.status == "finished" and run.config["resumed_from_step"] == 20
@@ -105,7 +105,7 @@ def test_the_state_is_read_straight_into_the_new_shardings(runs):
     shardings = built.mode.restore_shardings(built.state)
     target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), built.state, shardings)
     restored = restore_state(latest_checkpoint(runs["cut"]), target)
-    for leaf, sharding in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings)):
+    for leaf, sharding in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings), strict=True):
         assert leaf.sharding == sharding
     assert any("model" in str(leaf.sharding.spec) for leaf in jax.tree.leaves(restored.params))
 
@@ -118,10 +118,11 @@ def test_the_layout_before_and_after_a_restore_is_the_one_each_mode_reads_into(r
     for before_after, mode_config in ((0, CONFIG), (1, config)):  # the arrays a restore into each mode gives
         built = build_step(mode_config)
         shardings = built.mode.restore_shardings(built.state)
-        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), built.state, shardings)
+        target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s),
+                              built.state, shardings)
         restored = [path_leaf for path_leaf in leaves_with_paths(restore_state(info, target))]
         assert [path for path, _ in restored] == [leaf.path for leaf in change.leaves]
-        for (path, array), leaf in zip(restored, change.leaves):
+        for (path, array), leaf in zip(restored, change.leaves, strict=True):
             shard = leaf.shard_after if before_after else leaf.shard_before
             assert tuple(array.addressable_shards[0].data.shape) == shard, path
     assert any(leaf.moved for leaf in change.leaves) and not all(leaf.moved for leaf in change.leaves)
@@ -134,7 +135,8 @@ def test_the_layout_before_and_after_a_restore_is_the_one_each_mode_reads_into(r
 def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(runs):
     built = build_step(dataclasses.replace(CONFIG, model_options={"hidden": 32}))
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), built.state)
-    with pytest.raises(CheckpointError, match=r"another state .* is \[\d+, \d+\] float32 there, \[\d+, 32\] float32 here"):
+    with pytest.raises(CheckpointError,
+                       match=r"another state .* is \[\d+, \d+\] float32 there, \[\d+, 32\] float32 here"):
         restore_state(latest_checkpoint(runs["cut"]), target)
 
 
@@ -282,8 +284,10 @@ def test_a_disk_that_fills_during_a_save_fails_the_run_in_one_line_keeping_the_e
             process.communicate(timeout=30)
     assert process.returncode == 1
     # Tensorstore's threads print tracebacks of their own writes cut short, which may run into the CLI's line.
-    found = re.findall(r"error: run full-disk failed: (the checkpoint of step (\d+) \('[^']*/checkpoints/\d+'\) could not "
-                       r"be written \(the disk refused a write: \[Errno 27\] File too large\); the checkpoints of steps "
+    found = re.findall(r"error: run full-disk failed: (the checkpoint of step (\d+) "
+                       r"\('[^']*/checkpoints/\d+'\) could not "
+                       r"be written \(the disk refused a write: \[Errno 27\] File too large\); "
+                       r"the checkpoints of steps "
                        r"\[([\d, ]*)\] are intact and the run's metrics are kept: free disk space and resume from the "
                        r"latest \(workbench train --resume <run>\))", err)
     assert len(found) == 1, err[-3000:]
@@ -345,5 +349,5 @@ def test_your_own_module_saves_and_resumes_like_a_workbench_model(tmp_path):
     assert resumed.status == "finished" and load_run(tmp_path / "cut").config["model"] == "custom:TwoLayer"
     cut_losses, full_losses = _losses(tmp_path / "cut"), _losses(tmp_path / "full")
     assert cut_losses and [s for s, _ in cut_losses] == [s for s, _ in full_losses]
-    assert all(abs(a - b) <= TOLERANCE * abs(b) for (_, a), (_, b) in zip(cut_losses, full_losses))
+    assert all(abs(a - b) <= TOLERANCE * abs(b) for (_, a), (_, b) in zip(cut_losses, full_losses, strict=True))
     assert _close(_params(resumed), _params(full))

@@ -46,7 +46,8 @@ def test_inspect_json_scalar_grouped_axes_and_bf16(capsys):
     assert status == 0 and scalar["shape"] == [] and scalar["replication"] == 8
     assert scalar["devices"][3]["index"] == []
     _, out, _ = run_cli(
-        capsys, "inspect", "--mesh", "data=2,model=4", "--shape", "16,3", "--spec", "(data, model),", "--dtype", "bfloat16", "--json"
+        capsys, "inspect", "--mesh", "data=2,model=4", "--shape", "16,3", "--spec", "(data, model),",
+        "--dtype", "bfloat16", "--json"
     )
     grouped = json.loads(out)
     assert grouped["spec"] == [["data", "model"]] and grouped["bytes_per_device"] == 2 * 3 * 2
@@ -54,7 +55,8 @@ def test_inspect_json_scalar_grouped_axes_and_bf16(capsys):
 
 
 def test_inspect_huge_abstract_mesh(capsys):
-    status, out, _ = run_cli(capsys, "inspect", "--mesh", "data=64,model=16", "--shape", "4096,1024", "--spec", "data, model", "--json")
+    status, out, _ = run_cli(capsys, "inspect", "--mesh", "data=64,model=16", "--shape", "4096,1024",
+                             "--spec", "data, model", "--json")
     result = json.loads(out)
     assert status == 0 and len(result["devices"]) == 1024
     assert result["devices"][-1]["index"] == [[4032, 4096], [960, 1024]]
@@ -89,7 +91,8 @@ def test_console_script_exit_status_and_no_traceback():
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines() == [
-        "error: dimension 0 of size 10 is not divisible by mesh axis 'data' (4): pad it to 12 or use None for dimension 0"
+        "error: dimension 0 of size 10 is not divisible by mesh axis 'data' (4): "
+        "pad it to 12 or use None for dimension 0"
     ]
     good = subprocess.run([str(WORKBENCH), "devices", "--json"], capture_output=True, text=True, env=env, timeout=120)
     assert good.returncode == 0 and json.loads(good.stdout)["count"] == 8
@@ -112,7 +115,8 @@ def test_exit_statuses_are_defined_once():
     for path in cli.glob("*.py"):
         if path.name != "exit_codes.py":
             assert not re.search(r"^EXIT_\w+\s*[,=]", path.read_text(), re.MULTILINE), path.name
-    assert (exit_codes.EXIT_OK, exit_codes.EXIT_FAILED, exit_codes.EXIT_BAD_INPUT, exit_codes.EXIT_INTERRUPTED) == (0, 1, 2, 130)
+    codes = (exit_codes.EXIT_OK, exit_codes.EXIT_FAILED, exit_codes.EXIT_BAD_INPUT, exit_codes.EXIT_INTERRUPTED)
+    assert codes == (0, 1, 2, 130)
 
 
 def test_the_trainer_states_end_as_runs_do():

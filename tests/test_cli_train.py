@@ -25,7 +25,8 @@ def train(capsys, tmp_path, *argv):
 @pytest.mark.parametrize("mode,mesh", MODE_MESHES)
 def test_every_mode_reaches_90_percent_on_held_out_digits(capsys, tmp_path, mode, mesh):
     status, out, err = train(
-        capsys, tmp_path, "--model", "mlp", "--data", "digits", "--mesh", mesh, "--mode", mode, "--steps", "300", "--json"
+        capsys, tmp_path, "--model", "mlp", "--data", "digits", "--mesh", mesh, "--mode", mode, "--steps", "300",
+        "--json"
     )
     assert status == 0, err
     result = json.loads(out)  # exactly one JSON object

@@ -1,10 +1,10 @@
 """The communication ledger reads real compiled steps (8 simulated CPU devices) and hand-written HLO.
 
 Real compiles: ``dp``'s one gradient all-reduce measures the gradient bytes, ``fsdp`` gathers its
-parameters layer by layer (twice) and ``fsdp-whole-tree`` once, ``dp-tp`` reduces over both mesh axes, and replica groups name mesh *positions* (a mesh over
-permuted devices compiles to the same groups). Hand-written snippets pin the parser: async pairs,
-tuple shapes, the three replica-group forms, element sizes, loops, and lines that only mention a
-collective.
+parameters layer by layer (twice) and ``fsdp-whole-tree`` once, ``dp-tp`` reduces over both mesh axes, and replica
+groups name mesh *positions* (a mesh over permuted devices compiles to the same groups). Hand-written snippets
+pin the parser: async pairs, tuple shapes, the three replica-group forms, element sizes, loops, and lines that
+only mention a collective.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from workbench.training.config import make_optimizer
 BATCH = 256
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _setup():
     data = wb.load_dataset("digits")
     tx = make_optimizer("adam", 1e-3)
@@ -39,7 +39,7 @@ def _setup():
     return graphdef, state, tx, next(data.batches(BATCH, seed=0))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ledger(mode_name: str, mesh: str = "data=8"):
     """(ledger, mode, placed state) of one compiled step of the digits mlp with Adam."""
     graphdef, state, tx, batch = _setup()
@@ -138,8 +138,10 @@ def test_fsdp_holds_one_layer_of_gathered_parameters_at_a_time():
     batch = {"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}
     temps = {}
     for name in ("fsdp", "fsdp-whole-tree"):
-        mode = build_mode(name, StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8))
-        temps[name] = mode.compile_step(mode.place_state(state), mode.place_batch(batch)).memory_analysis().temp_size_in_bytes
+        plan = StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
+        mode = build_mode(name, plan)
+        compiled = mode.compile_step(mode.place_state(state), mode.place_batch(batch))
+        temps[name] = compiled.memory_analysis().temp_size_in_bytes
     whole = float_param_bytes(state.params)
     assert temps["fsdp"] < 0.5 * temps["fsdp-whole-tree"] and temps["fsdp"] < 0.5 * whole, (temps, whole)
 
@@ -151,10 +153,12 @@ def test_accumulation_synchronises_once_per_step(mode_name):
     # fsdp reduce-scatters each microbatch's gradients inside the loop, by design: a device then only
     # ever accumulates its own 1/8 of them (ZeRO-3), as it only ever holds one layer of them whole.
     graphdef, state, tx, batch = _setup()
-    mode = build_mode(mode_name, StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH, 4))
+    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH, 4)
+    mode = build_mode(mode_name, plan)
     result = ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))
     per_step = 4 if mode_name == "fsdp" else 1
-    gradient_reductions = [c for c in result.collectives if c.kind in ("all-reduce", "reduce-scatter") and c.bytes > 1000]
+    gradient_reductions = [c for c in result.collectives
+                           if c.kind in ("all-reduce", "reduce-scatter") and c.bytes > 1000]
     assert gradient_reductions and all(c.count == per_step for c in gradient_reductions), result.collectives
     reduced = sum(c.total_bytes for c in result.collectives if c.kind != "all-gather" and c.bytes > 1000)
     assert abs(reduced - per_step * gradient_bytes()) <= 0.02 * per_step * gradient_bytes()
@@ -204,7 +208,7 @@ ENTRY %main (p: f32[1024], q: f32[128]) -> f32[1024] {
   %rsd = f32[128]{0} reduce-scatter-done(%rss)
   ROOT %r = f32[1024]{0} add(%ard, %agd)
 }
-"""
+"""  # noqa: E501 - HLO as XLA prints it: one instruction a line
 
 
 def test_async_pairs_count_once_with_whole_array_bytes():

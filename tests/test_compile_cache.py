@@ -24,7 +24,8 @@ monitoring.register_event_listener(
 )
 import workbench as wb
 
-trainer = wb.Trainer(wb.TrainConfig(steps=1, batch=64, log_every=1, eval_every=0, sync_every=0), run_root=__import__("sys").argv[1])
+config = wb.TrainConfig(steps=1, batch=64, log_every=1, eval_every=0, sync_every=0)
+trainer = wb.Trainer(config, run_root=__import__("sys").argv[1])
 summary = trainer.run()
 print(json.dumps({**counts, "loss": summary["final_loss"], "info": wb.compile_cache.compilation_cache_info()}))
 """
@@ -64,7 +65,8 @@ def test_off_leaves_jax_without_a_cache(tmp_path):
 
 def _info(env: dict) -> dict:
     code = "import json, workbench as wb; print(json.dumps(wb.compile_cache.compilation_cache_info()))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_environment(**env), check=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_environment(**env),
+                          check=True)
     return json.loads(done.stdout)
 
 

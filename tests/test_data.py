@@ -61,7 +61,7 @@ def rows_in(batch) -> list[int]:
 def assert_same_batches(first, second):
     first, second = list(first), list(second)
     assert len(first) == len(second)
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert a.keys() == b.keys() == {"x", "y", "mask"}
         for key in a:
             np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]))
@@ -195,7 +195,8 @@ def test_digits_are_scikit_learns_digits_without_importing_scikit_learn(digits):
     np.testing.assert_array_equal(every_y[order], reference.target[reference_order])
     # Importing scikit-learn costs a fresh process 1.5 s before its first step: it must not happen.
     code = "import sys, workbench; workbench.load_dataset('digits'); print('sklearn' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 @settings(max_examples=60, deadline=None)

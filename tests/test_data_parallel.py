@@ -86,7 +86,7 @@ REFERENCE_GRADS = jax.grad(mse)(PARAMS, X, Y)
 
 def assert_trees_close(actual, expected, scale: float = 1.0):
     assert jax.tree_util.tree_structure(actual) == jax.tree_util.tree_structure(expected)
-    for (path, a), (_, e) in zip(leaves_with_paths(actual), leaves_with_paths(expected)):
+    for (path, a), (_, e) in zip(leaves_with_paths(actual), leaves_with_paths(expected), strict=True):
         assert np.shape(a) == np.shape(e), path
         np.testing.assert_allclose(np.asarray(a), scale * np.asarray(e), rtol=RTOL, atol=ATOL * scale, err_msg=path)
 
@@ -223,7 +223,7 @@ def check_state_placed(original, placed, layout, mesh):
     before, after = leaves_with_paths(original), leaves_with_paths(placed)
     assert [p for p, _ in after] == [p for p, _ in before]
     assert set(layout.specs) == {p for p, _ in before}
-    for (path, old), (_, new) in zip(before, after):
+    for (path, old), (_, new) in zip(before, after, strict=True):
         np.testing.assert_array_equal(np.asarray(new), np.asarray(old), err_msg=path)
         assert new.dtype == old.dtype, path
         assert new.sharding == NamedSharding(mesh, layout.specs[path]), path
@@ -390,7 +390,7 @@ def test_reduce_gradients_under_pmap_matches_the_reference():
         PARAMS, X.reshape(DEVICES, -1, 4), Y.reshape(DEVICES, -1, 3)
     )
     for device in range(DEVICES):
-        assert_trees_close(jax.tree_util.tree_map(lambda g: g[device], per_device), REFERENCE_GRADS)
+        assert_trees_close(jax.tree_util.tree_map(lambda g, device=device: g[device], per_device), REFERENCE_GRADS)
 
 
 def test_reduce_gradients_rejects_an_unknown_reduction(mesh):

@@ -67,7 +67,8 @@ def test_describe_devices_matches_jax():
 COUNT_XLA_THREADS = (
     "import os, collections, workbench as wb, jax.numpy as jnp\n"
     "(jnp.ones(3) + 1).block_until_ready()  # the backend starts: its pools exist\n"
-    "names = collections.Counter(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
+    "tasks = os.listdir('/proc/self/task')\n"
+    "names = collections.Counter(open(f'/proc/self/task/{t}/comm').read().strip() for t in tasks)\n"
     "print(wb.devices.device_setup().threads, names['tf_XLAEigen'])\n"
 )
 
@@ -110,7 +111,8 @@ def test_steps_queued_far_ahead_of_the_devices_finish_instead_of_aborting_in_the
         "    params = step(params)  # no wait: every step queued behind the one before\n"
         "print(float(params.sum()))\n"
     )
-    flags = "--xla_cpu_collective_call_warn_stuck_timeout_seconds=5 --xla_cpu_collective_call_terminate_timeout_seconds=10"
+    flags = ("--xla_cpu_collective_call_warn_stuck_timeout_seconds=5 "
+             "--xla_cpu_collective_call_terminate_timeout_seconds=10")
     done = _python(code, XLA_FLAGS=flags)
     assert float(done.stdout.strip()) < 0.1 * 64 * 16  # trained: 300 steps ran
 

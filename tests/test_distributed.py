@@ -69,11 +69,12 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     one.run(name="one")
     losses, reference = _records(group.path, "loss"), _records(one.run_path, "loss")
     assert [s for s, _ in losses] == [s for s, _ in reference] == [1, 3, 6]
-    worst = max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference))
+    worst = max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference, strict=True))
     assert worst <= EXACT, (losses, reference)
 
     saved = np.load(tmp_path / "params.npz", allow_pickle=False)
-    expected = {jax.tree_util.keystr(k): np.asarray(v) for k, v in jax.tree_util.tree_leaves_with_path(one.state.params)}
+    expected = {jax.tree_util.keystr(k): np.asarray(v)
+                for k, v in jax.tree_util.tree_leaves_with_path(one.state.params)}
     assert sorted(saved.files) == sorted(expected)
     for key, value in expected.items():
         scale = max(float(np.max(np.abs(value))), 1e-3)
@@ -82,9 +83,10 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     if mode not in SYNCED:
         return
     # Gradient-sync diagnostics across processes: every replica's norm, the replicas in step with each other.
-    across, alone = _records(group.path, "sync_per_replica_grad_norms"), _records(one.run_path, "sync_per_replica_grad_norms")
+    across = _records(group.path, "sync_per_replica_grad_norms")
+    alone = _records(one.run_path, "sync_per_replica_grad_norms")
     assert [s for s, _ in across] == [s for s, _ in alone] == [3, 6]
-    for (_, norms), (_, expected_norms) in zip(across, alone):
+    for (_, norms), (_, expected_norms) in zip(across, alone, strict=True):
         np.testing.assert_allclose(norms, expected_norms, rtol=1e-4)
     assert _records(group.path, "sync_replica_divergence") == [(3, 0.0), (6, 0.0)]
 
@@ -169,7 +171,7 @@ def test_process_shares_cover_the_batch_once_per_data_position(axes, processes):
     rows = 64
     shares = [batch_share(_Mesh(axes, processes), "data", rows, p) for p in range(processes)]
     per_part = rows // axes["data"]
-    for p, share in enumerate(shares):
+    for share in shares:
         assert share.size % per_part == 0 and share.process_count == jax.process_count()
         assert share.rows.start % per_part == 0
     covered = sorted({r for share in shares for r in range(share.rows.start, share.rows.stop)})
@@ -198,7 +200,8 @@ def test_a_data_set_reads_only_a_process_rows():
 def _hosts(tmp_path, env: dict[str, str], *options: str) -> tuple[list[int], list[str]]:
     """Two `workbench train --join` commands, as two hosts would run them: exit statuses and outputs."""
     port = free_port()
-    argv = [sys.executable, "-m", "workbench", "train", "--mode", "fsdp", "--mesh", "data=8", "--steps", "4", "--batch", "64",
+    argv = [sys.executable, "-m", "workbench", "train", "--mode", "fsdp", "--mesh", "data=8", "--steps", "4",
+            "--batch", "64",
             "--log-every", "2", "--eval-every", "0", "--sync-every", "0", "--processes", "2",
             "--join", f"127.0.0.1:{port}", "--name", "joined", "--run-dir", str(tmp_path), *options]
     hosts = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE,
@@ -249,15 +252,15 @@ def test_a_checkpoint_resumes_across_processes_onto_another_layout(tmp_path):
     alone.run(name="alone")
     losses, reference = _records(first.run_path, "loss"), _records(alone.run_path, "loss")
     assert [s for s, _ in losses] == [s for s, _ in reference] == [1, 2, 4, 6]
-    assert max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference)) <= EXACT
+    assert max(abs(a - b) / abs(b) for (_, a), (_, b) in zip(losses, reference, strict=True)) <= EXACT
 
     from workbench.training.checkpoints import restore_state
 
     plain = alone.state  # read the processes' last checkpoint onto one device and compare
-    target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype,
-                                                            sharding=jax.sharding.SingleDeviceSharding(jax.devices()[0])), plain)
+    one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=one_device), plain)
     restored = restore_state(wb.latest_checkpoint(first.run_path), target)
     for (path, value), (_, expected) in zip(wb.layout.leaves_with_paths(restored.params),
-                                            wb.layout.leaves_with_paths(plain.params)):
+                                            wb.layout.leaves_with_paths(plain.params), strict=True):
         scale = max(float(np.max(np.abs(expected))), 1e-3)
         assert float(np.max(np.abs(np.asarray(value) - np.asarray(expected)))) / scale <= EXACT, path

@@ -75,7 +75,8 @@ def test_engine_subpackages_never_import_the_views(subpackage):
 
 def test_the_layering_check_reads_relative_imports():
     # The scan above must see through the dots, or it would pass for want of finding anything.
-    source = "from ..views.text import tiling_picture\nfrom .. import views\nfrom .specs import format_spec\nimport jax\n"
+    source = ("from ..views.text import tiling_picture\nfrom .. import views\nfrom .specs import format_spec\n"
+              "import jax\n")
     found = _imported_modules(source, "workbench.layout")
     assert {"workbench.views.text", "workbench.views", "workbench.layout.specs", "jax"} <= set(found)
     assert "workbench.formatting" in _imports_of(PACKAGE / "layout" / "lint.py")
@@ -88,7 +89,8 @@ def test_format_bytes_shape_and_seconds():
     assert format_bytes(2**60) == "1024.0 PiB"  # the largest unit keeps counting
     assert format_bytes_exact(2048) == "2.0 KiB (2,048 B)" and format_bytes_exact(12) == "12 B"
     assert format_shape((4, 16, 8)) == "[4, 16, 8]" and format_shape(()) == "[]"
-    assert [format_seconds(s) for s in (0, 4.56, 0.0123, 7.89e-4, 3.2e-8)] == ["0 s", "4.56 s", "12.3 ms", "789 us", "32 ns"]
+    assert ([format_seconds(s) for s in (0, 4.56, 0.0123, 7.89e-4, 3.2e-8)]
+            == ["0 s", "4.56 s", "12.3 ms", "789 us", "32 ns"])
 
 
 def test_align_columns_pads_aligns_and_strips():

@@ -31,7 +31,8 @@ def test_gpu_targets_name_a_chip_and_whole_hosts():
     assert [parse_target(f"gpu:{chip}:8").hardware for chip in GPU_CHIPS] == [
         "a100-80gb", "h100-nvlink", "h100-pcie", "h200", "b200"]
     assert gpu_topology("h200", 1) == "1x1x1" and gpu_topology("h100", 4096) == "1x512x8"
-    with pytest.raises(WorkbenchError, match=r"unknown GPU 'h300': choose one of a100-80gb, h100, h100-pcie, h200, b200"):
+    with pytest.raises(WorkbenchError,
+                       match=r"unknown GPU 'h300': choose one of a100-80gb, h100, h100-pcie, h200, b200"):
         parse_target("gpu:h300:8")
     with pytest.raises(WorkbenchError, match=r"gpu:h100:12 is not a whole number of 8-GPU hosts: use gpu:h100:8 or "
                                              r"gpu:h100:16"):
@@ -94,7 +95,7 @@ def test_a_group_spans_hosts_exactly_when_its_devices_do(sizes, per_host):
     strides = [1] * len(sizes)
     for i in range(len(sizes) - 2, -1, -1):
         strides[i] = strides[i + 1] * sizes[i + 1]
-    for axis, (size, stride) in enumerate(zip(sizes, strides)):
+    for axis, (size, stride) in enumerate(zip(sizes, strides, strict=True)):
         # The devices of one group: the axis runs, the others stay at 0; devices fill hosts in mesh order.
         hosts = {(position * stride) // per_host for position in range(size)}
         assert group_spans_hosts(mesh, (mesh.names[axis],), per_host) == (len(hosts) > 1)

@@ -46,7 +46,7 @@ def unrolled_copy(model: Stacked) -> Stacked:
     copy = Stacked(nnx.Rngs(1), scanned=False)
     stacked = nnx.state(model.blocks.layer, nnx.Param)
     for i, block in enumerate(copy.blocks):
-        nnx.update(block, jax.tree.map(lambda leaf: leaf[i], stacked))
+        nnx.update(block, jax.tree.map(lambda leaf, i=i: leaf[i], stacked))
     nnx.update(copy.out, nnx.state(model.out))
     return copy
 
@@ -93,7 +93,7 @@ def test_stacked_layers_train_as_single_does(mode_name):
         results[name] = (np.array(losses), runner.export_state(state).params)
     (losses, params), (reference, expected) = results[mode_name], results["single"]
     np.testing.assert_allclose(losses, reference, rtol=1e-5)
-    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 

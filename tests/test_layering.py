@@ -1,5 +1,6 @@
-"""The package's layers: imports point one way (layout <- views, training <- analysis <- cli), the engine
-never imports the UI, and `import workbench` stays free of ipywidgets and plotly."""
+"""The package's layers: imports point one way (layout <- views, training <- analysis <- cli), the top-level
+modules keep to theirs, the engine never imports the UI, and `import workbench` stays free of ipywidgets and
+plotly."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ ALLOWED = {
     "training": BASE | {"layout"},
     "analysis": BASE | {"layout", "training"},
     "distributed": BASE | {"layout", "training", "analysis"},
+    # The command line sits on top: it may use every layer, and no layer uses it.
+    "cli": BASE | {"layout", "views", "training", "analysis", "distributed"},
+}
+# The top-level modules. The helpers import only each other; the package's top tier and the workshop's exercises
+# use the layers but never the command line (``import workbench`` stays free of it); ``python -m workbench`` is
+# the command line.
+LAYERS = {"layout", "views", "training", "analysis"}
+TOP_LEVEL = {
+    **{helper: BASE for helper in BASE},
+    "__init__": BASE | LAYERS,
+    "workshop": BASE | LAYERS,
+    "__main__": {"cli"},
 }
 
 
@@ -51,6 +64,17 @@ def test_layers_import_only_what_is_below_them(layer):
         bad = _engine_imports(path) - ALLOWED[layer] - {layer}
         if bad:
             wrong[str(path.relative_to(ROOT))] = sorted(bad)
+    assert wrong == {}
+
+
+def test_top_level_modules_import_only_what_they_may():
+    modules = {path.stem for path in ENGINE.glob("*.py")}
+    assert modules == set(TOP_LEVEL), "a new top-level module: say in TOP_LEVEL what it may import"
+    wrong = {}
+    for name in sorted(modules):
+        bad = _engine_imports(ENGINE / f"{name}.py") - TOP_LEVEL[name] - {name}
+        if bad:
+            wrong[f"workbench/{name}.py"] = sorted(bad)
     assert wrong == {}
 
 

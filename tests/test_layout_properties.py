@@ -53,7 +53,7 @@ def mesh_spec_shape(draw, max_devices=8, concrete=True):
 
 def _jax_index(index, shape):
     """JAX's tuple of slices as [start, stop) pairs."""
-    return tuple((s.start or 0, size if s.stop is None else s.stop) for s, size in zip(index, shape))
+    return tuple((s.start or 0, size if s.stop is None else s.stop) for s, size in zip(index, shape, strict=True))
 
 
 @settings(max_examples=150, deadline=None)
@@ -98,7 +98,7 @@ def test_abstract_layout_tiles_the_array_exactly(case):
     # Distinct blocks are disjoint and their sizes add up to the whole array.
     assert len(holders) * math.prod(layout.shard_shape) == math.prod(shape)
     for index in holders:
-        assert all(0 <= start < stop <= size or size == 0 for (start, stop), size in zip(index, shape))
+        assert all(0 <= start < stop <= size or size == 0 for (start, stop), size in zip(index, shape, strict=True))
     assert layout.bytes_per_device == math.prod(layout.shard_shape) * 2
     assert layout.device_ids == tuple(range(mesh_shape.size))
 

@@ -57,7 +57,8 @@ def test_the_combined_tree_holds_every_leaf_by_tree():
 
 
 def test_default_data():
-    assert [default_data(m) for m in ("linear", "mlp", "cnn", "transformer")] == ["regression", "digits", "digits", "text"]
+    assert ([default_data(m) for m in ("linear", "mlp", "cnn", "transformer")]
+            == ["regression", "digits", "digits", "text"])
 
 
 def test_ledger_for_a_config_compiles_without_training():

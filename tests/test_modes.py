@@ -43,7 +43,7 @@ CASES = {  # model -> (data, data options, model options): small, so 32 combinat
 MESHES = {"tp": "model=2", "dp-tp": "data=4,model=2"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _batches(model: str) -> tuple[dict, ...]:
     data, data_options, _ = CASES[model]
     batches = load_dataset(data, **data_options).batches(BATCH, seed=0)
@@ -52,14 +52,15 @@ def _batches(model: str) -> tuple[dict, ...]:
     return tuple(chosen)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precision: str = "fp32"):
     """(per-step losses, final parameters as NumPy leaves with paths) of ``STEPS`` steps of ``mode``."""
     data, data_options, model_options = CASES[model]
     config = model_config_for_data(model, load_dataset(data, **data_options), **model_options)
     tx = make_optimizer(optimizer, 0.1 if optimizer == "sgd" else 1e-2)
     graphdef, state = init_state(config.build(seed=0), tx)
-    plan = StepPlan(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH, accum,
+    plan = StepPlan(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")),
+                    BATCH, accum,
                     precision, tuple(tensor_parallel_rules(model)))
     runner = build_mode(mode, plan)
     state = runner.place_state(state)
@@ -78,7 +79,7 @@ def assert_losses_close(losses, reference, rtol):
 
 def assert_params_close(params, reference, rtol=1e-5, scale_floor=1e-3):
     assert [p for p, _ in params] == [p for p, _ in reference]
-    for (path, value), (_, expected) in zip(params, reference):
+    for (path, value), (_, expected) in zip(params, reference, strict=True):
         scale = max(float(np.max(np.abs(expected))), scale_floor)
         worst = float(np.max(np.abs(value - expected))) / scale
         assert worst <= rtol, f"parameter {path} differs by {worst:.2e} of its scale (bound {rtol})"
@@ -241,7 +242,8 @@ def test_simulated_update_donates_the_state():
     that writes the new state, aliases the whole state."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
-    runner = build_mode("simulated", StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH))
+    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH)
+    runner = build_mode("simulated", plan)
     placed, shards = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
     sums = jax.eval_shape(runner._shard_sums, placed, shards[0])
     memory = runner._update.lower(placed, sums, diagnostics=False).compile().memory_analysis()

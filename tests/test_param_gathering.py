@@ -44,7 +44,8 @@ def regression_loss(model, batch):
 
 
 def test_layers_are_list_elements_at_any_depth_and_other_children():
-    assert layer_paths(wb.training.build_model("transformer", n_layers=2)) == ["blocks/0", "blocks/1", "embed", "final_norm", "head"]
+    assert (layer_paths(wb.training.build_model("transformer", n_layers=2))
+            == ["blocks/0", "blocks/1", "embed", "final_norm", "head"])
     assert layer_paths(wb.training.build_model("mlp")) == ["hidden1", "hidden2", "output"]
     nested = Nested(nnx.Rngs(0))
     layers = layer_paths(nested)
@@ -75,7 +76,7 @@ def test_nested_layers_and_the_models_own_parameters_train_as_single_does():
     losses, params = _train("fsdp", Nested(nnx.Rngs(0)))
     reference, expected = _train("single", Nested(nnx.Rngs(0)))
     np.testing.assert_allclose(losses, reference, rtol=1e-5)
-    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
@@ -92,13 +93,15 @@ class TiedLM(nnx.Module):
 def test_weights_read_outside_their_layer_are_refused_with_the_fix():
     tx = optax.sgd(0.1)
     graphdef, state = init_state(TiedLM(nnx.Rngs(0)), tx)
-    runner = build_mode("fsdp", StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8))
+    plan = StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
+    runner = build_mode("fsdp", plan)
     tokens = np.zeros((8, 4), np.int32)
     batch = runner.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)})
     with pytest.raises(wb.WorkbenchError, match="'embed/embedding' was read outside its own call.*fsdp-whole-tree"):
         runner.step(runner.place_state(state), batch)
     fix = build_mode("fsdp-whole-tree", runner.plan)  # the fix the message names trains it
-    _, metrics = fix.step(fix.place_state(state), fix.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}))
+    batch = {"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}
+    _, metrics = fix.step(fix.place_state(state), fix.place_batch(batch))
     assert np.isfinite(float(metrics["loss"]))
 
 
@@ -110,7 +113,8 @@ def _train_lm(mode: str, precision: str = "fp32", steps: int = 2):
     # 64 words: 3 tiles, the last padded
     model = wb.training.build_model("transformer", seed=0, loss_tile=24, **LM_OPTIONS)
     graphdef, state = init_state(model, tx)
-    runner = build_mode(mode, StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 16,
+    runner = build_mode(mode, StepPlan(graphdef, wb.training.model_class("transformer").loss, tx,
+                                       wb.parse_mesh("data=8"), 16,
                                        precision=precision))
     rng = np.random.default_rng(0)
     state, losses = runner.place_state(state), []
@@ -129,7 +133,7 @@ def test_the_tiled_language_model_loss_trains_under_fsdp_as_single_does(precisio
     losses, params = _train_lm("fsdp", precision)
     reference, expected = _train_lm("single", precision)
     np.testing.assert_allclose(losses, reference, rtol=1e-5 if precision == "fp32" else 2e-2)
-    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 if precision == "fp32" else 1e-2)
 
 
@@ -167,6 +171,6 @@ def test_the_tiled_loss_is_the_plain_cross_entropy():
     np.testing.assert_allclose(tiled, plain, rtol=1e-6)
     for key in plain_aux:
         np.testing.assert_allclose(tiled_aux[key], plain_aux[key], rtol=1e-6)
-    grads = [nnx.grad(lambda m: fn(m, batch)[0])(model) for fn in (language_model_loss, cross_entropy_loss)]
-    for got, want in zip(*(jax.tree.leaves(g) for g in grads)):
+    grads = [nnx.grad(lambda m, fn=fn: fn(m, batch)[0])(model) for fn in (language_model_loss, cross_entropy_loss)]
+    for got, want in zip(*(jax.tree.leaves(g) for g in grads), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

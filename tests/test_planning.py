@@ -2,7 +2,6 @@
 rule table, and the ``workbench plan`` command line (JSON contract, one-line errors with status 2)."""
 
 import json
-import math
 
 import jax
 import pytest
@@ -132,7 +131,7 @@ def test_fsdp_matches_the_layout_engine_exactly():
     assert plan.params_bytes == engine.bytes_per_device
     assert plan.opt_state_bytes == layout_tree(opt_state, "data=8", "shard").bytes_per_device
     assert engine.total_bytes / 8 <= plan.params_bytes <= engine.total_bytes / 8 + 64  # the 10-class bias stays whole
-    sharded = sum(l.layout.total_bytes for l in engine.leaves if not l.layout.is_fully_replicated)
+    sharded = sum(leaf.layout.total_bytes for leaf in engine.leaves if not leaf.layout.is_fully_replicated)
     kinds = {c.kind: c for c in plan.collectives}
     assert kinds["all-gather"].bytes == kinds["reduce-scatter"].bytes == sharded
     assert kinds["all-reduce"].bytes == 4 * 10  # output/bias, left whole

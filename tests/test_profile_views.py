@@ -55,7 +55,7 @@ def test_an_all_reduce_bar_names_its_op_bytes_and_bandwidth(profiled):
     ops = [op for op in timeline.step_ops(0) if op.kind == "all-reduce"]
     bandwidth = {c.name: c.bandwidth for c in timeline.collectives}
     assert len(ops) == len(all_reduce.hovertext) == 2 * DEVICES  # the gradients' and the loss's, on each device
-    for op, hover in zip(ops, all_reduce.hovertext):
+    for op, hover in zip(ops, all_reduce.hovertext, strict=True):
         assert f"<b>{op.name}</b> · all-reduce on device {op.device}" in hover
         assert wb.formatting.format_bytes_exact(op.bytes) in hover
         assert f"bandwidth {wb.formatting.format_bandwidth(bandwidth[op.name])}" in hover
@@ -93,7 +93,7 @@ def test_the_memory_figure_has_predicted_compiled_and_live_for_every_device(prof
     figure = wb.memory_figure(memory)
     bars = {}
     for t in figure.data:
-        for lane, source, value in zip(t.x[0], t.x[1], t.y):
+        for lane, source, value in zip(t.x[0], t.x[1], t.y, strict=True):
             bars.setdefault((lane, source, t.type), []).append(value)
     for device in memory.devices:
         lane = f"device {device.device}"

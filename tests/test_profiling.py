@@ -40,7 +40,8 @@ def profiled(tmp_path_factory):
 
 def test_profiling_never_changes_the_trained_result(profiled):
     assert profiled["summary"]["final_loss"] == profiled["plain_summary"]["final_loss"]
-    for a, b in zip(jax.tree.leaves(profiled["trainer"].state.params), jax.tree.leaves(profiled["plain"].state.params)):
+    for a, b in zip(jax.tree.leaves(profiled["trainer"].state.params), jax.tree.leaves(profiled["plain"].state.params),
+                    strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     metrics = [json.loads(line) for line in (profiled["root"] / "profiled" / "metrics.jsonl").read_text().splitlines()]
     plain = [json.loads(line) for line in (profiled["root"] / "plain" / "metrics.jsonl").read_text().splitlines()]
@@ -118,7 +119,7 @@ def test_a_kept_copy_of_the_state_is_flagged_as_one(profiled):
     assert summary["final_loss"] == profiled["summary"]["final_loss"]
     after = read_profile(profiled["root"] / "with-copy").memory
     extra = {d.device: d.live_roles.get("state copy", 0) - b.live_roles.get("state copy", 0)
-             for d, b in zip(after.devices, before.devices)}
+             for d, b in zip(after.devices, before.devices, strict=True)}
     assert extra == {0: copy_bytes, **{device: 0 for device in range(1, 8)}}
     (flag,) = [f for f in after.flags if f.startswith("device 0:")]
     assert "undonated buffers" in flag and "leaked copy" in flag
@@ -182,7 +183,8 @@ def test_op_names_from_another_compile_are_named_as_such(profiled, tmp_path):
     shutil.copy(profiled["report"].folder.parent.parent / "config.json", run / "config.json")
     (folder / "timeline.json").unlink()
     hlo = folder / "step.hlo.txt"
-    hlo.write_text(re.sub(r"\((hidden1|hidden2|output)\)", "()", re.sub(r"/(hidden1|hidden2|output)/", "/", hlo.read_text())))
+    unnamed = re.sub(r"/(hidden1|hidden2|output)/", "/", hlo.read_text())
+    hlo.write_text(re.sub(r"\((hidden1|hidden2|output)\)", "()", unnamed))
     report = read_profile(folder)
     assert {op.layer for op in report.timeline.ops} == {None}
     (note,) = report.notes

@@ -52,7 +52,8 @@ def test_each_fault_is_caught_and_named(mode, fault):
     # The most likely cause of the decisive finding is the fault itself (psum and the double count
     # give the same numbers; where both can happen, the ledger decides).
     decisive = report.problems[-1]
-    assert decisive.causes[0] == fault or {decisive.causes[0], fault} == {"psum", "vma-double-count"} and mode == "simulated"
+    assert (decisive.causes[0] == fault
+            or {decisive.causes[0], fault} == {"psum", "vma-double-count"} and mode == "simulated")
     assert decisive.explanation == FAULTS[decisive.causes[0]].explanation
 
 
@@ -104,7 +105,8 @@ def test_bf16_with_adam_is_judged_on_the_rms_difference():
     options = dict(precision="bf16", accum=2, optimizer="adam", lr=1e-3)
     report = _check("dp", **options)
     assert report.verdict == "ok", report.to_text()
-    assert report.max_param_diff > 10 * wb.analysis.reference_check.UPDATE_TOLERANCE * report.reference_step  # max would flag it
+    # The max would flag it:
+    assert report.max_param_diff > 10 * wb.analysis.reference_check.UPDATE_TOLERANCE * report.reference_step
     assert max(report.param_rms_diffs) < 0.1 * report.reference_rms_step
     assert "RMS diff (bf16)" in report.to_text()
     broken = _check("dp", faults=["optimizer-reset"], **options)

@@ -84,19 +84,21 @@ def test_a_run_written_line_by_line_in_another_thread_is_followed_as_it_grows(tm
     assert any(not finished for finished in seen_while_running)  # events came while the run was writing
 
     events = follower.history
-    assert events[0].data == {"mode": "dp", "mesh": "data=2", "steps": 30, "sync_every": None,  # the run's config names none
+    # The run's config names no sync_every.
+    assert events[0].data == {"mode": "dp", "mesh": "data=2", "steps": 30, "sync_every": None,
                               "run_dir": str(tmp_path / "live")}
     assert events[1].kind == "compiled" and events[1].step == 1
     assert events[-1].kind == "end" and events[-1].step == 30 and follower.status == "finished"
     body = events[2:-1]
     assert len(body) == len(records)
-    for event, record in zip(body, records):
+    for event, record in zip(body, records, strict=True):
         assert event.step == record["step"]
         data = {k: v for k, v in record.items() if k != "step"}
         if "eval_loss" in record:
             assert event.kind == "eval" and event.data == data  # keys kept as the trainer emits them
         elif "sync_replicas" in record:
-            assert event.kind == "sync" and event.data == {"replicas": 2, "per_replica_grad_norms": [0.5, 0.25 * event.step]}
+            assert event.kind == "sync" and event.data == {"replicas": 2,
+                                                           "per_replica_grad_norms": [0.5, 0.25 * event.step]}
         else:
             assert event.kind == "metrics" and event.data == data
 

@@ -206,7 +206,7 @@ def test_context_manager_marks_failure_and_reraises(tmp_path):
     with pytest.raises(ZeroDivisionError):
         with RunWriter(tmp_path, "crash") as writer:
             writer.append({"step": 0, "loss": 1.0})
-            1 / 0
+            _ = 1 / 0
     run = load_run("crash", tmp_path)
     assert run.status == "failed"
     assert run.summary["error"] == "ZeroDivisionError: division by zero"
@@ -437,7 +437,8 @@ def test_runs_default_table_fits_120_characters_and_says_what_is_left_out(capsys
     status, out, _ = run_cli(capsys, "runs", "--run-dir", str(short))
     assert max(map(len, out.splitlines())) <= 120  # shorter names leave room for more
     assert out.splitlines()[0].split() == [
-        "name", "status", "mode", "mesh", "model", "loss", "eval_accuracy", "eval_loss", "examples_per_s", "last_step", "data"
+        "name", "status", "mode", "mesh", "model", "loss", "eval_accuracy", "eval_loss", "examples_per_s",
+        "last_step", "data"
     ]
     assert len(lines) == 2 + 5 + 1  # header, rule, five runs, the note
     assert lines[-1].startswith(f"({24 - len(header)} more columns: --all-columns shows every one")
@@ -455,7 +456,8 @@ def test_runs_all_columns_shows_every_column(capsys, realistic_runs):
 
 
 def test_runs_columns_picks_them_in_order_for_the_table_and_json(capsys, realistic_runs):
-    status, out, _ = run_cli(capsys, "runs", "--run-dir", str(realistic_runs), "--columns", "name, sync_noise_scale,loss")
+    status, out, _ = run_cli(capsys, "runs", "--run-dir", str(realistic_runs),
+                             "--columns", "name, sync_noise_scale,loss")
     assert status == 0
     header, rule, *rows = out.splitlines()
     assert header.split() == ["name", "sync_noise_scale", "loss"] and len(rows) == 5

@@ -14,7 +14,8 @@ from workbench.servers import HOST, Classroom, app_launch, checked_port, free_po
 
 def test_lab_launch_is_loopback_with_a_token_kept_out_of_argv(monkeypatch, tmp_path):
     monkeypatch.delenv("JUPYTER_TOKEN", raising=False)
-    launch = lab_launch(port=0, open_browser=False, notebook_dir=tmp_path, extra=("--LabApp.expose_app_in_browser=True",))
+    launch = lab_launch(port=0, open_browser=False, notebook_dir=tmp_path,
+                        extra=("--LabApp.expose_app_in_browser=True",))
     argv = " ".join(launch.argv)
     assert f"--ServerApp.ip={HOST}" in argv and HOST == "127.0.0.1" and "--no-browser" in argv
     assert f"--ServerApp.root_dir={tmp_path}" in argv and argv.endswith("--LabApp.expose_app_in_browser=True")
@@ -69,7 +70,8 @@ def test_a_class_is_served_with_its_devices_culling_and_preheated_kernels(tmp_pa
                         classroom=Classroom(devices=2, cull_idle_minutes=30, preheat=3))
     assert launch.env["WORKBENCH_CPU_DEVICES"] == "2"
     argv = launch.argv
-    assert "--MappingKernelManager.cull_idle_timeout=1800" in argv and "--MappingKernelManager.cull_connected=False" in argv
+    assert "--MappingKernelManager.cull_idle_timeout=1800" in argv
+    assert "--MappingKernelManager.cull_connected=False" in argv
     assert "--VoilaConfiguration.preheat_kernel=True" in argv and "--VoilaConfiguration.default_pool_size=3" in argv
     quiet = app_launch(port=0, classroom=Classroom(cull_idle_minutes=0))
     assert quiet.env["WORKBENCH_CPU_DEVICES"] == "8"  # every mode and mesh of the notebooks

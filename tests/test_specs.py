@@ -72,7 +72,8 @@ def test_bracketed_axes_for_a_1d_array_suggest_the_trailing_comma_and_the_sugges
     message = str(caught.value)
     assert message.startswith("spec P('data', 'model') has 2 entries but the array has 1 dimension(s) (shape (16,))")
     assert "'(data, model)' is read as the whole spec, one entry per dimension" in message
-    assert "write '(data, model),' (the trailing comma makes the brackets one entry), or drop the last 1 entry" in message
+    assert ("write '(data, model),' (the trailing comma makes the brackets one entry), or drop the last 1 entry"
+            in message)
     suggested = message.split("write ")[1].split(" (the trailing comma")[0].strip("'")
     assert wb.layout.validate_spec(suggested, "data=4,model=2", (16,)) == P(("data", "model"))
     assert wb.layout_array((16,), "data=4,model=2", suggested).shard_shape == (2,)

@@ -23,7 +23,8 @@ SMALL = dict(model="mlp", data="digits", mode="dp", mesh="data=8", batch=64, mod
 
 
 def small_trainer(tmp_path, **changes) -> Trainer:
-    return Trainer(TrainConfig(**{**SMALL, "steps": 30, "log_every": 10, "eval_every": 0, **changes}), run_root=tmp_path)
+    config = TrainConfig(**{**SMALL, "steps": 30, "log_every": 10, "eval_every": 0, **changes})
+    return Trainer(config, run_root=tmp_path)
 
 
 def test_a_background_run_streams_events_and_writes_the_run(tmp_path):
@@ -69,7 +70,8 @@ def test_long_logging_intervals_and_long_evaluations_do_not_deadlock_the_cpu_col
         "model = wb.training.model_config_for_data('mlp', data).build(seed=0)\n"
         "config = wb.TrainConfig(mode='dp', mesh='data=8', batch=64, steps=300, log_every=300, eval_every=0,\n"
         "                        sync_every=0)\n"
-        "trainer = wb.Trainer(config, run_root=sys.argv[1], model=model, batches=lambda seed: data.batches(64, seed=seed),\n"
+        "trainer = wb.Trainer(config, run_root=sys.argv[1], model=model,\n"
+        "                     batches=lambda seed: data.batches(64, seed=seed),\n"
         "                     eval_batches=[next(data.eval_batches(64))] * 250)\n"
         "summary = trainer.run()\n"
         "print(json.dumps({'status': trainer.status, 'steps': summary['steps'], 'eval': summary['eval']}))\n"
@@ -219,11 +221,11 @@ def test_optimizers_hold_only_the_learning_rate_and_match_optax_exactly(name):
     state, reference_state = tx.init(params), reference_tx.init(params)
     step = jax.jit(lambda p, s, g: tx.update(g, s, p))
     for i in range(4):
-        grads = jax.tree.map(lambda x: jnp.sin(x * (i + 1.5)), ours)
+        grads = jax.tree.map(lambda x, i=i: jnp.sin(x * (i + 1.5)), ours)
         updates, state = step(ours, state, grads)
         reference_updates, reference_state = reference_tx.update(grads, reference_state, theirs)
         ours, theirs = optax.apply_updates(ours, updates), optax.apply_updates(theirs, reference_updates)
-        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
             np.testing.assert_array_equal(a, b)  # the same floats, not merely close
     scalars = [leaf for leaf in jax.tree.leaves(state) if not np.shape(leaf)]
     assert float(state.learning_rate) == pytest.approx(3e-3)

@@ -78,7 +78,8 @@ def test_other_spec_sources(abstract_state):
     assert by_function.leaf("hidden/bias").layout.spec == P("data")
     spec_tree = jax.tree.map(lambda leaf: P(), params)
     replicated = wb.layout_tree(params, "data=8", spec_tree).leaves
-    assert len(replicated) == len(jax.tree.leaves(params)) > 0 and all(l.layout.is_fully_replicated for l in replicated)
+    assert len(replicated) == len(jax.tree.leaves(params)) > 0
+    assert all(leaf.layout.is_fully_replicated for leaf in replicated)
 
 
 def test_mismatched_rule_names_leaf_and_rule(abstract_state):
@@ -90,7 +91,7 @@ def test_placed_arrays_use_their_own_sharding():
     mesh = wb.build_mesh("data=8")
     x = jax.device_put(jnp.zeros((16, 4)), jax.sharding.NamedSharding(mesh, P("data")))
     table = wb.layout_tree({"x": x, "label": "not an array"}, mesh)
-    assert [l.path for l in table.leaves] == ["x"]
+    assert [leaf.path for leaf in table.leaves] == ["x"]
     assert table.leaf("x").layout.shard_shape == (2, 4)
 
 
@@ -114,7 +115,8 @@ def test_rule_table_code_round_trips_regexes_with_backslashes():
 
 def test_a_tree_on_16384_devices_holds_no_per_device_lists(abstract_state):
     """Shard shapes and bytes are per leaf; per-device slices are built only for the leaf and device a view asks."""
-    table = wb.layout_tree(abstract_state, wb.layout.abstract_mesh("data=2048,model=8"), [(r".*hidden/kernel", P(None, "model"))])
+    table = wb.layout_tree(abstract_state, wb.layout.abstract_mesh("data=2048,model=8"),
+                           [(r".*hidden/kernel", P(None, "model"))])
     layouts = [leaf.layout for leaf in table.leaves]
     assert all(layout.device_ids is layouts[0].device_ids for layout in layouts)  # one id list for the mesh
     assert layouts[0].device_ids == tuple(range(16384))

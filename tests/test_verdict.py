@@ -74,7 +74,8 @@ def test_the_batch_of_the_issue_is_plan_only_with_a_batch_that_fits_and_start_re
 
 
 def test_unknown_faults_and_a_mesh_larger_than_the_machine_are_never_ok():
-    assert wb.training_verdict(wb.TrainConfig(faults=("bogus",))).message.startswith("unknown fault 'bogus': choose from")
+    verdict = wb.training_verdict(wb.TrainConfig(faults=("bogus",)))
+    assert verdict.message.startswith("unknown fault 'bogus': choose from")
     large = wb.training_verdict(wb.TrainConfig(mesh="data=4096", batch=4096))
     assert large.level == "plan" and "4,096 devices and this machine has 8 simulated CPU devices" in large.message
     assert [fix.mesh for fix in large.fixes] == ["data=8"]
@@ -125,7 +126,7 @@ def test_a_mesh_shrunk_for_the_machine_fits_it_and_keeps_its_axes(sizes, devices
     mesh = wb.MeshShape(tuple(f"a{i}" for i in range(len(sizes))), tuple(sizes))
     shrunk = mesh_within(mesh, devices)
     assert shrunk.names == mesh.names and shrunk.size <= max(devices, 1)
-    assert all(1 <= new <= old for new, old in zip(shrunk.sizes, mesh.sizes))
+    assert all(1 <= new <= old for new, old in zip(shrunk.sizes, mesh.sizes, strict=True))
     if mesh.size <= devices:
         assert shrunk == mesh
 

@@ -158,7 +158,8 @@ def test_stack_frames_lead_to_the_model_code_not_the_libraries(tensor_parallel_s
     sources = [op_source(m[len("metadata="):], tables) for m in metadata]
     assert sources and all(s.frame is not None for s in sources)
     assert all(not re.search(r"/(flax|jax|optax)/", s.frame.file) for s in sources)
-    model_code = {"workbench/training/models.py", "workbench/training/token_embedding.py", "workbench/training/lm_head.py"}
+    model_code = {"workbench/training/models.py", "workbench/training/token_embedding.py",
+                  "workbench/training/lm_head.py"}
     files = {s.location.split(":")[0] for s in sources}
     assert "workbench/training/models.py" in files and files <= model_code, files
     # the innermost frame is the model's own line, its outer frames the step that called it
@@ -192,7 +193,8 @@ def test_a_mesh_of_the_wrong_size_for_the_topology_names_one_that_fits():
 
 def test_more_cpu_devices_than_xla_compiles_for_is_refused_with_a_mesh_that_works():
     check_target(parse_target("cpu"), MeshShape(("data",), (CPU_DEVICE_LIMIT,)))
-    with pytest.raises(WorkbenchError, match=r"4,096 devices; XLA:CPU compiles for at most 2,048.*--mesh data=256,model=8"):
+    with pytest.raises(WorkbenchError,
+                       match=r"4,096 devices; XLA:CPU compiles for at most 2,048.*--mesh data=256,model=8"):
         wb.plan_training("mlp", {}, "data=512,model=8", "dp-tp", verify="cpu")
 
 

@@ -40,8 +40,8 @@ def data_model_3d():
 def heatmap_cells(trace):
     """(device id, colour, hover text) for every cell of a heatmap trace, decoding z via its colour scale."""
     cells = []
-    for ids, zs, hovers in zip(trace.customdata, trace.z, trace.hovertext):
-        for device, z, hover in zip(ids, zs, hovers):
+    for ids, zs, hovers in zip(trace.customdata, trace.z, trace.hovertext, strict=True):
+        for device, z, hover in zip(ids, zs, hovers, strict=True):
             index = int(z)  # z is palette position + 0.5
             assert trace.colorscale[2 * index][1] == trace.colorscale[2 * index + 1][1]
             cells.append((int(device), trace.colorscale[2 * index][1], hover))
@@ -302,10 +302,11 @@ def test_capture_visualize_sharding_of_an_abstract_layout(capsys):
 def test_capture_shows_replicated_tiles_like_the_layout():
     layout = layout_array((8, 16), "data=2,model=4", "model")
     picture = capture_visualize_sharding(layout)
-    for block, holders in layout.holders().items():
+    for holders in layout.holders().values():
         assert "CPU " + ",".join(str(d) for d in sorted(holders)) in picture.text
     # Each tile's label sits on the colour of its lowest holder, in a readable text colour.
-    labels = re.findall(r'<span style="color: (#\w+);[^"]*background-color: (#\w+)">\s*CPU ([\d,]+)\s*</span>', picture.html)
+    labels = re.findall(r'<span style="color: (#\w+);[^"]*background-color: (#\w+)">\s*CPU ([\d,]+)\s*</span>',
+                        picture.html)
     assert sorted(label for _, _, label in labels) == ["0,4", "1,5", "2,6", "3,7"]
     for text_colour, background, label in labels:
         assert background == device_color(int(label.split(",")[0]))
@@ -401,7 +402,7 @@ def test_layout_figure_draws_a_partly_replicated_array_as_its_blocks_with_holder
     assert [list(map(int, row)) for row in tiling.customdata] == [[0, 2, 4, 6]]  # a click shows a holder
     colours = cell_colours(tiling)[0]
     assert len(colours) == 4 and set(colours) <= set(SHARED_COLORS) and not set(colours) & set(PALETTE)
-    assert all(left != right for left, right in zip(colours, colours[1:]))  # neighbours stay apart
+    assert all(left != right for left, right in zip(colours, colours[1:], strict=False))  # neighbours stay apart
     assert tiling.textfont.size is None  # only the whole-array label is big
     assert "each block on 2 devices (grey)" in figure.layout.title.text
 
@@ -505,7 +506,7 @@ def test_every_device_is_drawn_in_its_colour_with_its_block(data):
         parts = sizes[names.index(axis)] if axis else 1
         shape.append(parts * data.draw(st.integers(1, 3)))
         entries.append(axis)
-    mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes))
+    mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True))
     layout = layout_array(tuple(shape), mesh, parse_spec(list(entries)))
     figure = layout_figure(layout, max_panels=10**6)
     traces = tiling_traces(figure)
@@ -515,7 +516,7 @@ def test_every_device_is_drawn_in_its_colour_with_its_block(data):
     assert len(cells) == len(holders)  # one cell per block: never stripes that look like more blocks
     by_first_holder = {ids[0]: (index, ids) for index, ids in holders.items()}
     assert sorted(d for d, _, _ in cells) == sorted(by_first_holder)
-    for (device, colour, hover), label in zip(cells, labels):
+    for (device, colour, hover), label in zip(cells, labels, strict=True):
         index, ids = by_first_holder[device]
         assert "block [" + ", ".join(f"{a}:{b}" for a, b in index) + "]" in hover
         if len(ids) == 1:
@@ -573,11 +574,12 @@ def test_comparison_figure_puts_two_bars_per_figure_in_the_axis_unit(mlp_compari
     assert [round(y * unit) for y in figure.data[0].y] == [row.analytic or 0 for row in memory]
     assert [round(y * unit) for y in figure.data[1].y] == [row.compiler for row in memory]
     # The plan's bars carry plan / compiler (the donated state: aliased in both).
-    labels = dict(zip(figure.data[0].x, figure.data[0].text))
+    labels = dict(zip(figure.data[0].x, figure.data[0].text, strict=True))
     assert labels["peak"] == f"×{peak.ratio:.2f}"
     assert labels["aliased"] == f"×{mlp_comparison.row('aliased').ratio:.2f}" == "×1.00"
     assert list(figure.data[3].x) == [row.figure.removesuffix(" bytes") for row in moved]
-    assert "all-gather" in figure.data[3].x and figure.data[0].marker.pattern.shape != figure.data[1].marker.pattern.shape
+    assert "all-gather" in figure.data[3].x
+    assert figure.data[0].marker.pattern.shape != figure.data[1].marker.pattern.shape
     # The chip's memory: a dashed line while it is on the bars' scale, else named in the panel's title.
     assert any("device memory" in (a.text or "") for a in figure.layout.annotations) and figure.layout.shapes
     far = comparison_figure(mlp_comparison, capacity_bytes=10**12)
@@ -585,7 +587,8 @@ def test_comparison_figure_puts_two_bars_per_figure_in_the_axis_unit(mlp_compari
 
 
 def test_comparison_figure_of_a_step_without_collectives_says_so(mlp_comparison):
-    alone = dataclasses.replace(mlp_comparison, rows=tuple(r for r in mlp_comparison.rows if not r.figure.endswith(" bytes")))
+    alone = dataclasses.replace(mlp_comparison,
+                                rows=tuple(r for r in mlp_comparison.rows if not r.figure.endswith(" bytes")))
     figure = comparison_figure(alone)
     assert len(figure.data) == 2 and not figure.layout.shapes
     assert any("no collectives" in (a.text or "") for a in figure.layout.annotations)

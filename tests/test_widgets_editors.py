@@ -172,7 +172,8 @@ def test_a_mode_that_does_not_fit_the_mesh_is_chosen_and_the_verdict_says_why_wi
     fix_button(selector.verdict, "use mesh model=8").click()
 
     assert selection.mesh == "model=8" and selection.mode == "tp"
-    assert picker.mesh_text.value == "model=8" and [row.children[0].value for row in picker.axes_box.children] == ["model"]
+    assert picker.mesh_text.value == "model=8"
+    assert [row.children[0].value for row in picker.axes_box.children] == ["model"]
     assert shown(selector.verdict.line) == "✓ mode 'tp' trains on mesh model=8" and selector.verdict.fix_labels == []
     assert selector.status.last[0] == "ok" and "tp on model=8" in selector.status.last[1]
 

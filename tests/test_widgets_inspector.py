@@ -25,7 +25,7 @@ def _dict_rows(html: str) -> list[dict[str, str]]:
     parser.feed(html)
     header, *rows = parser.rows
     header = ["mark", *header[1:]]
-    return [dict(zip(header, row)) for row in rows]
+    return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def table(html: str) -> dict[str, dict[str, str]]:
@@ -110,8 +110,10 @@ def test_a_512_device_mesh_is_planned_and_says_training_needs_512_devices():
     assert inspector.model_layout.mesh.size == 512
     assert inspector.verdict.fit.level == "plan"
     assert shown(inspector.verdict.line).startswith("ℹ plan and verify only: mesh data=64,model=8 has 512 devices")
-    assert "training needs 512" in shown(inspector.verdict.line) and inspector.verdict.fix_labels == ["use mesh data=1,model=8"]
-    assert inspector.status.last == ("info", "transformer laid out on data=64,model=8 for dp-tp (abstract: nothing allocated)")
+    assert "training needs 512" in shown(inspector.verdict.line)
+    assert inspector.verdict.fix_labels == ["use mesh data=1,model=8"]
+    assert inspector.status.last == ("info",
+                                     "transformer laid out on data=64,model=8 for dp-tp (abstract: nothing allocated)")
     inspector.select("params", "blocks/0/mlp/up/kernel")
     row = table(inspector.table.value)["blocks/0/mlp/up/kernel"]
     assert (row["spec"], row["shard shape"], row["replication"]) == ("P(None, 'model')", "[128, 64]", "64")

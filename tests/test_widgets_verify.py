@@ -31,7 +31,7 @@ def table_rows(markup: str) -> dict[str, dict[str, str]]:
     parser = TableRows()
     parser.feed(markup)
     header, *rows = parser.rows
-    return {row[0]: dict(zip(header, row)) for row in rows}
+    return {row[0]: dict(zip(header, row, strict=True)) for row in rows}
 
 
 def shown(widget) -> str:

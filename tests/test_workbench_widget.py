@@ -93,7 +93,8 @@ def test_view_only_changes_and_a_second_run_compile_nothing(tmp_path):
         bench.dashboard.start(**{**options, "lr": 3e-3, "seed": 1, "log_every": 3, "steps": 40})
         summary = bench.dashboard.wait()
         assert summary["steps"] == 40 and bench.dashboard.trainer.compiled_modes == 1
-        compiled = [what for when, what in events if when != "first run" and not what.startswith("jaxpr_trace_duration")]
+        compiled = [what for when, what in events
+                    if when != "first run" and not what.startswith("jaxpr_trace_duration")]
         assert compiled == [], compiled
         assert [what for when, what in events if when == "training"] == []
         assert any(when == "looking" for when, _ in events)  # the listener did hear the layout views

@@ -123,7 +123,8 @@ def test_fix_the_step_runs_real_shard_map():
         assert result.status == "failed" and result.message.startswith("8x too large") and "pcast" in result.message
     result = check_gradient_sync(unreduced)
     assert result.status == "failed" and "raised" in result.message and "lax.pmean" in result.message
-    assert "same structure" in check_gradient_sync(lambda p, s: lax.pmean(lax.pcast(p, "data", to="varying")["w"], "data")).message
+    summed_once = check_gradient_sync(lambda p, s: lax.pmean(lax.pcast(p, "data", to="varying")["w"], "data"))
+    assert "same structure" in summed_once.message
     assert not check_gradient_sync(42).passed
 
 
@@ -413,7 +414,8 @@ def test_notebook_04s_answer_passes_and_its_exercise_starts_unanswered():
     namespace = {}
     exec(answer_blocks(notebook)["restored-shard-shape"], namespace)
     assert workshop.check_restored_shard_shape(namespace["ANSWER_RESTORED_SHARD"]).passed
-    exercise = next(c.source for c in notebook.cells if c.cell_type == "code" and "# EXERCISE restored-shard-shape" in c.source)
+    exercise = next(c.source for c in notebook.cells
+                    if c.cell_type == "code" and "# EXERCISE restored-shard-shape" in c.source)
     namespace = {}
     exec(exercise, namespace)  # its last line is the check, run on the placeholder
     assert workshop.check_restored_shard_shape(namespace["ANSWER_RESTORED_SHARD"]).status == "unanswered"

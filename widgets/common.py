@@ -219,7 +219,8 @@ class Selection(traitlets.HasTraits):
         The last few are kept: every widget showing the selection asks for one after each change, and a
         512-device transformer layout is worth computing once.
         """
-        key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)), tuple(sorted(self.model_options.items())),
+        key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)),
+               tuple(sorted(self.model_options.items())),
                self.options.get("optimizer", DEFAULTS.optimizer), batch or self.options.get("batch", DEFAULTS.batch))
         kept = self.__dict__.setdefault("_layouts", {})
         if key not in kept:

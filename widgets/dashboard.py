@@ -79,7 +79,7 @@ def _shown(method: Callable) -> Callable:
     (JupyterLab would hide an exception raised in a widget callback)."""
 
     @functools.wraps(method)
-    def wrapper(self: "TrainingDashboard", *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: TrainingDashboard, *args: Any, **kwargs: Any) -> Any:
         return guarded(self._status)(method)(self, *args, **kwargs)
 
     return wrapper
@@ -97,8 +97,8 @@ class TrainingDashboard(widgets.VBox):
 
     Every control is also a method, for scripts and tests: :meth:`start`, :meth:`pause`,
     :meth:`resume`, :meth:`stop`, :meth:`reset`, :meth:`check`, :meth:`save`, :meth:`resume_run`,
-    :meth:`resume_selected`, :meth:`overlay_runs`, :meth:`watch`, :meth:`watch_selected`. They never raise: an error (e.g. an invalid option) is shown in :attr:`status`,
-    and the settings are kept.
+    :meth:`resume_selected`, :meth:`overlay_runs`, :meth:`watch`, :meth:`watch_selected`. They never raise: an
+    error (e.g. an invalid option) is shown in :attr:`status`, and the settings are kept.
 
     Example:
         >>> dashboard = TrainingDashboard(Selection(mesh="data=8", options={"steps": 100}), run_root="runs")
@@ -174,7 +174,8 @@ class TrainingDashboard(widgets.VBox):
         self.start_button = widgets.Button(description="Start", icon="play", button_style="primary",
                                            tooltip="train the selection in the background")
         self.pause_button = widgets.Button(description="Pause", icon="pause", tooltip="pause/resume at the next step")
-        self.stop_button = widgets.Button(description="Stop", icon="stop", tooltip="stop at the next step (kept on disk)")
+        self.stop_button = widgets.Button(description="Stop", icon="stop",
+                                          tooltip="stop at the next step (kept on disk)")
         self.reset_button = widgets.Button(description="Reset", icon="undo", tooltip="stop and clear the plots")
         self.check_button = widgets.Button(description="Check", icon="check",
                                            tooltip="compare the mode's update with the one-device reference")
@@ -285,7 +286,7 @@ class TrainingDashboard(widgets.VBox):
     @classmethod
     def attach(cls, run: Any, run_root: str = "runs", *, selection: Selection | None = None,
                redraw_interval: float = REDRAW_INTERVAL_S, max_points: int = MAX_POINTS,
-               **follow_options: Any) -> "TrainingDashboard":
+               **follow_options: Any) -> TrainingDashboard:
         """A dashboard that follows ``run`` (a name under ``run_root``, or a run folder) as its files grow.
 
         ``follow_options`` go to :class:`workbench.training.RunFollower`: ``stopper`` (what Stop calls),
@@ -408,7 +409,7 @@ class TrainingDashboard(widgets.VBox):
         self._describe_sync(trainer.config.sync_every)
         self._clear_live()
         steps, losses = wb.load_run(name, self.run_root).series("loss")
-        for step, loss in zip(steps, losses):  # the curve so far, up to the checkpoint
+        for step, loss in zip(steps, losses, strict=True):  # the curve so far, up to the checkpoint
             if step <= info.step:
                 self._loss.append("train", step, loss)
         self._pause_requested = False
@@ -800,7 +801,8 @@ def resume_changes(saved: dict[str, Any], wanted: wb.TrainConfig, step: int) -> 
     dashboard's), and, for a run already at its last step, ``wanted.steps`` more steps.
 
     Example:
-        >>> resume_changes({"mode": "fsdp", "mesh": "data=8", "steps": 40}, wb.TrainConfig(mode="dp", mesh="data=8"), 20)
+        >>> resume_changes({"mode": "fsdp", "mesh": "data=8", "steps": 40},
+        ...                wb.TrainConfig(mode="dp", mesh="data=8"), 20)
         {'mode': 'dp'}
     """
     changes = {key: getattr(wanted, key) for key in ("mode", "mesh") if saved.get(key) != getattr(wanted, key)}

@@ -97,7 +97,7 @@ export default () => {
     },
   };
 };
-""" % {"timeout": BUNDLE_TIMEOUT_MS}
+""" % {"timeout": BUNDLE_TIMEOUT_MS}  # noqa: UP031 - with str.format every brace of the JavaScript would double
 
 
 @functools.cache

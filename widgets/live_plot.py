@@ -97,7 +97,7 @@ class BoundedSeries:
         self._last = (x, y)
 
     def extend(self, xs: Any, ys: Any) -> None:
-        for x, y in zip(xs, ys):
+        for x, y in zip(xs, ys, strict=False):
             self.append(x, y)
 
     def _last_is_extra(self) -> bool:

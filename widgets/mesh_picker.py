@@ -70,7 +70,7 @@ def device_grid_html(mesh: wb.MeshShape, max_cells: int = MAX_GRID_CELLS) -> str
 
 def _coords(names, sizes, flat: int) -> str:
     parts = []
-    for name, size in zip(reversed(names), reversed(sizes)):
+    for name, size in zip(reversed(names), reversed(sizes), strict=True):
         parts.append(f"{name}={flat % size}")
         flat //= size
     return ",".join(reversed(parts))
@@ -80,7 +80,8 @@ def devices_note(mesh: wb.MeshShape) -> tuple[str, str]:
     """(level, text): whether this mesh can train here, and how to get the devices when it cannot."""
     local = len(jax.devices())
     if mesh.size <= local:
-        return "ok", f"{mesh.size} of this machine's {local} {jax.devices()[0].platform.upper()} devices: layouts and training"
+        platform = jax.devices()[0].platform.upper()
+        return "ok", f"{mesh.size} of this machine's {local} {platform} devices: layouts and training"
     return "warning", (
         f"planning only: this mesh has {mesh.size} devices and JAX here has {local}. Layouts, memory and "
         f"communication work on any size; training needs {mesh.size} devices: run on a host (or TPU slice) with "
@@ -140,7 +141,7 @@ class MeshPicker(widgets.VBox):
         names, sizes = list(mesh.names), list(mesh.sizes)
         names[index] = names[index] if name is None else name.strip()
         sizes[index] = sizes[index] if size is None else size
-        return self.apply(",".join(f"{n}={s}" for n, s in zip(names, sizes)))
+        return self.apply(",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True)))
 
     def remove_axis(self, index: int) -> bool:
         mesh = self.selection.mesh_shape()

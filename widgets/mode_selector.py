@@ -5,8 +5,8 @@ Choosing a mode shows what it shards and which collectives a step needs (as the 
 dropped), so the inspector shows e.g. FSDP's layout at once. Any mode may be chosen on any mesh: the
 verdict under the dropdowns (:class:`~widgets.mesh_verdict.MeshVerdict`) says at once whether the pair
 trains, and offers one-click fixes when it does not (or wastes devices). Options (optimizer, learning
-rate, batch, steps, accumulation, precision, teaching faults, processes, checkpoint every K steps) are checked by the engine as they change:
-an invalid value is shown inline and the last valid options stay in the selection.
+rate, batch, steps, accumulation, precision, teaching faults, processes, checkpoint every K steps) are checked
+by the engine as they change: an invalid value is shown inline and the last valid options stay in the selection.
 
 Example:
     >>> selector = ModeSelector()
@@ -79,7 +79,8 @@ class ModeSelector(widgets.VBox):
         self.batch = widgets.IntText(value=options["batch"], description="Global batch")
         self.steps = widgets.IntText(value=options["steps"], description="Steps")
         self.accum = widgets.IntText(value=options["accum"], description="Accumulate")
-        self.precision = widgets.ToggleButtons(options=["fp32", "bf16"], value=options["precision"], description="Precision",
+        self.precision = widgets.ToggleButtons(options=["fp32", "bf16"], value=options["precision"],
+                                               description="Precision",
                                                style=TOGGLE_STYLE)
         self.faults = widgets.Text(value=", ".join(options["faults"]), description="Teaching faults",
                                    continuous_update=False, placeholder="none; e.g. psum (comma-separated)",
@@ -186,4 +187,5 @@ class ModeSelector(widgets.VBox):
             self.status.show(f"{config.mode} on {config.mesh}: {config.model}, batch {config.batch}, "
                              f"{config.optimizer} lr {config.lr:g}, {config.steps} steps"
                              + (f", faults: {', '.join(config.faults)}" if config.faults else "")
-                             + (f", checkpoint every {config.checkpoint_every}" if config.checkpoint_every else ""), level)
+                             + (f", checkpoint every {config.checkpoint_every}" if config.checkpoint_every else ""),
+                             level)

@@ -66,8 +66,8 @@ class ProfilePanel(widgets.VBox):
         profile_button: asks for the profile; enabled while a run is active (:meth:`set_active`).
         status: refusals, progress and errors (:class:`~widgets.common.StatusArea`).
         step_picker: which profiled step the timeline shows (training step numbers).
-        timeline, memory: the figures (:class:`~widgets.figure_widget.FigureWidget`, made on the first result); tables, memory_text,
-            flags, how_to_open: HTML.
+        timeline, memory: the figures (:class:`~widgets.figure_widget.FigureWidget`, made on the first result);
+            tables, memory_text, flags, how_to_open: HTML.
         report: the :class:`workbench.analysis.ProfileReport` shown, None before one.
     """
 
@@ -141,7 +141,8 @@ class ProfilePanel(widgets.VBox):
         report = wb.read_profile(folder)
         self._show(report)
         if report.capture_error:
-            self.status.show(f"the capture failed: {report.capture_error}; the raw files are in {report.folder}", "error")
+            self.status.show(f"the capture failed: {report.capture_error}; the raw files are in {report.folder}",
+                             "error")
         elif report.timeline is None:
             self.status.show(f"the trace could not be read: {report.timeline_error}; memory is shown, the raw files "
                              f"are in {report.folder}", "error")

@@ -52,7 +52,8 @@ class SpecEditor(widgets.VBox):
         super().__init__([
             widgets.HTML("<b>One array</b>"), widgets.HBox([self.shape_text, self.dtype]), self.spec_text,
             self.dims_box, self.result, self.status,
-            widgets.HTML("<b>Model rule table</b> (first matching rule wins; paths look like <code>hidden1/kernel</code>)"),
+            widgets.HTML("<b>Model rule table</b> (first matching rule wins; "
+                         "paths look like <code>hidden1/kernel</code>)"),
             self.rules_text, widgets.HBox([self.apply_rules_button, self.mode_rules_button]), self.matches,
             self.rules_status,
         ], **kwargs)
@@ -112,7 +113,8 @@ class SpecEditor(widgets.VBox):
         if self.spec_text.value != text and not _same_spec(self.spec_text.value, self._spec):
             self.spec_text.value = text
         self._render_dims(layout)
-        self.result.value = f"<pre style='font-size:12px;line-height:1.25'>{html.escape(wb.layout_table(layout, max_devices=8))}</pre>"
+        table = html.escape(wb.layout_table(layout, max_devices=8))
+        self.result.value = f"<pre style='font-size:12px;line-height:1.25'>{table}</pre>"
         self.status.show(
             f"{wb.layout.format_spec(layout.spec)}: each device holds {list(layout.shard_shape)}, "
             f"{wb.format_bytes(layout.bytes_per_device)}; each shard is held by {layout.replication} device(s)", "ok"
@@ -160,8 +162,9 @@ class SpecEditor(widgets.VBox):
         if not self.selection.rules:
             self.rules_text.value = layout.rules.to_text()
         rows = []
-        for rule, paths in zip(layout.rules.rules, layout.rule_matches()):
-            matched = ", ".join(paths) if paths else "<span style='color:#D55E00'>matched nothing: check the regex</span>"
+        for rule, paths in zip(layout.rules.rules, layout.rule_matches(), strict=True):
+            matched = (", ".join(paths) if paths
+                       else "<span style='color:#D55E00'>matched nothing: check the regex</span>")
             if paths:
                 matched = html.escape(matched)
             rows.append(f"<tr><td><code>{html.escape(str(rule))}</code></td><td>{matched}</td></tr>")

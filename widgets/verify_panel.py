@@ -276,7 +276,8 @@ class VerifyPanel(widgets.VBox):
                  f"the plan said {wb.format_bytes(plan.peak_bytes)}"
                  + (f" (plan / compiler {peak.ratio:.2f})" if peak.ratio is not None else ""))
         if compiled.peak_bytes < wb.analysis.PLAN_ACCURACY_FROM_BYTES and peak.ratio is not None:
-            words += (f"; a step under {wb.format_bytes(wb.analysis.PLAN_ACCURACY_FROM_BYTES)} per device is outside where the plan "
+            words += (f"; a step under {wb.format_bytes(wb.analysis.PLAN_ACCURACY_FROM_BYTES)} per device "
+                      "is outside where the plan "
                       "holds ±15%: small buffers the compiler packs or drops dominate it")
         if self.selection.rules:
             words += "; it compiled the mode's standard specs, not your rules"
@@ -334,7 +335,7 @@ class VerifyPanel(widgets.VBox):
         plan, compiled = self.plan, self.plan.compiled
         now = self._selection_key() or (None, None, None, None)
         changed = [what for what, before, after in zip(("the selection", "the rules", "the target", "the chip"),
-                                                        self._shown_key, now) if before != after]
+                                                        self._shown_key, now, strict=True) if before != after]
         note = (f"Stale: the figures below are for {plan.model} in {plan.mode} on {plan.mesh}, batch "
                 f"{plan.global_batch:,}, {plan.precision}, compiled for {compiled.target}, judged against "
                 f"{plan.hardware.name}; {' and '.join(changed)} changed since. Verify again to update them.")

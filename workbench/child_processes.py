@@ -46,7 +46,8 @@ def child_environment(devices: int, **extra: str) -> dict[str, str]:
     })
     env.pop("JAX_NUM_CPU_DEVICES", None)
     ours = workbench_threads_setting()
-    if ours is not None and env.get(THREADS_ENV_VAR) == ours:  # sized for this process's devices: the child sizes its own
+    # Sized for this process's devices: the child sizes its own.
+    if ours is not None and env.get(THREADS_ENV_VAR) == ours:
         env.pop(THREADS_ENV_VAR)
     env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\S*", "", env.get("XLA_FLAGS", "")).strip()
     return env

@@ -125,7 +125,7 @@ def align_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], right: 
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
         return COLUMN_GAP.join(padded).rstrip()
 
     return [line(headers), COLUMN_GAP.join("-" * w for w in widths), *(line(r) for r in rows)]

@@ -26,8 +26,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -131,11 +132,13 @@ def check_bytes_per_device(answer: Any) -> ExerciseResult:
         "kernel_fsdp": f"fsdp splits the largest dimension divisible by {WORKSHOP_DEVICES} over 'data'",
         "bias_fsdp": f"10 does not divide by {WORKSHOP_DEVICES}: such a leaf cannot be split evenly",
     }
-    wrong = [f"{key}: you said {answer[key]!r}; {hints[key]}" for key in BYTES_KEYS if _whole_number(answer[key]) != truth[key]]
+    wrong = [f"{key}: you said {answer[key]!r}; {hints[key]}"
+             for key in BYTES_KEYS if _whole_number(answer[key]) != truth[key]]
     if wrong:
         return ExerciseResult(name, "failed", "; ".join(wrong))
     return ExerciseResult(name, "passed", f"{truth['kernel_dp']:,} B whole, {truth['kernel_fsdp']:,} B as one of "
-                          f"{WORKSHOP_DEVICES} shards, and the bias stays whole ({truth['bias_fsdp']} B) on every device")
+                          f"{WORKSHOP_DEVICES} shards, and the bias stays whole ({truth['bias_fsdp']} B) "
+                          "on every device")
 
 
 # --- 2. the all-reduce the compiler inserts -------------------------------------------------------
@@ -240,7 +243,8 @@ def check_gradient_sync(local_gradients: Callable[[dict, dict], Any]) -> Exercis
     if (result := _unanswered(name, local_gradients)) is not None:
         return result
     if not callable(local_gradients):
-        return ExerciseResult(name, "failed", f"give a function local_gradients(params, shard), not {local_gradients!r}")
+        return ExerciseResult(name, "failed",
+                              f"give a function local_gradients(params, shard), not {local_gradients!r}")
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -256,7 +260,7 @@ def check_gradient_sync(local_gradients: Callable[[dict, dict], Any]) -> Exercis
     step = jax.shard_map(local_gradients, mesh=mesh, in_specs=(P(), P("data")), out_specs=P(), check_vma=True)
     try:
         grads = jax.jit(step)(placed_params, placed_batch)
-    except Exception as error:  # the student's code: any failure is feedback, not a crash
+    except Exception as error:  # noqa: BLE001 - the student's code: any failure is feedback, not a crash
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         hint = ""
         if "out_specs" in str(error) or "vary" in str(error):
@@ -264,7 +268,8 @@ def check_gradient_sync(local_gradients: Callable[[dict, dict], Any]) -> Exercis
                     "device returns the same gradient")
         return ExerciseResult(name, "failed", f"your step raised {type(error).__name__}: {first_line[:300]}{hint}")
     if jax.tree.structure(grads) != jax.tree.structure(reference):
-        return ExerciseResult(name, "failed", "return the gradients with the same structure as params: {'w': ..., 'b': ...}")
+        return ExerciseResult(name, "failed",
+                              "return the gradients with the same structure as params: {'w': ..., 'b': ...}")
     got = np.concatenate([np.ravel(np.asarray(g)) for g in jax.tree.leaves(grads)])
     want = np.concatenate([np.ravel(np.asarray(g)) for g in jax.tree.leaves(reference)])
     if np.allclose(got, want, rtol=1e-5, atol=1e-6):
@@ -388,7 +393,8 @@ def _mesh_across_processes(mesh: Any, processes: int) -> Any:
     return types.SimpleNamespace(axis_names=mesh.axis_names, shape=mesh.shape, devices=marked)
 
 
-def process_rows(mesh: str = "data=8", processes: int = 2, batch: int = 64, mode: str = "dp") -> tuple[ProcessRows, ...]:
+def process_rows(mesh: str = "data=8", processes: int = 2, batch: int = 64,
+                 mode: str = "dp") -> tuple[ProcessRows, ...]:
     """Each process's devices and rows of a global batch of ``batch`` when ``processes`` processes train ``mode``
     on ``mesh``: the engine's :func:`~workbench.training.process_share.batch_share` over the mesh the mode
     builds, its devices given to processes as ``jax.distributed`` does. Runs in one process, no workers.
@@ -571,7 +577,8 @@ def check_restored_shard_shape(answer: Any) -> ExerciseResult:
     truth = restored_shard_truth()
     dims = [_whole_number(value) for value in answer] if isinstance(answer, (tuple, list)) else None
     if dims is None or len(dims) != len(truth["shape"]) or None in dims:
-        return ExerciseResult(name, "failed", f"give the shard shape as a tuple of {len(truth['shape'])} whole numbers, "
+        return ExerciseResult(name, "failed", f"give the shard shape as a tuple of {len(truth['shape'])} "
+                              "whole numbers, "
                               f"like the kernel's global shape {truth['shape']}, not {answer!r}")
     dims = tuple(dims)
     if dims == truth["restored_shard"]:
@@ -720,7 +727,8 @@ def check_dominant_collective(answer: Any, report: Any) -> ExerciseResult:
 
     kind, said = _collective_kind(said_kind), _whole_number(said_bytes)
     if kind is None:
-        return ExerciseResult(name, "failed", f"{said_kind!r} is not a collective kind: give one of {', '.join(COLLECTIVE_KINDS)}")
+        return ExerciseResult(name, "failed", f"{said_kind!r} is not a collective kind: "
+                              f"give one of {', '.join(COLLECTIVE_KINDS)}")
     if said is None or said < 0:
         return ExerciseResult(name, "failed", f"give the bytes as a whole number, 0 or more, not {said_bytes!r}")
     truth = dominant_collective_truth(report)

@@ -15,7 +15,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..child_processes import exit_when_parent_goes
 

@@ -141,7 +141,7 @@ def fitting_mesh(mesh: MeshShape, devices: int) -> MeshShape | None:
         >>> str(fitting_mesh(MeshShape(("data", "model"), (64, 8)), 16))
         'data=2,model=8'
     """
-    sizes = dict(zip(mesh.names, mesh.sizes))
+    sizes = dict(zip(mesh.names, mesh.sizes, strict=True))
     grow = DATA_AXIS if DATA_AXIS in sizes else mesh.names[0]
     remaining = devices
     for name in reversed(mesh.names):

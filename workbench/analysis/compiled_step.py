@@ -67,7 +67,7 @@ class CompiledCollective(CountedCollective):
                 "sources": list(self.sources), "total_bytes": self.total_bytes}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "CompiledCollective":
+    def from_json(cls, data: dict[str, Any]) -> CompiledCollective:
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
         return cls(**fields)
@@ -144,7 +144,7 @@ class CompiledStep:
                 "collectives": [c.to_json() for c in self.collectives], "bytes_by_kind": self.bytes_by_kind()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "CompiledStep":
+    def from_json(cls, data: dict[str, Any]) -> CompiledStep:
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in data.items() if k in names}
         fields["collectives"] = tuple(CompiledCollective.from_json(c) for c in data.get("collectives", ()))

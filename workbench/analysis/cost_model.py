@@ -217,7 +217,7 @@ def group_spans_hosts(mesh: Any, axes: tuple[str, ...], devices_per_host: int | 
     """
     if not devices_per_host:
         return False
-    sizes = dict(zip(mesh.names, mesh.sizes))
+    sizes = dict(zip(mesh.names, mesh.sizes, strict=True))
     for axis in axes:
         inner = math.prod(sizes[name] for name in mesh.names[mesh.names.index(axis):])
         if sizes[axis] > 1 and inner > devices_per_host:
@@ -306,10 +306,12 @@ def compute_bound_test(
     bound = tokens_per_device >= threshold
     verdict = "compute-bound" if bound else "communication-bound"
     relation = ">=" if bound else "<"
-    sentence = f"{verdict}: {tokens_per_device:,.0f} {unit} per device {relation} the {threshold:,.0f} needed on {hw.name}"
+    sentence = (f"{verdict}: {tokens_per_device:,.0f} {unit} per device {relation} the {threshold:,.0f} needed "
+                f"on {hw.name}")
     ring_text = "" if group_size is None else f" * ({group_size}-1)/{group_size}"
     formula = (
         f"threshold = u*F/BW * 2*beta/f{' * (W-1)/W' if group_size else ''} = {utilisation:g} * {hw.peak_flops:.3g} / "
-        f"{hw.bandwidth:.3g} * 2*{bytes_per_param:g}/{flops_per_param_per_token:.3g}{ring_text} = {threshold:,.0f} {unit}"
+        f"{hw.bandwidth:.3g} * 2*{bytes_per_param:g}/{flops_per_param_per_token:.3g}{ring_text} "
+        f"= {threshold:,.0f} {unit}"
     )
     return ComputeBoundTest(float(tokens_per_device), float(threshold), bool(bound), hw.name, sentence, formula)

@@ -2,9 +2,9 @@
 
 XLA:GPU compiles for a GPU it is only told about: the CUDA plugin (``jax-cuda12-plugin``, kept apart in
 :func:`gpu_compiler_dir` by ``make gpu-compile``) takes a target description (a ``GpuTargetConfigProto`` in
-text form, one per chip in :data:`GPU_CHIPS`, shipped in ``gpu_targets/``) and a topology of hosts, and gives compile-only devices in a
-process that runs on the CPU. ptxas (``nvidia-cuda-nvcc-cu12``) turns the kernels into GPU code; no driver, no
-cuDNN. On a real H200 this compile gave the real compile's peak to the byte (JAX_NOTES).
+text form, one per chip in :data:`GPU_CHIPS`, shipped in ``gpu_targets/``) and a topology of hosts, and gives
+compile-only devices in a process that runs on the CPU. ptxas (``nvidia-cuda-nvcc-cu12``) turns the kernels into
+GPU code; no driver, no cuDNN. On a real H200 this compile gave the real compile's peak to the byte (JAX_NOTES).
 
 Example:
     >>> chip = GPU_CHIPS["h100"]
@@ -80,7 +80,7 @@ def gpu_topology(chip: str, count: int) -> str:
         >>> gpu_topology("h100", 12)
         Traceback (most recent call last):
         ...
-        workbench.errors.WorkbenchError: gpu:h100:12 is not a whole number of 8-GPU hosts: use gpu:h100:8 or gpu:h100:16 (or 1 to 8 GPUs on one host)
+        workbench.errors.WorkbenchError: gpu:h100:12 is not a whole number of 8-GPU hosts: use gpu:h100:8 or ...
     """
     per_host = gpu_chip(chip).gpus_per_host
     if count < 1:
@@ -89,7 +89,8 @@ def gpu_topology(chip: str, count: int) -> str:
         return f"1x1x{count}"
     if count % per_host:
         lower, upper = count // per_host * per_host, -(-count // per_host) * per_host
-        raise WorkbenchError(f"gpu:{chip}:{count} is not a whole number of {per_host}-GPU hosts: use gpu:{chip}:{lower} "
+        raise WorkbenchError(f"gpu:{chip}:{count} is not a whole number of {per_host}-GPU hosts: "
+                             f"use gpu:{chip}:{lower} "
                              f"or gpu:{chip}:{upper} (or 1 to {per_host} GPUs on one host)")
     return f"1x{count // per_host}x{per_host}"
 

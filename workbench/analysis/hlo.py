@@ -203,7 +203,8 @@ def loop_trip_counts(hlo_text: str) -> list[int]:
     layers), where the compiler or the loop's condition says.
 
     Example:
-        >>> loop_trip_counts('%w = (s32[]) while(%t), condition=%c, body=%b, backend_config={"known_trip_count":{"n":"24"}}')
+        >>> loop_trip_counts('%w = (s32[]) while(%t), condition=%c, body=%b, '
+        ...                  'backend_config={"known_trip_count":{"n":"24"}}')
         [24]
     """
     ops, _, _ = _parse_module(hlo_text)
@@ -464,7 +465,8 @@ def collective_ops(hlo_text: str, mesh: Any = None) -> list[CollectiveOp]:
     elements = _element_metadata(ops)
     mesh_size = parse_mesh(mesh).size if mesh is not None else None
     found, channels = [], set()
-    fusions = {callee for op in ops if op.opcode == "fusion" for callee in re.findall(r"\bcalls=%?([\w.\-]+)", op.attrs)}
+    fusions = {callee for op in ops if op.opcode == "fusion"
+               for callee in re.findall(r"\bcalls=%?([\w.\-]+)", op.attrs)}
     for op in ops:
         if op.opcode not in _OPCODES:
             continue
@@ -490,7 +492,8 @@ def collective_ops(hlo_text: str, mesh: Any = None) -> list[CollectiveOp]:
         own = _attr(op.attrs, "metadata")
         metadata = tuple(per_element[i] for i in sorted(per_element)) if per_element else ((own,) if own else ())
         found.append(CollectiveOp(op.name, kind, _nbytes(arrays), _axes_spanned(groups, mesh), dtype,
-                                  tuple(dims for _, dims in arrays), group_size, times.get(op.computation, 1), metadata))
+                                  tuple(dims for _, dims in arrays), group_size, times.get(op.computation, 1),
+                                  metadata))
     return found
 
 

@@ -14,7 +14,8 @@ Example:
     >>> compiled = jax.jit(scaled_sine).lower(jnp.ones(7)).compile()
     >>> tables = SourceTables.parse(compiled.as_text())
     >>> sine = next(line for line in compiled.as_text().splitlines() if 'op_name="jit(scaled_sine)/sin"' in line)
-    >>> op_source(sine[sine.index("metadata="):], tables)  # in a training step: 'jit(_step_fn)/jvp(blocks/0)/mlp/down/dot_general', models.py
+    >>> # in a training step: 'jit(_step_fn)/jvp(blocks/0)/mlp/down/dot_general', models.py
+    >>> op_source(sine[sine.index("metadata="):], tables)
     OpSource(op_name='jit(scaled_sine)/sin', frame=Frame(file=..., line=2, function='scaled_sine'))
 """
 
@@ -58,7 +59,7 @@ class SourceTables:
     frames: dict[int, tuple[Frame, ...]]
 
     @classmethod
-    def parse(cls, hlo_text: str) -> "SourceTables":
+    def parse(cls, hlo_text: str) -> SourceTables:
         """Read the tables at the top of ``hlo_text`` (empty when it has none)."""
         lines, tables, index = hlo_text.splitlines(), {}, 0
         names = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
@@ -105,7 +106,8 @@ class OpSource:
 
     @property
     def location(self) -> str | None:
-        """``file:line`` of :attr:`frame`, the file relative to the import path (``workbench/training/models.py:275``)."""
+        """``file:line`` of :attr:`frame`, the file relative to the import path
+        (``workbench/training/models.py:275``)."""
         return f"{short_path(self.frame.file)}:{self.frame.line}" if self.frame else None
 
 

@@ -132,8 +132,8 @@ def collectives_from_hlo(hlo_text: str, mesh: Any = None) -> list[Collective]:
             :func:`~workbench.layout.mesh.parse_mesh` reads), to name the axes each collective spans; None
             leaves ``axes`` empty.
 
-    Returns rows ordered by kind (:data:`~workbench.analysis.collectives.COLLECTIVE_KINDS` order), then bytes, largest first. ``-done`` halves of
-    async pairs are not counted; loops multiply counts by their known trip count.
+    Returns rows ordered by kind (:data:`~workbench.analysis.collectives.COLLECTIVE_KINDS` order), then bytes,
+    largest first. ``-done`` halves of async pairs are not counted; loops multiply counts by their known trip count.
 
     Example:
         >>> line = "%ar = f32[64,128]{1,0} all-reduce(%g), replica_groups={{0,2},{1,3}}, to_apply=%add"

@@ -78,7 +78,7 @@ class MemoryComparison:
                 "predicted_note": self.predicted_note, "compiled_note": self.compiled_note}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "MemoryComparison":
+    def from_json(cls, data: dict[str, Any]) -> MemoryComparison:
         return cls(tuple(DeviceMemory(**d) for d in data["devices"]), tuple(data["flags"]),
                    data.get("predicted_note"), data.get("compiled_note"))
 
@@ -94,7 +94,8 @@ def _flag(device: DeviceMemory) -> str | None:
         return (f"{words}: less than predicted: the layout engine counts arrays this step does not hold live "
                 "(e.g. a batch already consumed, or state the mode keeps on the host)")
     noticeable = FLAG_FRACTION / 2 * device.predicted_arguments
-    causes = [f"{format_bytes(device.live_roles[role])} of {_WHAT[role]}" for role in ("state copy", "batch copy", "other")
+    causes = [f"{format_bytes(device.live_roles[role])} of {_WHAT[role]}"
+              for role in ("state copy", "batch copy", "other")
               if device.live_roles.get(role, 0) > noticeable]
     return f"{words}: {'; '.join(causes) if causes else 'the state or batch is larger than the layout predicts'}"
 
@@ -128,11 +129,13 @@ def _total(sample: Mapping[str, Any], device: int) -> int:
 
 def _by_device(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """JSON turned the device ids into strings: back to ints."""
-    return [{**s, **{key: {int(d): v for d, v in s[key].items()} for key in ("by_device", "in_use", "peak_in_use", "limit")
+    return [{**s, **{key: {int(d): v for d, v in s[key].items()}
+                     for key in ("by_device", "in_use", "peak_in_use", "limit")
                      if s.get(key)}} for s in samples]
 
 
-def compare_memory(predicted: StepMemory | None, compiled: Mapping[str, int] | None, samples: Sequence[Mapping[str, Any]], *,
+def compare_memory(predicted: StepMemory | None, compiled: Mapping[str, int] | None,
+                   samples: Sequence[Mapping[str, Any]], *,
                    predicted_note: str | None = None, compiled_note: str | None = None) -> MemoryComparison:
     """Put the three together, per device, and flag differences beyond :data:`FLAG_FRACTION`.
 

@@ -107,7 +107,8 @@ class ModelLayout:
         return rows
 
 
-def standard_rules(model: str, mesh: Any, mode: str, model_options: dict | None = None, optimizer: str = "adam") -> RuleTable:
+def standard_rules(model: str, mesh: Any, mode: str, model_options: dict | None = None,
+                   optimizer: str = "adam") -> RuleTable:
     """The rule table mode ``mode`` applies to ``model``'s parameters on ``mesh``.
 
     Example:
@@ -174,7 +175,8 @@ def model_layout(
     declared = mode_class(mode)
     options = {**data_options, **(model_options or {})}
     plan = _plan(model, mesh_shape, declared, _options_key(options), optimizer)
-    table = plan.rule_table if rules is None else (RuleTable.parse(rules) if isinstance(rules, str) else RuleTable(rules))
+    table = plan.rule_table if rules is None else (
+        RuleTable.parse(rules) if isinstance(rules, str) else RuleTable(rules))
     params = nnx.state(abstract_model(model, **options), nnx.Param)
     opt_state = jax.eval_shape(make_optimizer(optimizer, 1e-3).init, params)
     target = abstract_mesh(mesh_shape)

@@ -118,7 +118,8 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
             ComparedFigure("aliased", "bytes", memory.alias_bytes, compiled.alias_bytes,
                            "every mode's step donates its state: the updated state is written over it"),
             ComparedFigure("temporaries", "bytes", memory.temp_bytes, compiled.temp_bytes,
-                           _temporaries_words(compiled, f"plan: {simulated} (gradients, activations, gathered parameters)")),
+                           _temporaries_words(compiled,
+                                              f"plan: {simulated} (gradients, activations, gathered parameters)")),
         ]
     else:
         transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes

@@ -5,7 +5,8 @@ reference on the whole batches, and process 0's report comes back as a :class:`P
 ``processes`` >= 2; the processes are :class:`~workbench.training.process_group.ProcessGroup` workers.
 
 Example:
-    >>> check_across_processes(TrainConfig(mode="dp", processes=2, faults=("same-shard",))).problems[-1].causes  # doctest: +SKIP
+    >>> config = TrainConfig(mode="dp", processes=2, faults=("same-shard",))  # doctest: +SKIP
+    >>> check_across_processes(config).problems[-1].causes  # doctest: +SKIP
     ('same-shard',)
 """
 
@@ -66,7 +67,8 @@ def check_across_processes(config: TrainConfig, *, steps: int | None = None,
         ProcessGroupError: the processes failed (which one, and its last output) or took over ``timeout`` s.
 
     Example:
-        >>> check_across_processes(TrainConfig(mode="dp", processes=2, faults=("same-shard",))).problems[-1].causes  # doctest: +SKIP
+        >>> config = TrainConfig(mode="dp", processes=2, faults=("same-shard",))  # doctest: +SKIP
+        >>> check_across_processes(config).problems[-1].causes  # doctest: +SKIP
         ('same-shard',)
     """
     with tempfile.TemporaryDirectory(prefix="workbench-check-") as root:

@@ -138,7 +138,8 @@ def _timeline(folder: Path, capture: dict[str, Any], config: dict[str, Any], lay
         return Timeline.from_json(json.loads(saved.read_text())), None, perfetto
     programs = capture["programs"]
     # One text per profiled step (a logging step runs the diagnostics variant); none for a mode of several programs.
-    texts = [programs.get(logging) or programs.get(not logging) for logging in capture["logging_steps"]] if programs else []
+    texts = ([programs.get(logging) or programs.get(not logging) for logging in capture["logging_steps"]]
+             if programs else [])
     try:
         timeline = read_timeline(perfetto, hlo_text=texts or None, mesh=config.get("mesh"), layers=layers,
                                  module=capture.get("module"), first_step=capture["first_step"])

@@ -155,12 +155,14 @@ class CheckReport:
         ]
         if self.ledger is not None:
             moved = sum(c.total_bytes for c in self.ledger.collectives)
-            lines.append(f"  collectives        {sum(c.count for c in self.ledger.collectives)} per step, {moved:,} B per device "
+            lines.append(f"  collectives        {sum(c.count for c in self.ledger.collectives)} per step, "
+                         f"{moved:,} B per device "
                          f"(parameters: {self.param_bytes:,} B)")
             memory, predicted = self.ledger.memory, self.ledger.predicted_bytes_per_device
             if memory is not None and predicted is not None:
                 lines.append(f"  memory per device  compiler estimate {memory['argument_bytes']:,} B of arguments + "
-                             f"{memory['temp_bytes']:,} B temporaries; layout engine prediction {predicted:,} B of state")
+                             f"{memory['temp_bytes']:,} B temporaries; "
+                             f"layout engine prediction {predicted:,} B of state")
         for finding in self.problems:
             causes = ", ".join(finding.causes) if finding.causes else "no known fault"
             lines += ["", f"{finding.name}: {finding.message}", f"  likely cause: {causes}",
@@ -311,7 +313,8 @@ def _grad_scale_finding(mode, scale, applied, sync, residuals, reduced_ratio) ->
     replicas, norms = sync.replicas, sync.per_replica_grad_norms
     named = {f"replica {i}'s local gradient norm": n for i, n in enumerate(norms)}
     named["the mean of the replicas' local gradient norms"] = float(np.mean(norms))
-    local = next((what for what, norm in named.items() if norm > 0 and abs(applied / norm - 1) <= LOCAL_NORM_MATCH), None)
+    local = next((what for what, norm in named.items()
+                  if norm > 0 and abs(applied / norm - 1) <= LOCAL_NORM_MATCH), None)
     if replicas > 1 and abs(scale / replicas - 1.0) <= 0.01:
         causes = _summed_causes(mode, reduced_ratio)
         message = (f"the applied gradient is {scale:.4f} times the reference's, i.e. {replicas} devices' gradients "
@@ -383,7 +386,8 @@ def _update_finding(mode, diffs, reference_step, residuals, reduced_ratio, rms=N
 # --- the check --------------------------------------------------------------------------------------------
 
 
-def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any], *, ledger: bool = True) -> CheckReport:
+def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any], *,
+                    ledger: bool = True) -> CheckReport:
     """Check ``mode`` against ``single`` for ``len(batches)`` steps (see the module docstring).
 
     ``state`` is the host state to start from (``init_state(model, mode.plan.optimizer)``), ``batches``
@@ -413,9 +417,11 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     applied, observed, divergence = _run(mode, state, batches)
     expected_norm, expected, _ = _run(reference, state, batches)
     start = _flat(state.params)
-    reference_step = max(float(np.max(np.abs(b - a), initial=0.0)) for a, b in zip([start, *expected], expected))
+    # Each step's size: consecutive states (start, 1), (1, 2), ... (zip stops at the shorter list on purpose).
+    reference_step = max(float(np.max(np.abs(b - a), initial=0.0))
+                         for a, b in zip([start, *expected], expected, strict=False))
     diffs = tuple(float(np.max(np.abs(o - e), initial=0.0)) for o, e in zip(observed, expected, strict=True))
-    reference_rms = max(_rms(b - a) for a, b in zip([start, *expected], expected))
+    reference_rms = max(_rms(b - a) for a, b in zip([start, *expected], expected, strict=False))
     rms_diffs = tuple(_rms(o - e) for o, e in zip(observed, expected, strict=True))
     bf16 = mode.plan.precision == "bf16"
     across = jax.process_count() > 1 and not mode.batch_share(0).whole
@@ -429,7 +435,8 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     found = (
         _grad_scale_finding(mode, scale, applied, sync, residuals, reduced_ratio),
         _divergence_finding(divergence),
-        _update_finding(mode, diffs, reference_step, residuals, reduced_ratio, (rms_diffs, reference_rms) if bf16 else None),
+        _update_finding(mode, diffs, reference_step, residuals, reduced_ratio,
+                        (rms_diffs, reference_rms) if bf16 else None),
     )
     return CheckReport(
         mode=mode.name,
@@ -467,7 +474,8 @@ def check_built_step(built, *, steps: int | None = None, ledger: bool = True) ->
     steps = MIN_STEPS if steps is None else steps
     check_positive("steps", steps, "--steps 3", integer=True)
     if steps < MIN_STEPS:
-        raise WorkbenchError(f"steps={steps} is too few: the reference check needs at least {MIN_STEPS}, e.g. --steps 3")
+        raise WorkbenchError(f"steps={steps} is too few: the reference check needs at least {MIN_STEPS}, "
+                             "e.g. --steps 3")
     return reference_check(built.mode, built.state, built.first_whole_batches(steps), ledger=ledger)
 
 

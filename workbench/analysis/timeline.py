@@ -160,7 +160,7 @@ class Timeline:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Timeline":
+    def from_json(cls, data: dict[str, Any]) -> Timeline:
         return cls(
             module=data["module"], devices=tuple(data["devices"]), trace_file=data["trace_file"],
             first_step=data.get("first_step", 0),
@@ -348,14 +348,16 @@ def _step_timing(step: int, ops: list[TimedOp], devices: Sequence[int]) -> StepT
         mine = by_device[device]
         busy = _union((op.start_us, op.end_us) for op in mine if not op.is_collective)
         talking = _union((op.start_us, op.end_us) for op in mine if op.is_collective)
-        compute[device], collective[device], overlap[device] = _length(busy), _length(talking), _intersection(busy, talking)
+        compute[device], collective[device] = _length(busy), _length(talking)
+        overlap[device] = _intersection(busy, talking)
     slowest = max(devices, key=lambda d: compute[d])
     mean = lambda values: sum(values.values()) / len(values)  # noqa: E731
     wall = max(op.end_us for op in ops) - min(op.start_us for op in ops)
     return StepTiming(step, wall, mean(compute), mean(collective), mean(overlap), slowest, compute[slowest])
 
 
-def _collective_timings(ops: list[TimedOp], axes: dict[str, tuple[str, ...]], steps: int) -> tuple[CollectiveTiming, ...]:
+def _collective_timings(ops: list[TimedOp], axes: dict[str, tuple[str, ...]],
+                        steps: int) -> tuple[CollectiveTiming, ...]:
     by_name: dict[str, list[TimedOp]] = defaultdict(list)
     for op in ops:
         if op.is_collective:
@@ -385,13 +387,14 @@ class _OpTable:
     layers: dict[str, str | None]
 
     @classmethod
-    def read(cls, hlo_text: str, mesh: Any, layers: Iterable[str]) -> "_OpTable":
+    def read(cls, hlo_text: str, mesh: Any, layers: Iterable[str]) -> _OpTable:
         ops = collective_ops(hlo_text, mesh)
         return cls({op.name: op.kind for op in ops}, {op.name: op.bytes for op in ops},
                    {op.name: op.axes for op in ops}, op_layers(hlo_text, layers))
 
 
-def read_timeline(trace: str | Path, *, hlo_text: str | Sequence[str] | None = None, mesh: Any = None, layers: Iterable[str] = (),
+def read_timeline(trace: str | Path, *, hlo_text: str | Sequence[str] | None = None, mesh: Any = None,
+                  layers: Iterable[str] = (),
                   module: str | None = None, first_step: int = 0) -> Timeline:
     """Read a profiler trace into a :class:`Timeline` (see the module docstring).
 
@@ -438,7 +441,8 @@ def read_timeline(trace: str | Path, *, hlo_text: str | Sequence[str] | None = N
     for op in ops:
         by_step[op.step].append(op)
     steps = tuple(_step_timing(i, by_step[i], devices) for i in range(len(runs)))
-    return Timeline(module, devices, tuple(ops), steps, _collective_timings(ops, axes, len(runs)), str(path), first_step)
+    timings = _collective_timings(ops, axes, len(runs))
+    return Timeline(module, devices, tuple(ops), steps, timings, str(path), first_step)
 
 
 def _kind_from_name(name: str) -> str:

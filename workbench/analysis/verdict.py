@@ -113,7 +113,7 @@ def training_verdict(config: TrainConfig | ResolvedConfig, *, devices: int | Non
         return TrainingVerdict("plan", message, (MeshFix(f"use mesh {smaller}", mesh=str(smaller)),), notes)
     try:
         memory = _memory_refusal(resolved, available_memory)
-    except WorkbenchError as error:  # data the model or its options contradict: the trainer refuses, the compiler does not
+    except WorkbenchError as error:  # data the model or its options contradict: the trainer refuses, not the compiler
         return TrainingVerdict("plan", f"plan and verify only: {error}", (), notes)
     if memory is not None:
         return dataclasses.replace(memory, notes=notes)
@@ -124,7 +124,8 @@ def mesh_within(mesh: MeshShape, devices: int) -> MeshShape:
     """``mesh`` with its outer axes shrunk until it spans at most ``devices`` (inner axes kept where they fit).
 
     Example:
-        >>> str(mesh_within(MeshShape(("data", "model"), (64, 8)), 8)), str(mesh_within(MeshShape(("data",), (4096,)), 8))
+        >>> small, large = MeshShape(("data", "model"), (64, 8)), MeshShape(("data",), (4096,))
+        >>> str(mesh_within(small, 8)), str(mesh_within(large, 8))
         ('data=1,model=8', 'data=8')
     """
     sizes = list(mesh.sizes)

@@ -136,7 +136,7 @@ class VerificationJob:
         self._why_stopped: str | None = None  # "cancelled" or "timeout", set before the child is killed
         self._done = threading.Event()
         self._started = time.monotonic()
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr, read when it ends; closed there
         request = {"config": config.to_json(), "target": str(target), "seq_len": seq_len}
         self._process = subprocess.Popen(
             [sys.executable, "-m", "workbench.analysis.compile_child"], stdin=subprocess.PIPE,
@@ -256,7 +256,8 @@ class VerificationJob:
         kind, message = error.get("type", "Exception"), str(error.get("message", "")).strip()
         if error.get("workbench"):
             cls = getattr(errors, kind, WorkbenchError)
-            return cls(message) if isinstance(cls, type) and issubclass(cls, WorkbenchError) else WorkbenchError(message)
+            wanted = isinstance(cls, type) and issubclass(cls, WorkbenchError)
+            return cls(message) if wanted else WorkbenchError(message)
         first = next((line.strip() for line in message.splitlines() if line.strip()), kind)
         if kind == "MemoryError" or re.search(r"RESOURCE_EXHAUSTED|out of memory|Cannot allocate", message, re.I):
             return VerificationError(f"compiling {self._what()} ran out of memory ({first[:200]}): verify a smaller "
@@ -293,7 +294,8 @@ def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None 
     any process starts.
 
     Example:
-        >>> job = start_verification(TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64), "cpu")  # doctest: +SKIP
+        >>> config = TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64)  # doctest: +SKIP
+        >>> job = start_verification(config, "cpu")  # doctest: +SKIP
         >>> job.cancel()  # doctest: +SKIP
     """
     settings = VerifySettings(target, timeout, on_progress)
@@ -335,7 +337,8 @@ def verify_step(config: Any, target: Any = "cpu", *, seq_len: int | None = None,
     """Compile ``config``'s step for ``target`` in a child process and wait for the compiler's figures.
 
     Example:
-        >>> step = verify_step(TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=256), "cpu")  # doctest: +SKIP
+        >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=256)  # doctest: +SKIP
+        >>> step = verify_step(config, "cpu")  # doctest: +SKIP
         >>> step.devices, step.alias_bytes <= step.argument_bytes  # doctest: +SKIP
         (64, True)
     """

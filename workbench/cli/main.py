@@ -76,13 +76,15 @@ def _build_parser() -> argparse.ArgumentParser:
         description="import workbench switches JAX's persistent compilation cache on, so a second process "
         "reaches its first training step sooner. WORKBENCH_COMPILATION_CACHE=/folder moves it, =off switches it off.",
     )
-    cache.add_argument("--clear", action="store_true", help="delete every cached program (the folder and other files stay)")
+    cache.add_argument("--clear", action="store_true",
+                       help="delete every cached program (the folder and other files stay)")
     cache.add_argument("--json", action="store_true", help="print one JSON object")
     runs = commands.add_parser(
         "runs",
         help="list past training runs and compare their final figures",
         description=f"One line per run. The default table shows the most telling columns that fit in "
-        f"{TABLE_WIDTH} characters; --columns picks others (the names are the JSON keys), --all-columns shows every one.",
+        f"{TABLE_WIDTH} characters; --columns picks others (the names are the JSON keys), "
+        "--all-columns shows every one.",
     )
     runs.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
     runs.add_argument("--json", action="store_true", help="print one JSON object")
@@ -109,16 +111,19 @@ def _add_train_parser(commands) -> None:
     add_setup_options(train, model=defaults.model, mesh=None, mode=defaults.mode, optimizer=defaults.optimizer,
                       precision=defaults.precision,
                       helps={"mesh": "e.g. data=8, model=2, data=4,model=2 (default: every device here, over data)"})
-    train.add_argument("--data", default=defaults.data, help=f"regression, digits, text or tokens (default {defaults.data})")
+    train.add_argument("--data", default=defaults.data,
+                       help=f"regression, digits, text or tokens (default {defaults.data})")
     train.add_argument("--steps", type=int, default=defaults.steps, help=f"default {defaults.steps}")
-    train.add_argument("--batch", type=int, default=defaults.batch, help=f"global batch size (default {defaults.batch})")
+    train.add_argument("--batch", type=int, default=defaults.batch,
+                       help=f"global batch size (default {defaults.batch})")
     train.add_argument("--lr", type=float, default=defaults.lr, help=f"learning rate (default {defaults.lr})")
     train.add_argument("--accum", type=int, default=defaults.accum, help="microbatches per step (default 1)")
     train.add_argument("--seed", type=int, default=defaults.seed, help="default 0")
     train.add_argument("--model-options", default="", help="overrides, e.g. 'd_model=64,n_layers=1'")
     train.add_argument("--data-options", default="", help="e.g. 'seq_len=32' or 'image=true'")
     train.add_argument("--log-every", type=int, default=defaults.log_every, help="steps between metric reads")
-    train.add_argument("--eval-every", type=int, default=defaults.eval_every, help="steps between evals (0: at the end)")
+    train.add_argument("--eval-every", type=int, default=defaults.eval_every,
+                       help="steps between evals (0: at the end)")
     train.add_argument("--sync-every", type=int, default=defaults.sync_every,
                        help="steps between gradient-sync diagnostics (0: never)")
     from .check import add_inject_option
@@ -133,7 +138,8 @@ def _add_train_parser(commands) -> None:
                        help="continue the run in RUN_DIR from its latest checkpoint; --mode, --mesh, --steps and the "
                             "logging options given here change it, the model, data and optimizer stay the run's")
     train.add_argument("--profile", type=int, default=None, metavar="N",
-                       help="profile N steps with JAX's profiler once the steps are compiled, into runs/<name>/profile/, "
+                       help="profile N steps with JAX's profiler once the steps are compiled, into "
+                            "runs/<name>/profile/, "
                             "and print where time and memory went (workbench profile RUN prints it again)")
     train.add_argument("--name", default=None, help="run name (default: model-mode-time)")
     train.add_argument("--run-dir", default="runs", help="where runs are written (default: runs)")
@@ -141,11 +147,13 @@ def _add_train_parser(commands) -> None:
     train.add_argument("--processes", type=int, default=1,
                        help="train across this many processes on jax.distributed, each with mesh size / N simulated "
                             "devices and its own rows of every batch (default 1: this process)")
-    train.add_argument("--port", type=int, default=None, help="the coordinator's port on 127.0.0.1 (default: a free one)")
+    train.add_argument("--port", type=int, default=None,
+                       help="the coordinator's port on 127.0.0.1 (default: a free one)")
     train.add_argument("--join", default=None, metavar="HOST:PORT",
                        help="on real hosts: be one of --processes processes, whose process 0 listens at HOST:PORT "
                             "('auto': JAX detects the cluster, e.g. SLURM); needs --name, the same on every host")
-    train.add_argument("--process-id", type=int, default=None, help="with --join: this process's index (0 writes the run)")
+    train.add_argument("--process-id", type=int, default=None,
+                       help="with --join: this process's index (0 writes the run)")
 
 
 def _cmd_devices(args) -> int:

@@ -51,7 +51,8 @@ def add_setup_options(parser, *, model: str, mesh: object, mode: object, optimiz
             help_text = helps.get(name, _REQUIRED_HELP[name])
             parser.add_argument(f"--{name}", required=True, choices=choices, help=help_text)
         else:
-            parser.add_argument(f"--{name}", default=default, choices=choices, help=helps.get(name, f"default {default}"))
+            parser.add_argument(f"--{name}", default=default, choices=choices,
+                                help=helps.get(name, f"default {default}"))
 
     add("model", model, MODELS)
     add("mesh", mesh)

@@ -41,13 +41,16 @@ def add_plan_parser(commands) -> None:
     )
     add_setup_options(plan, model="transformer", mesh=REQUIRED, mode=REQUIRED, optimizer="adamw", precision="bf16",
                       helps={"precision": "compute precision (default bf16)"})
-    plan.add_argument("--config", default="", help="model options, e.g. 'd_model=2048,n_layers=24,n_heads=16,vocab=32000'")
+    plan.add_argument("--config", default="",
+                      help="model options, e.g. 'd_model=2048,n_layers=24,n_heads=16,vocab=32000'")
     plan.add_argument("--hardware", default=None,
                       help=f"one of {', '.join(HARDWARE_NAMES)} (default tpu-v5p, or the --verify topology's)")
-    plan.add_argument("--device-memory", default=None, help="memory per device, e.g. 16GiB, 80GB (default: the hardware's)")
+    plan.add_argument("--device-memory", default=None,
+                      help="memory per device, e.g. 16GiB, 80GB (default: the hardware's)")
     plan.add_argument("--batch", type=int, default=None,
                       help="global batch in examples/sequences (default 16 per data-parallel replica)")
-    plan.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (transformer; default its max_len)")
+    plan.add_argument("--seq-len", type=int, default=None,
+                      help="tokens per sequence (transformer; default its max_len)")
     plan.add_argument("--utilisation", type=float, default=DEFAULT_UTILISATION,
                       help=f"assumed fraction of peak FLOP/s reached, MFU (default {DEFAULT_UTILISATION})")
     plan.add_argument("--rules", default=None, metavar="FILE",

@@ -24,7 +24,8 @@ def add_profile_parser(commands) -> None:
         "dashboard's Profile button): the steps per device in compute and collectives, each collective's bandwidth, "
         "and memory per device predicted, compiled and live.",
     )
-    profile.add_argument("run", help="a run folder (its latest profile) or a profile folder (runs/<name>/profile/step-S)")
+    profile.add_argument("run",
+                         help="a run folder (its latest profile) or a profile folder (runs/<name>/profile/step-S)")
     profile.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -96,7 +96,8 @@ def _write_params(trainer: Any, path: Path) -> None:
 
     values = host_values(trainer.state.params)  # a collective: every process takes part
     if jax.process_index() == 0:
-        leaves = {jax.tree_util.keystr(key): np.asarray(leaf) for key, leaf in jax.tree_util.tree_leaves_with_path(values)}
+        leaves = {jax.tree_util.keystr(key): np.asarray(leaf)
+                  for key, leaf in jax.tree_util.tree_leaves_with_path(values)}
         partial = path.with_name(path.name + ".partial")
         with open(partial, "wb") as handle:
             np.savez(handle, **leaves)

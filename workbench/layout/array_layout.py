@@ -84,7 +84,7 @@ class ArrayLayout:
     @property
     def shards_per_dim(self) -> tuple[int, ...]:
         """How many blocks each dimension is cut into."""
-        return tuple(size // shard if shard else 1 for size, shard in zip(self.shape, self.shard_shape))
+        return tuple(size // shard if shard else 1 for size, shard in zip(self.shape, self.shard_shape, strict=True))
 
     @property
     def is_fully_replicated(self) -> bool:
@@ -118,14 +118,14 @@ class ArrayLayout:
         return DeviceSlice(
             position=position,
             device_id=self.device_ids[position],
-            coords={n: int(c) for n, c in zip(self.mesh.names, coords)},
-            index=tuple((int(s), int(s) + n) for s, n in zip(starts, self.shard_shape)),
+            coords={n: int(c) for n, c in zip(self.mesh.names, coords, strict=True)},
+            index=tuple((int(s), int(s) + n) for s, n in zip(starts, self.shard_shape, strict=True)),
         )
 
     @functools.cached_property
     def devices(self) -> tuple[DeviceSlice, ...]:
         """Every device's slice, in mesh order (built on first use, for this leaf only)."""
-        self._starts  # every device at once, vectorised, before the per-device records
+        _ = self._starts  # every device at once, vectorised, before the per-device records
         return tuple(self.device_slice(p) for p in range(self.num_devices))
 
     def slice_of_device(self, device_id: int) -> DeviceSlice:

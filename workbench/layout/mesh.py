@@ -49,7 +49,7 @@ class MeshShape:
     @property
     def axes(self) -> dict[str, int]:
         """Axis name -> size, in mesh order."""
-        return dict(zip(self.names, self.sizes))
+        return dict(zip(self.names, self.sizes, strict=True))
 
     def axis_size(self, name: str) -> int:
         """Size of one axis; :class:`MeshError` naming the mesh's axes if it has no such axis."""
@@ -61,7 +61,7 @@ class MeshShape:
         return self.sizes[self.names.index(name)]
 
     def __str__(self) -> str:
-        return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes))
+        return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes, strict=True))
 
 
 def _validate_axes(names: Sequence[str], sizes: Sequence[int]) -> None:
@@ -73,7 +73,7 @@ def _validate_axes(names: Sequence[str], sizes: Sequence[int]) -> None:
     if not names:
         raise MeshError("mesh has no axes: give at least one, e.g. 'data=8'")
     seen = set()
-    for name, size in zip(names, sizes):
+    for name, size in zip(names, sizes, strict=True):
         if not isinstance(name, str) or not AXIS_NAME.match(name):
             raise MeshError(
                 f"mesh axis name {name!r} is not a valid name: use letters, digits and '_', "

@@ -53,7 +53,7 @@ class RuleTable:
     Build it from pairs, or from text with one ``regex => spec`` per line (``#`` starts a comment).
     """
 
-    def __init__(self, rules: Iterable[tuple[str, Any]] | "RuleTable"):
+    def __init__(self, rules: Iterable[tuple[str, Any]] | RuleTable):
         if isinstance(rules, RuleTable):
             rules = [(r.pattern, r.spec) for r in rules.rules]
         built = []
@@ -65,7 +65,8 @@ class RuleTable:
             try:
                 regex = re.compile(pattern)
             except (re.error, TypeError) as error:
-                raise RuleError(f"rule {number} pattern {pattern!r} is not a valid regex ({error}): fix or escape it") from None
+                raise RuleError(f"rule {number} pattern {pattern!r} is not a valid regex ({error}): "
+                                "fix or escape it") from None
             try:
                 parsed = parse_spec(spec)
             except SpecError as error:
@@ -74,7 +75,7 @@ class RuleTable:
         self.rules: tuple[Rule, ...] = tuple(built)
 
     @classmethod
-    def parse(cls, text: str) -> "RuleTable":
+    def parse(cls, text: str) -> RuleTable:
         """Rules from text, one ``regex => spec`` per line.
 
         Example:
@@ -87,7 +88,8 @@ class RuleTable:
             if not stripped or stripped.startswith("#"):
                 continue
             if SEPARATOR not in stripped:
-                raise RuleError(f"rule line {line_number} {stripped!r} has no '{SEPARATOR}': write 'regex {SEPARATOR} spec'")
+                raise RuleError(f"rule line {line_number} {stripped!r} has no '{SEPARATOR}': "
+                                f"write 'regex {SEPARATOR} spec'")
             pattern, _, spec = stripped.partition(SEPARATOR)
             pairs.append((pattern.strip(), spec.strip()))
         return cls(pairs)
@@ -99,7 +101,7 @@ class RuleTable:
                 return index
         return None
 
-    def assign(self, paths: Sequence[str]) -> "RuleReport":
+    def assign(self, paths: Sequence[str]) -> RuleReport:
         """Which rule each path gets, and which rules matched nothing."""
         matched = {path: self.match(path) for path in paths}
         used = {i for i in matched.values() if i is not None}

@@ -64,11 +64,13 @@ def _parse_group(tokens, index, text, closing) -> tuple[_Group, int]:
         kind, value, _ = tokens[index]
         if kind == "close":
             if closing is None:
-                raise SpecError(f"partition spec {text!r} has an unmatched {value!r}: remove it or add its opening bracket")
+                raise SpecError(f"partition spec {text!r} has an unmatched {value!r}: "
+                                "remove it or add its opening bracket")
             return items, index + 1
         if kind == "comma":
             if expect_item:
-                raise SpecError(f"partition spec {text!r} has an empty entry (two commas?): write None for an unsharded dimension")
+                raise SpecError(f"partition spec {text!r} has an empty entry (two commas?): "
+                                "write None for an unsharded dimension")
             items.had_comma = True
             expect_item = True
             index += 1
@@ -80,7 +82,8 @@ def _parse_group(tokens, index, text, closing) -> tuple[_Group, int]:
             items.append(inner)
         else:
             if kind == "word" and value in {"P", "PartitionSpec"}:
-                raise SpecError(f"partition spec {text!r} uses {value} inside a spec: write P(...) only around the whole spec")
+                raise SpecError(f"partition spec {text!r} uses {value} inside a spec: "
+                                "write P(...) only around the whole spec")
             items.append(value[1:-1] if kind == "quoted" else value)
             index += 1
         expect_item = False
@@ -103,9 +106,11 @@ def _entry(item, text: str) -> Entry:
         for inner in item:
             inner = _simplify(inner)
             if isinstance(inner, _Group):
-                raise SpecError(f"partition spec {text!r} nests brackets too deeply: one level groups mesh axes, e.g. (data, model)")
+                raise SpecError(f"partition spec {text!r} nests brackets too deeply: "
+                                "one level groups mesh axes, e.g. (data, model)")
             if inner in NONE_WORDS:
-                raise SpecError(f"partition spec {text!r} puts None inside an axis group: write None on its own for an unsharded dimension")
+                raise SpecError(f"partition spec {text!r} puts None inside an axis group: "
+                                "write None on its own for an unsharded dimension")
             names.append(inner)
         if not names:
             return None
@@ -302,7 +307,8 @@ def validate_spec(spec: Any, mesh: Any, shape: Sequence[int] | None = None) -> P
             if len(axes) == 1:
                 what = f"mesh axis {axes[0]!r} ({parts})"
             else:
-                what = "mesh axes (" + ", ".join(f"{a!r}={mesh_shape.axis_size(a)}" for a in axes) + f") (product {parts})"
+                sizes = ", ".join(f"{a!r}={mesh_shape.axis_size(a)}" for a in axes)
+                what = f"mesh axes ({sizes}) (product {parts})"
             raise SpecError(
                 f"dimension {dim} of size {size} is not divisible by {what}: pad it to {padded} "
                 f"or use None for dimension {dim}"

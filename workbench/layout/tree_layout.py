@@ -112,7 +112,7 @@ class TreeLayout:
         for leaf in self.leaves:
             if leaf.path == path:
                 return leaf
-        sample = ", ".join(l.path for l in self.leaves[:5])
+        sample = ", ".join(leaf.path for leaf in self.leaves[:5])
         raise KeyError(f"no leaf {path!r}; paths look like: {sample}")
 
     def rows(self) -> list[dict]:
@@ -158,7 +158,8 @@ def _spec_pytree(specs: Any) -> list | None:
     return jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, PartitionSpec) or x is None)
 
 
-def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "data", on_invalid: str = "raise") -> TreeLayout:
+def layout_tree(tree: Any, mesh: Any, specs: Any = None, *, data_axis: str = "data",
+                on_invalid: str = "raise") -> TreeLayout:
     """The layout of every array leaf of a pytree (non-array leaves are skipped). Allocates nothing.
 
     Args:
@@ -275,4 +276,5 @@ def _lay_out_leaf(
         if on_invalid == "raise":
             raise SpecError(f"leaf {path!r} (shape {tuple(leaf.shape)}{where}): {error}") from None
         layout = layout_array(leaf, mesh, PartitionSpec())
-        return LeafLayout(path, layout, f"replicated: its spec {format_spec(spec)} does not fit", rule, f"{error}{where}")
+        return LeafLayout(path, layout, f"replicated: its spec {format_spec(spec)} does not fit", rule,
+                          f"{error}{where}")

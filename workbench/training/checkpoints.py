@@ -150,7 +150,8 @@ class CheckpointWriter:
 
     Example:
         >>> writer = CheckpointWriter("runs/mlp-dp", keep=3)  # doctest: +SKIP
-        >>> writer.save(10, state, checkpoint_meta(config, 10, state))  # returns before the disk is written  # doctest: +SKIP
+        >>> # returns before the disk is written:
+        >>> writer.save(10, state, checkpoint_meta(config, 10, state))  # doctest: +SKIP
         >>> writer.close()  # doctest: +SKIP
     """
 
@@ -166,11 +167,11 @@ class CheckpointWriter:
         args = ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(state), META_ITEM: ocp.args.JsonSave(meta)})
         try:  # Orbax's save waits for the previous one anyway: waiting here names the save that failed
             self._manager.wait_until_finished()
-        except Exception as error:  # noqa: BLE001 - e.g. the disk filled up while the previous save wrote
+        except Exception as error:  # e.g. the disk filled up while the previous save wrote
             raise self._failed(self.saved.pop() if self.saved else None, error) from error
         try:
             self._manager.save(step, args=args)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise self._failed(step, error) from error
         self.saved.append(step)
 
@@ -178,7 +179,7 @@ class CheckpointWriter:
         """Wait for the last save to be on disk, then release the writer."""
         try:
             self._manager.wait_until_finished()
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise self._failed(self.saved[-1] if self.saved else None, error) from error
         finally:
             self._manager.close()
@@ -187,7 +188,8 @@ class CheckpointWriter:
         kept = checkpoint_steps(self.run_path)
         earlier = (f"the checkpoints of steps {kept} are intact" if kept else "no earlier checkpoint was complete") + \
             " and the run's metrics are kept"
-        return CheckpointError(f"the checkpoint of step {step} ({str(checkpoints_folder(self.run_path) / str(step))!r}) "
+        folder = str(checkpoints_folder(self.run_path) / str(step))
+        return CheckpointError(f"the checkpoint of step {step} ({folder!r}) "
                                f"could not be written ({_cause(error)}); {earlier}: free "
                                "disk space and resume from the latest (workbench train --resume <run>)")
 
@@ -246,7 +248,8 @@ def latest_checkpoint(run_path: str | os.PathLike) -> CheckpointInfo:
     complete = checkpoint_steps(run_path)
     if not complete:
         partial = f" ({len(folders)} incomplete)" if folders else ""
-        raise CheckpointError(f"run {run_path.name!r} has no complete checkpoint in {str(checkpoints_folder(run_path))!r}"
+        raise CheckpointError(f"run {run_path.name!r} has no complete checkpoint in "
+                              f"{str(checkpoints_folder(run_path))!r}"
                               f"{partial}: train with checkpoint_every=K (--checkpoint-every K) to resume it later")
     newest = max(folders)
     if newest not in complete:
@@ -264,7 +267,7 @@ def read_meta(run_path: str | os.PathLike, step: int) -> dict[str, Any]:
     manager = _manager(run_path, read_only=True)
     try:
         meta = manager.restore(step, args=ocp.args.Composite(**{META_ITEM: ocp.args.JsonRestore()}))[META_ITEM]
-    except Exception as error:  # noqa: BLE001 - Orbax raises many kinds; the message says which checkpoint
+    except Exception as error:  # Orbax raises many kinds; the message says which checkpoint
         raise _unreadable(run_path, step, error) from error
     finally:
         manager.close()
@@ -300,7 +303,8 @@ def check_matches(info: CheckpointInfo, target: Any, what: str = "this run's mod
 
 # What a resumed run cannot change: the data's order and the state's meaning depend on them (the learning
 # rate is part of the optimizer state, so the saved one would win).
-FIXED_ON_RESUME = ("model", "data", "model_options", "data_options", "optimizer", "lr", "batch", "seed", "drop_remainder")
+FIXED_ON_RESUME = ("model", "data", "model_options", "data_options", "optimizer", "lr", "batch", "seed",
+                   "drop_remainder")
 
 
 def check_resumable(info: CheckpointInfo, config: Any) -> None:
@@ -332,7 +336,8 @@ def restore_state(info: CheckpointInfo, target: Any) -> Any:
             checkpoint cannot be read (e.g. a truncated file).
 
     Example:
-        >>> target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)  # doctest: +SKIP
+        >>> target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),  # doctest: +SKIP
+        ...                       state, shardings)
         >>> restored = restore_state(latest_checkpoint("runs/mlp-fsdp"), target)  # doctest: +SKIP
     """
     import orbax.checkpoint as ocp
@@ -341,7 +346,7 @@ def restore_state(info: CheckpointInfo, target: Any) -> Any:
     manager = _manager(info.run_path, read_only=True)
     try:
         restored = manager.restore(info.step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         raise _unreadable(info.run_path, info.step, error) from error
     finally:
         manager.close()
@@ -351,6 +356,7 @@ def restore_state(info: CheckpointInfo, target: Any) -> Any:
 __all__ = [
     "CHECKPOINTS_FOLDER", "CheckpointError", "CheckpointInfo", "CheckpointWriter", "FIXED_ON_RESUME", "check_matches",
     "check_resumable", "checkpoint_meta",
-    "checkpoint_steps", "checkpoints_folder", "latest_checkpoint", "read_meta", "restore_state", "signature_differences",
+    "checkpoint_steps", "checkpoints_folder", "latest_checkpoint", "read_meta", "restore_state",
+    "signature_differences",
     "state_signature",
 ]

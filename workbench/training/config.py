@@ -100,7 +100,7 @@ def check_processes(processes: Any, mode: Any, mesh: MeshShape, batch: int, faul
         >>> check_processes(3, mode_class("dp"), parse_mesh("data=8"), 64, ())
         Traceback (most recent call last):
         ...
-        workbench.errors.WorkbenchError: processes=3 does not divide the 8 devices of mesh data=8 (each process holds an equal share): use processes=2, 4 or 8
+        workbench.errors.WorkbenchError: processes=3 does not divide the 8 devices of mesh data=8 (each process ...
     """
     check_positive("processes", processes, "2", integer=True)
     if processes == 1:
@@ -176,11 +176,11 @@ class TrainConfig:
     model_options: dict = dataclasses.field(default_factory=dict)
     data_options: dict = dataclasses.field(default_factory=dict)
 
-    def checked(self) -> "TrainConfig":
+    def checked(self) -> TrainConfig:
         """This config with the mesh normalised, or a WorkbenchError naming the first bad field."""
         return self.resolved().config
 
-    def resolved(self) -> "ResolvedConfig":
+    def resolved(self) -> ResolvedConfig:
         """This config checked (as :meth:`checked`) and resolved, once, into records: the parsed mesh, the
         mode's class and the model's class. What the trainer, :func:`~workbench.training.step.build_step` and
         the planner pass down, so nothing below them reads the text again.
@@ -206,7 +206,8 @@ class TrainConfig:
         check_positive("eval_every", self.eval_every, "100 (0: only at the end)", integer=True, allow_zero=True)
         check_positive("sync_every", self.sync_every, "50 (0: never)", integer=True, allow_zero=True)
         check_positive("seed", self.seed, "0", integer=True, allow_zero=True)
-        check_positive("checkpoint_every", self.checkpoint_every, "100 (0: no checkpoints)", integer=True, allow_zero=True)
+        check_positive("checkpoint_every", self.checkpoint_every, "100 (0: no checkpoints)", integer=True,
+                       allow_zero=True)
         check_positive("keep_checkpoints", self.keep_checkpoints, "3", integer=True)
         check_positive("lr", self.lr, "1e-3")
         declared = mode_class(self.mode)
@@ -227,7 +228,7 @@ class TrainConfig:
         return {**dataclasses.asdict(self), "faults": list(self.faults)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "TrainConfig":
+    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
         """A config from :meth:`to_json` output; extra keys (run metadata) are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in data.items() if k in names}

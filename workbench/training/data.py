@@ -331,7 +331,7 @@ def stratified_split(labels: np.ndarray, eval_fraction: float, seed: int) -> tup
     for i in np.argsort(-(ideal - shares), kind="stable")[: held_out_total - shares.sum()]:
         shares[i] += 1
     train, held_out = [], []
-    for label, share in zip(classes, shares):
+    for label, share in zip(classes, shares, strict=True):
         members = rng.permutation(np.flatnonzero(labels == label))
         held_out.append(members[:share])
         train.append(members[share:])

@@ -211,7 +211,7 @@ def shard_model_state(
     planned = iter(layout.leaves)
     flat, treedef = jax.tree_util.tree_flatten_with_path(state)
     placed = []
-    for keypath, leaf in flat:
+    for _keypath, leaf in flat:
         if not is_array_like(leaf):
             placed.append(leaf)
             continue
@@ -247,7 +247,7 @@ def _bound_axis_names() -> tuple[str, ...] | None:
         from jax._src import core
 
         return tuple(str(name) for name in core.get_axis_env().axis_names())
-    except Exception:
+    except Exception:  # noqa: BLE001 - a private API: any JAX that lacks it only loses the hint
         return None
 
 
@@ -255,7 +255,7 @@ def _mesh_axis_names() -> tuple[str, ...]:
     """The manual mesh axes of the enclosing shard_map (for error messages)."""
     try:
         return tuple(jax.sharding.get_abstract_mesh().manual_axes)
-    except Exception:
+    except Exception:  # noqa: BLE001 - only for an error message: no mesh, no names
         return ()
 
 
@@ -277,7 +277,7 @@ def _check_vma_enabled() -> bool | None:
         from jax._src import config
 
         return bool(config._check_vma.value)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a private flag: a JAX without it means "cannot say"
         return None
 
 
@@ -297,7 +297,7 @@ def varying_axes(value: Any) -> frozenset[str] | None:
     """
     try:
         aval = jax.typeof(value)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a value JAX cannot type: "cannot say", as documented
         return None
     for getter in (
         lambda a: a.mat.varying,
@@ -327,7 +327,7 @@ def _check_not_already_summed(grads: Any, axes: tuple[str, ...]) -> None:
         axis = summed[0]
         try:
             count = f"{lax.axis_size(axis)}"
-        except Exception:
+        except Exception:  # noqa: BLE001 - only for the message: an unknown size reads "N"
             count = "N"
         raise GradientSyncError(
             f"gradient {_leaf_name(path)} does not vary over axis {axis!r}: inside jax.shard_map with "
@@ -405,7 +405,7 @@ def _tree_mismatch(reference: Any, other: Any, index: int) -> str | None:
         return f"gradient tree {index} has different leaves from tree 0 ({'; '.join(parts) or 'another order'})"
     if jax.tree_util.tree_structure(reference) != jax.tree_util.tree_structure(other):
         return f"gradient tree {index} has the same leaf paths as tree 0 but different container types"
-    for (path, a), (_, b) in zip(ref_leaves, other_leaves):
+    for (path, a), (_, b) in zip(ref_leaves, other_leaves, strict=True):
         if jnp.shape(a) != jnp.shape(b):
             return (
                 f"leaf {_leaf_name(path)} has shape {jnp.shape(a)} in tree 0 but {jnp.shape(b)} in tree "

@@ -24,7 +24,7 @@ import jax
 from flax import nnx
 
 _NAME_ATTRIBUTE = "_workbench_layer_name"
-_NAMED_CLASSES: "weakref.WeakKeyDictionary[type, type]" = weakref.WeakKeyDictionary()
+_NAMED_CLASSES: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
 
 
 def _named_class(cls: type) -> type:

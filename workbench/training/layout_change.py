@@ -45,7 +45,7 @@ class LayoutChange:
         for leaf in self.leaves:
             if leaf.path == path:
                 return leaf
-        raise KeyError(f"no leaf {path!r} in the state: its leaves are e.g. {[l.path for l in self.leaves[:3]]}")
+        raise KeyError(f"no leaf {path!r} in the state: its leaves are e.g. {[leaf.path for leaf in self.leaves[:3]]}")
 
 
 def _state_layout(config: TrainConfig):
@@ -62,7 +62,8 @@ def checkpoint_layout_change(info: CheckpointInfo, config: TrainConfig) -> Layou
         CheckpointError: a checkpoint of your own model (its layout needs the module: see the run's Inspect).
 
     Example:
-        >>> change = checkpoint_layout_change(latest_checkpoint("runs/mlp-fsdp"), TrainConfig(mode="dp-tp", mesh="data=4,model=2"))  # doctest: +SKIP
+        >>> config = TrainConfig(mode="dp-tp", mesh="data=4,model=2")  # doctest: +SKIP
+        >>> change = checkpoint_layout_change(latest_checkpoint("runs/mlp-fsdp"), config)  # doctest: +SKIP
         >>> change.leaf("params.hidden1.kernel.value").shard_after  # doctest: +SKIP
         (64, 64)
     """
@@ -74,7 +75,7 @@ def checkpoint_layout_change(info: CheckpointInfo, config: TrainConfig) -> Layou
     leaves = tuple(
         LeafChange(old.path, tuple(old.layout.shape), format_spec(old.layout.spec), tuple(old.layout.shard_shape),
                    format_spec(new.layout.spec), tuple(new.layout.shard_shape))
-        for old, new in zip(before.leaves, after.leaves))
+        for old, new in zip(before.leaves, after.leaves, strict=False))
     return LayoutChange(f"{saved.mode} on {saved.mesh}", f"{config.mode} on {config.mesh}", leaves)
 
 
@@ -96,7 +97,8 @@ def layout_change_text(change: LayoutChange, *, only_moved: bool = False) -> str
     width = max((len(leaf.path) for leaf in leaves), default=0)
     lines = [f"{change.before} -> {change.after} ({moved} of {len(change.leaves)} leaves move)"]
     for leaf in leaves:
-        lines.append(f"{'*' if leaf.moved else ' '} {leaf.path:<{width}}  {list(leaf.shape)}  {_spec(leaf.spec_before)} "
+        lines.append(f"{'*' if leaf.moved else ' '} {leaf.path:<{width}}  {list(leaf.shape)}  "
+                     f"{_spec(leaf.spec_before)} "
                      f"{list(leaf.shard_before)} -> {_spec(leaf.spec_after)} {list(leaf.shard_after)}")
     return "\n".join(lines)
 

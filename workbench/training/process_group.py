@@ -1,10 +1,10 @@
 """Start the processes of a run on this machine, watch them, and end them together.
 
 :class:`ProcessGroup` reserves the run's folder, picks a free loopback port for ``jax.distributed``'s
-coordinator, and starts ``processes`` workers (:mod:`workbench.distributed.worker`), each with its share of the mesh's simulated
-devices and its log in ``runs/<name>/processes/<i>.log``. A thread watches them: when one dies the others
-are killed at once (never left waiting in a collective or JAX's 5-minute barrier) and the run is marked
-failed, naming the process and why. :meth:`ProcessGroup.stop` asks process 0 to stop (every process ends at
+coordinator, and starts ``processes`` workers (:mod:`workbench.distributed.worker`), each with its share of the
+mesh's simulated devices and its log in ``runs/<name>/processes/<i>.log``. A thread watches them: when one dies
+the others are killed at once (never left waiting in a collective or JAX's 5-minute barrier) and the run is
+marked failed, naming the process and why. :meth:`ProcessGroup.stop` asks process 0 to stop (every process ends at
 the same logging step) and kills whatever is still running after a grace period. No worker outlives the
 group: each ends when its stdin (a pipe from here) closes.
 
@@ -50,7 +50,7 @@ def check_before_start(config: TrainConfig | ResolvedConfig) -> None:
         >>> check_before_start(TrainConfig(mode="dp", mesh="data=8", batch=62, processes=2))
         Traceback (most recent call last):
         ...
-        workbench.errors.WorkbenchError: global batch 62 does not split into 8 parts over 'data' (8 equal parts): use a batch of 56 or 64 (a multiple of 8)
+        workbench.errors.WorkbenchError: global batch 62 does not split into 8 parts over 'data' (8 equal parts): ...
     """
     from .models import model_config
     from .modes import StepPlan

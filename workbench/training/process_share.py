@@ -60,7 +60,8 @@ class ProcessShare:
 
     def describe(self) -> str:
         """One line: which rows this process loads."""
-        return (f"process {self.process_index} of {self.process_count} loads rows {self.rows.start}-{self.rows.stop - 1} "
+        return (f"process {self.process_index} of {self.process_count} loads rows "
+                f"{self.rows.start}-{self.rows.stop - 1} "
                 f"of each global batch of {self.global_rows}")
 
 

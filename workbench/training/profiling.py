@@ -223,7 +223,7 @@ class Capture:
         self.began = time.perf_counter()
 
     @classmethod
-    def begin(cls, request: ProfileRequest, run: str, run_path: Path, first_step: int) -> "Capture | None":
+    def begin(cls, request: ProfileRequest, run: str, run_path: Path, first_step: int) -> Capture | None:
         """Start JAX's profiler for ``request`` (None, with the request failed, if it cannot start)."""
         if not _SESSION.acquire(blocking=False):
             request.finish(error="another profile is being taken in this process (JAX runs one at a time): wait "
@@ -264,7 +264,8 @@ class Capture:
         Python work would fill the trace, so this runs after it)."""
         for logging, (state, batch) in list(self.programs.items()):
             try:
-                compiled = mode.compile_step(state, batch, diagnostics=True) if logging else mode.compile_step(state, batch)
+                compiled = (mode.compile_step(state, batch, diagnostics=True) if logging
+                            else mode.compile_step(state, batch))
             except WorkbenchError:  # a mode of several programs (simulated) has no one step to read
                 del self.programs[logging]
                 continue

@@ -77,7 +77,7 @@ def compare_runs(
             )
     taken = {"name", "status", *config_fields}
     rows = []
-    for run, final in zip(loaded, finals):
+    for run, final in zip(loaded, finals, strict=True):
         row = {"name": run.name, "status": run.status, **{f: run.config.get(f) for f in config_fields}}
         for key in metrics:
             value = final.get("step") if key == "last_step" else final.get(key)
@@ -150,7 +150,8 @@ def compare_table(
         RunError: as :func:`compare_runs`, or a name in ``columns`` is no column of these runs.
 
     Example:
-        >>> print(compare_table(list_runs("runs"), columns=["name", "status", "lr", "last_step", "loss"]))  # doctest: +SKIP
+        >>> columns = ["name", "status", "lr", "last_step", "loss"]  # doctest: +SKIP
+        >>> print(compare_table(list_runs("runs"), columns=columns))  # doctest: +SKIP
         name                    status    lr     last_step  loss
         ----------------------  --------  -----  ---------  -------
         mlp-dp-20250101-120000  finished  0.001        999  0.01234

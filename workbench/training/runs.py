@@ -29,7 +29,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 def _utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _iso(moment: datetime) -> str:
@@ -245,7 +245,7 @@ class RunWriter:
         self._status: str | None = None
 
     @classmethod
-    def adopt(cls, path: str | os.PathLike, config: Mapping | None = None) -> "RunWriter":
+    def adopt(cls, path: str | os.PathLike, config: Mapping | None = None) -> RunWriter:
         """A writer for the run already begun in ``path`` (by another process: a launcher reserves the folder,
         one of its workers writes the run). ``config``, if given, replaces ``config.json`` (``name`` and
         ``created`` kept); metrics are appended after any already written.
@@ -254,7 +254,8 @@ class RunWriter:
             RunError: ``path`` holds no run (no ``config.json``) or the run has ended (``summary.json``).
 
         Example:
-            >>> writer = RunWriter.adopt("runs/mlp-dp-20261123-101500", {"model": "mlp", "processes": 2})  # doctest: +SKIP
+            >>> config = {"model": "mlp", "processes": 2}  # doctest: +SKIP
+            >>> writer = RunWriter.adopt("runs/mlp-dp-20261123-101500", config)  # doctest: +SKIP
         """
         path = Path(path)
         begun = _read_json_file(path / CONFIG_FILE, "config") if (path / CONFIG_FILE).is_file() else None
@@ -265,11 +266,12 @@ class RunWriter:
         return cls._continuing(path, begun, config)
 
     @classmethod
-    def _continuing(cls, path: Path, begun: Mapping[str, Any], config: Mapping | None) -> "RunWriter":
+    def _continuing(cls, path: Path, begun: Mapping[str, Any], config: Mapping | None) -> RunWriter:
         """A writer appending to the run begun in ``path`` (its config ``begun``), with ``config`` written over it."""
         writer = cls.__new__(cls)
         writer.name, writer.path = path.name, path
-        writer.config = {**dict(config if config is not None else begun), "name": begun["name"], "created": begun["created"]}
+        writer.config = {**dict(config if config is not None else begun), "name": begun["name"],
+                         "created": begun["created"]}
         if config is not None:
             _write_atomically(path / CONFIG_FILE, _encode(writer.config, "config"))
         writer._metrics = open(path / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
@@ -277,7 +279,7 @@ class RunWriter:
         return writer
 
     @classmethod
-    def reopen(cls, path: str | os.PathLike, config: Mapping[str, Any], through_step: int) -> "RunWriter":
+    def reopen(cls, path: str | os.PathLike, config: Mapping[str, Any], through_step: int) -> RunWriter:
         """A writer continuing the run in ``path`` after step ``through_step`` (resumed from a checkpoint):
         metrics of later steps are dropped, ``summary.json`` is removed (the run is going again and writes
         it at its end), ``config.json`` is replaced by ``config`` (``name`` and ``created`` kept).
@@ -286,7 +288,8 @@ class RunWriter:
             RunError: ``path`` holds no run (no ``config.json``).
 
         Example:
-            >>> writer = RunWriter.reopen("runs/mlp-dp-20261123-101500", {"model": "mlp"}, through_step=200)  # doctest: +SKIP
+            >>> writer = RunWriter.reopen("runs/mlp-dp-20261123-101500", {"model": "mlp"},  # doctest: +SKIP
+            ...                           through_step=200)
         """
         path = Path(path)
         if not (path / CONFIG_FILE).is_file():
@@ -353,7 +356,8 @@ class RunWriter:
         """
         self._check_open("finish it again")
         if status not in END_STATUSES:
-            raise RunError(f"run status {status!r} is not one of {', '.join(END_STATUSES)}: e.g. run.finish('finished')")
+            raise RunError(f"run status {status!r} is not one of {', '.join(END_STATUSES)}: "
+                           "e.g. run.finish('finished')")
         encoded = _encode(summary, "summary")  # before anything changes: a bad value leaves the run open to retry
         _write_atomically(self.path / SUMMARY_FILE, {"status": status, **encoded, "ended": _iso(_utc_now())})
         self._status = status
@@ -496,13 +500,13 @@ def _read_run(folder: Path) -> Run:
 
 def _created(folder: Path) -> datetime:
     """When the run in ``folder`` started, from its config; the earliest time if unknown."""
-    earliest = datetime.min.replace(tzinfo=timezone.utc)
+    earliest = datetime.min.replace(tzinfo=UTC)
     try:
         created = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8")).get("created")
         moment = datetime.fromisoformat(created)
     except (OSError, ValueError, TypeError, AttributeError):
         return earliest
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _run_folders(run_root: str | os.PathLike) -> list[Path]:

@@ -123,7 +123,7 @@ def _batch_sources(config: TrainConfig, dataset: Dataset | None, custom: CustomM
                                                      drop_remainder=config.drop_remainder, rows=rows, skip=skip)
         return train, (lambda: dataset.eval_batches(config.batch, rows=rows))
     batches, evaluate = custom.batches, custom.eval_batches
-    given = batches if callable(batches) else (lambda seed, it=iter(batches): it)
+    given = batches if callable(batches) else (lambda seed, it=iter(batches): it)  # noqa: B008 - one iterator, shared by every call
     train = lambda seed, skip=0: itertools.islice(given(seed), skip, None)  # noqa: E731
     held_out = evaluate if callable(evaluate) or evaluate is None else (lambda b=evaluate: b)
     if share.whole:
@@ -145,7 +145,8 @@ def build_step(
             learning rate, seed or schedule changed.
 
     Example:
-        >>> built = build_step(TrainConfig(mode="fsdp", mesh="data=8", batch=64, precision="bf16", accum=2))  # doctest: +SKIP
+        >>> config = TrainConfig(mode="fsdp", mesh="data=8", batch=64, precision="bf16", accum=2)  # doctest: +SKIP
+        >>> built = build_step(config)  # doctest: +SKIP
         >>> built.mode.plan.precision, built.mode.plan.accum  # doctest: +SKIP
         ('bf16', 2)
     """
@@ -169,7 +170,8 @@ def build_step(
     graphdef, state = init_state(model, optimizer)
     mode = _mode(resolved, graphdef, state, loss, tp_rules, optimizer, modes)
     train, evaluate = _batch_sources(config, dataset, custom, mode.batch_share())
-    whole = train if jax.process_count() == 1 else _batch_sources(config, dataset, custom, _whole_share(config.batch))[0]
+    whole = (train if jax.process_count() == 1
+             else _batch_sources(config, dataset, custom, _whole_share(config.batch))[0])
     return BuiltStep(config, mode, state, model, loss, train, evaluate, dataset, options, whole)
 
 

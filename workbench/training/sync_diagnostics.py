@@ -184,7 +184,8 @@ def _all_replicas(mode: ParallelMode, replicas: int, flat: np.ndarray, weights: 
     first = own.rows.start * replicas // mode.plan.global_batch
     flats, weightss, firsts = multihost_utils.process_allgather((flat, weights, np.int32(first)))
     every_flat, every_weight = np.zeros((replicas, flat.shape[1]), flat.dtype), np.zeros(replicas, weights.dtype)
-    for start, part, weight in zip(np.ravel(firsts), flats, weightss):  # processes holding the same rows agree
+    # Processes holding the same rows agree.
+    for start, part, weight in zip(np.ravel(firsts), flats, weightss, strict=True):
         every_flat[start:start + len(part)], every_weight[start:start + len(weight)] = part, weight
     return jnp.asarray(every_flat), every_weight
 
@@ -204,7 +205,8 @@ def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) ->
     rows = len(jax.tree.leaves(batch)[0])
     mine = replicas * rows // mode.plan.global_batch  # the replicas whose rows this process holds
     shards = jax.tree.map(lambda x: np.asarray(x).reshape(mine, -1, *np.shape(x)[1:]), batch)
-    grads, weights = _replica_gradients_fn(mode.plan.graphdef, mode.plan.loss, mode.plan.precision)(params, other, shards)
+    replica_gradients = _replica_gradients_fn(mode.plan.graphdef, mode.plan.loss, mode.plan.precision)
+    grads, weights = replica_gradients(params, other, shards)
     flat = jax.vmap(_flat)(grads)  # (this process's replicas, parameters)
     if mine < replicas:
         flat, weights = _all_replicas(mode, replicas, np.asarray(flat), np.asarray(weights))

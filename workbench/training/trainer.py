@@ -29,9 +29,9 @@
 
 Events are :class:`TrainEvent` records: ``start``, ``compiled`` (first step, with ``compile_s``),
 ``metrics``, ``eval``, ``checkpoint`` (a save started: ``path``, ``requested``), ``profile`` (a profile
-taken: ``folder``, ``first_step``, ``steps``, ``error``), ``sync`` (gradient-sync diagnostics every ``sync_every`` steps: per-replica and
-synchronised gradient norms, cosines, replica divergence, noise scale), ``paused``, ``resumed`` and
-``end`` (``status`` finished/stopped/failed).
+taken: ``folder``, ``first_step``, ``steps``, ``error``), ``sync`` (gradient-sync diagnostics every ``sync_every``
+steps: per-replica and synchronised gradient norms, cosines, replica divergence, noise scale), ``paused``,
+``resumed`` and ``end`` (``status`` finished/stopped/failed).
 
 Example:
     >>> trainer = Trainer(TrainConfig(model="mlp", data="digits", mode="dp", steps=300))  # doctest: +SKIP
@@ -53,8 +53,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta, checkpoint_steps
-from .checkpoints import checkpoints_folder, latest_checkpoint, restore_state
+from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta
+from .checkpoints import checkpoint_steps, checkpoints_folder, latest_checkpoint, restore_state
 from .process_share import host_values
 from .profiling import Capture, ProfileCapture, ProfileError, ProfileRequest, check_profile_steps
 from ..errors import WorkbenchError
@@ -162,7 +162,7 @@ class Trainer:
         self.subscriber_errors: list[str] = []
 
     @classmethod
-    def resuming(cls, run: str | Any, **settings: Any) -> "Trainer":
+    def resuming(cls, run: str | Any, **settings: Any) -> Trainer:
         """A trainer whose next :meth:`run` or :meth:`start` continues the run in folder ``run`` from its
         latest checkpoint, appending to that folder: metrics go on at the next step (later ones, written
         after the checkpoint, are dropped) and the summary is rewritten at the end.
@@ -183,7 +183,8 @@ class Trainer:
         own = {k: settings.pop(k) for k in ("model", "loss", "batches", "eval_batches", "tp_rules") if k in settings}
         saved_model = str(info.config.get("model"))
         if saved_model.startswith("custom:") and own.get("model") is None:
-            raise CheckpointError(f"run {info.run_path.name!r} trained your own model ({saved_model[7:]}): pass it again, "
+            raise CheckpointError(f"run {info.run_path.name!r} trained your own model ({saved_model[7:]}): "
+                                  "pass it again, "
                                   "with its loss and batches: Trainer.resuming(run, model=..., loss=..., batches=...)")
         trainer = cls(TrainConfig.from_json(info.config), run_root=str(info.run_path.parent), **own, **settings)
         check_resumable(info, trainer.config)
@@ -312,7 +313,8 @@ class Trainer:
         self._control.save.set()
         self._control.wake.set()  # a paused run saves at once
 
-    def profile(self, steps: int = 5, *, wait: bool = True, timeout: float | None = 120.0) -> ProfileCapture | ProfileRequest:
+    def profile(self, steps: int = 5, *, wait: bool = True,
+                timeout: float | None = 120.0) -> ProfileCapture | ProfileRequest:
         """Profile ``steps`` steps of the running run with JAX's profiler, from the next step boundary after its
         steps are compiled (never the compiling one), into ``runs/<name>/profile/step-<S>/``; the run and its
         metrics go on. Also sampled: the bytes alive on each device (see :mod:`workbench.training.profiling`).
@@ -455,7 +457,8 @@ class Trainer:
     def _restored_state(mode, state: TrainState, info: CheckpointInfo) -> TrainState:
         """The checkpoint's state read into ``mode``'s layout (``state`` gives the tree, shapes and dtypes)."""
         shardings = mode.restore_shardings(state)
-        target = jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=sharding),
+        target = jax.tree.map(lambda leaf, sharding: jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype,
+                                                                          sharding=sharding),
                               state, shardings)
         return mode.place_restored(restore_state(info, target))
 
@@ -476,7 +479,7 @@ class Trainer:
         self.history.append(event)
         deliver(event, self._subscribers, self.subscriber_errors)
 
-    def _run_safely(self, writer: RunWriter, mode, start: "_Start", train_batches, eval_batches, dataset) -> None:
+    def _run_safely(self, writer: RunWriter, mode, start: _Start, train_batches, eval_batches, dataset) -> None:
         loop = _Loop(self, writer, mode, start, train_batches, eval_batches)
         status, error = "finished", None
         try:
@@ -693,7 +696,8 @@ class _Loop:
         short = None if capture.complete else (f"run {self.writer.name!r} {ended} after {capture.taken} of "
                                                f"{capture.request.steps} profiled steps")
         taken = capture.end(self.mode, self.state, error=None if capture.taken else short)  # waits for the steps
-        self.trainer._emit("profile", self.step, **taken.to_json(), **({"note": short} if short and capture.taken else {}))
+        note = {"note": short} if short and capture.taken else {}
+        self.trainer._emit("profile", self.step, **taken.to_json(), **note)
         self.restart_interval()
 
     def side_work(self, batch: Any) -> None:
@@ -752,7 +756,7 @@ class _Loop:
         It names the first non-finite gradient when that step computed gradient norms (a logging
         step), else the first non-finite parameter of the current state, read on the host only now.
         """
-        for step, metrics in zip(steps, values):
+        for step, metrics in zip(steps, values, strict=True):
             grads_finite = np.isfinite(metrics.get("grad_sq_norms", np.zeros(0)))
             if np.isfinite(metrics["loss"]) and grads_finite.all():
                 continue

@@ -285,7 +285,8 @@ def layout_figure(layout: ArrayLayout, *, title: str | None = None, max_panels: 
     panels, total = _panels(layout, max_panels)
     panel_columns = min(len(panels), PANEL_COLUMNS)
     panel_rows = math.ceil(len(panels) / panel_columns)
-    specs = [[{} if r * panel_columns + c < len(panels) else None for c in range(panel_columns)] for r in range(panel_rows)]
+    specs = [[{} if r * panel_columns + c < len(panels) else None for c in range(panel_columns)]
+             for r in range(panel_rows)]
     specs[0].append({"rowspan": panel_rows})
     for row in specs[1:]:
         row.append(None)
@@ -369,7 +370,7 @@ def memory_bar_figure(
                 y=values,
                 name=name,
                 marker=dict(color=colors, pattern=dict(shape=BAR_PATTERNS[number % len(BAR_PATTERNS)])),
-                hovertext=[f"device {d}: {name} {format_bytes_exact(v)}" for d, v in zip(ids, values)],
+                hovertext=[f"device {d}: {name} {format_bytes_exact(v)}" for d, v in zip(ids, values, strict=True)],
                 hovertemplate="%{hovertext}<extra></extra>",
             )
         )

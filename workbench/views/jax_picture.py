@@ -235,7 +235,8 @@ def capture_visualize_sharding(
     options = dict(max_width=max_width, min_width=min_width, scale=scale)
     colored, plain = io.StringIO(), io.StringIO()
     with _rich_output_into(colored):
-        jax.debug.visualize_sharding(shape, sharding, color_map=_DeviceColorMap(_tile_colors(shape, sharding)), **options)
+        color_map = _DeviceColorMap(_tile_colors(shape, sharding))
+        jax.debug.visualize_sharding(shape, sharding, color_map=color_map, **options)
     # Without colour JAX draws box lines between tiles: the readable plain-text form.
     with _rich_output_into(plain):
         jax.debug.visualize_sharding(shape, sharding, use_color=False, **options)

@@ -159,7 +159,8 @@ def _flag_summary(memory: Any) -> str:
 def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[go.BaseTraceType]:
     """The bar of the ``source`` (predicted or compiled) arguments per device, and its peak as a marker."""
     color, pattern = SOURCE_STYLE[source]
-    rows = [(lane, d) for lane, d in zip(lanes, memory.devices) if getattr(d, f"{source}_arguments") is not None]
+    rows = [(lane, d) for lane, d in zip(lanes, memory.devices, strict=True)
+            if getattr(d, f"{source}_arguments") is not None]
     if not rows:
         return []
     x = [[lane for lane, _ in rows], [source] * len(rows)]
@@ -167,7 +168,7 @@ def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[go.BaseTrac
     traces: list[go.BaseTraceType] = [go.Bar(
         x=x, y=arguments, name=f"{source}: arguments", marker=dict(color=color, pattern=dict(shape=pattern)),
         hovertext=[f"device {d.device}, {source} arguments (state and batch): {format_bytes_exact(n)}"
-                   for (_, d), n in zip(rows, arguments)],
+                   for (_, d), n in zip(rows, arguments, strict=True)],
         hovertemplate="%{hovertext}<extra></extra>",
     )]
     peaks = [getattr(d, f"{source}_peak") for _, d in rows]
@@ -177,7 +178,7 @@ def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[go.BaseTrac
             marker=dict(symbol="diamond-wide", size=14, color=color, line=dict(color="#000000", width=1)),
             hovertext=[f"device {d.device}, {source} peak (with the step's temporaries): "
                        f"{format_bytes_exact(peak) if peak is not None else 'unknown'}"
-                       for (_, d), peak in zip(rows, peaks)],
+                       for (_, d), peak in zip(rows, peaks, strict=True)],
             hovertemplate="%{hovertext}<extra></extra>",
         ))
     return traces
@@ -194,7 +195,7 @@ def _live_bars(memory: Any, lanes: list[str]) -> list[go.BaseTraceType]:
         traces.append(go.Bar(
             x=x, y=values, name=f"live: {role}", marker=dict(color=ROLE_COLORS.get(role, OKABE_ITO[3])),
             hovertext=[f"device {d.device}, live {role}: {format_bytes_exact(n)} of {format_bytes_exact(d.live)}"
-                       for d, n in zip(memory.devices, values)],
+                       for d, n in zip(memory.devices, values, strict=True)],
             hovertemplate="%{hovertext}<extra></extra>",
         ))
     peaks = [d.peak_in_use for d in memory.devices]

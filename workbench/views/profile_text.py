@@ -140,7 +140,7 @@ def memory_table(memory: Any) -> str:
         ------  --------------  --------------  -------------  -------------  -------  ------------  -----------------------------
              0               -               -              -              -  1.8 KiB             -  state copy 900 B, state 900 B
         no predicted figure: your own model
-    """
+    """  # noqa: E501 - the example's output is the table itself, 130 characters wide
     # An accelerator's allocator (GPU, TPU) reports what the device holds; XLA:CPU keeps no such figures.
     allocator = any(d.in_use is not None or d.peak_in_use is not None for d in memory.devices)
     same: dict[tuple[str, ...], list[int]] = {}

@@ -203,7 +203,7 @@ def _box_grid(column_headers: Sequence[str], row_headers: Sequence[str], cells: 
     if any(column_headers):
         lines.append(lead + " " + " ".join(h.center(width) for h in column_headers).rstrip())
     lines.append(border("┌", "┬", "┐"))
-    for number, (header, row) in enumerate(zip(row_headers, cells)):
+    for number, (header, row) in enumerate(zip(row_headers, cells, strict=False)):
         prefix = header.rjust(margin) + " " if margin else ""
         lines.append(prefix + "│" + "│".join(c.center(width) for c in row) + "│")
         lines.append(border("├", "┼", "┤") if number < len(cells) - 1 else border("└", "┴", "┘"))

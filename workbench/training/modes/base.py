@@ -31,7 +31,8 @@ from ...devices import local_devices_text, more_devices_hint
 from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, check_device_list
 from ...layout.rules import RuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
-from .core import TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means, weighted_sums
+from .core import (TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means,
+                   weighted_sums)
 from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, example_shape, fit_mesh
 from .faults import FAULTS, check_faults
 
@@ -85,7 +86,8 @@ class StepPlan:
 def check_batch(plan: StepPlan, parts: int, what: str) -> None:
     """WorkbenchError unless the global batch splits into ``accum`` microbatches of ``parts`` equal shares."""
     if isinstance(plan.accum, bool) or not isinstance(plan.accum, int) or plan.accum < 1:
-        raise WorkbenchError(f"accum={plan.accum!r} must be a whole number >= 1 (microbatches per step): use 1 for none")
+        raise WorkbenchError(f"accum={plan.accum!r} must be a whole number >= 1 (microbatches per step): "
+                             "use 1 for none")
     unit = parts * plan.accum
     if plan.global_batch % unit:
         nearest = nearest_multiples(plan.global_batch, unit)
@@ -375,7 +377,7 @@ class ParallelMode(abc.ABC):
             "inspect: use 'dp' to see the collectives of the same data parallelism"
         )
 
-    def precompile(self, state: TrainState, batch: Any) -> None:
+    def precompile(self, state: TrainState, batch: Any) -> None:  # noqa: B027 - optional: by default, nothing
         """Compile the ordinary step (``diagnostics=False``) ahead of time, without running it.
 
         The trainer runs step 1 with diagnostics and calls this right after, so the second variant's
@@ -456,7 +458,8 @@ class ShardedJitMode(ParallelMode):
     def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
         params = self.compute_params(state.params)
         if self.plan.accum == 1:  # the loss's own mean over the sharded batch is exact: no weighting needed
-            result = mean_loss_and_grads(self.plan.graphdef, self.plan.loss, self.plan.precision, params, state.other, batch)
+            result = mean_loss_and_grads(self.plan.graphdef, self.plan.loss, self.plan.precision, params,
+                                         state.other, batch)
         else:
             result = means(self._accumulated_sums(params, state.other, batch))
         return finish_step(self.plan.optimizer, state, result, diagnostics, self.faults)
@@ -504,7 +507,8 @@ class ShardedJitMode(ParallelMode):
             def evaluate(state, batch):
                 params = self.compute_params(state.params)
                 return weighted_sums(
-                    self.plan.graphdef, self.plan.loss, self.plan.precision, params, state.other, batch, with_grads=False
+                    self.plan.graphdef, self.plan.loss, self.plan.precision, params, state.other, batch,
+                    with_grads=False,
                 )
 
             self._eval = jax.jit(evaluate)

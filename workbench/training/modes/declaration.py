@@ -128,7 +128,7 @@ def reshaped_mesh(axes: tuple[str, ...], devices: int, example: str) -> str:
     return ",".join([f"{axes[0]}={devices // inner}", *(f"{a}={sizes[a]}" for a in axes[1:])])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def example_shape(example: str) -> MeshShape:
     """A mode's declared ``mesh_example``, read once (at registration, :func:`~.base.check_declaration`): it is
     a constant of the class, not input, and is asked each time a mesh is judged.

@@ -128,7 +128,7 @@ def check_faults(
         >>> check_faults(["psum"], "dp", ("optimizer-reset",), {"psum": "it has no hand-written gradient reduction"})
         Traceback (most recent call last):
         ...
-        workbench.errors.WorkbenchError: fault 'psum' does not apply to mode 'dp' (it has no hand-written gradient reduction): use it in mode simulated, dp-shard-map or dp-pmap
+        workbench.errors.WorkbenchError: fault 'psum' does not apply to mode 'dp' (it has no hand-written ...
     """
     if isinstance(faults, str):
         faults = [f.strip() for f in faults.split(",") if f.strip()]
@@ -142,7 +142,8 @@ def check_faults(
 
             where = modes_supporting(fault)
             why = (reasons or {}).get(fault, "it does not apply there")
-            raise WorkbenchError(f"fault {fault!r} does not apply to mode {mode!r} ({why}): use it in mode {_or_list(where)}")
+            raise WorkbenchError(f"fault {fault!r} does not apply to mode {mode!r} ({why}): "
+                                 f"use it in mode {_or_list(where)}")
     if len(set(faults)) != len(faults):
         raise WorkbenchError(f"faults {list(faults)} name one fault twice: list each once")
     return faults

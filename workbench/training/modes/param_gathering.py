@@ -196,7 +196,8 @@ def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any
     def run_gathered(params, rest, arrays):
         layer = nnx.merge(graphdef, prepare(params), rest)
         values = iter(arrays)
-        call_args, call_kwargs = treedef.unflatten([next(values) if t else leaf for leaf, t in zip(leaves, traced)])
+        call_args, call_kwargs = treedef.unflatten([next(values) if t else leaf
+                                                    for leaf, t in zip(leaves, traced, strict=True)])
         return call(layer, *call_args, **call_kwargs)
 
     def run(shards, rest, arrays):
@@ -219,20 +220,21 @@ def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any
         # it, and the residual stream's gradient would chain those copies through every layer.
         shards, rest, arrays, done = saved
         gathered, scatter = jax.vjp(lambda s: gather(s, dims), _after(shards, cotangent, done))
-        collected = [g for g, d in zip(jax.tree.leaves(gathered), jax.tree.leaves(dims)) if d != WHOLE]
+        collected = [g for g, d in zip(jax.tree.leaves(gathered), jax.tree.leaves(dims), strict=True) if d != WHOLE]
         _, pullback = jax.vjp(run_gathered, gathered, rest, _after(arrays, collected[:1] or gathered))
         grad_gathered, grad_rest, grad_arrays = pullback(cotangent)
         (grad_shards,) = scatter(grad_gathered)
         return grad_shards, grad_rest, _after(grad_arrays, grad_shards)
 
     layer.defvjp(forward, backward)
-    return layer(shards, rest, [leaf for leaf, t in zip(leaves, traced) if t])
+    return layer(shards, rest, [leaf for leaf, t in zip(leaves, traced, strict=True) if t])
 
 
 def _module_at(model: nnx.Module, path: str) -> nnx.Module:
     node = model
     for key in path.split("/"):
-        node = node[int(key)] if isinstance(node, nnx.List) else node[key] if isinstance(node, nnx.Dict) else getattr(node, key)
+        node = (node[int(key)] if isinstance(node, nnx.List) else node[key] if isinstance(node, nnx.Dict)
+                else getattr(node, key))
     return node
 
 
@@ -271,10 +273,11 @@ def _scans_gathered(cls: type) -> type:
             path, layer_def, shards, rest, dims, prepare = self._fsdp_layer
             whole = [dim == LAYER_AXIS for dim in jax.tree.leaves(dims)]
             with jax.named_scope(path):
-                leaves = [gather(v, d) if w else v for v, d, w in zip(jax.tree.leaves(shards), jax.tree.leaves(dims), whole)]
+                leaves = [gather(v, d) if w else v
+                          for v, d, w in zip(jax.tree.leaves(shards), jax.tree.leaves(dims), whole, strict=True)]
                 shards = jax.tree.unflatten(jax.tree.structure(shards), leaves)
                 inner = jax.tree.unflatten(jax.tree.structure(dims), [
-                    WHOLE if w or d == WHOLE else d - 1 for d, w in zip(jax.tree.leaves(dims), whole)])
+                    WHOLE if w or d == WHOLE else d - 1 for d, w in zip(jax.tree.leaves(dims), whole, strict=True)])
                 call = type(self.layer).__call__
 
                 def apply_layer(layer_slice, carry):
@@ -304,16 +307,18 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
     owner = [owning_layer(path, layers) for path in paths]
     values, dim_list = jax.tree.leaves(shards), jax.tree.leaves(dims)
     # The model's own parameters, gathered now; each layer's stay shards until the layer is called.
-    values = [prepare(gather(v, d)) if layer is None else v for v, d, layer in zip(values, dim_list, owner)]
+    values = [prepare(gather(v, d)) if layer is None else v
+              for v, d, layer in zip(values, dim_list, owner, strict=True)]
     model = nnx.merge(graphdef, jax.tree.unflatten(jax.tree.structure(shards), values), other)
-    dim_at = dict(zip(paths, dim_list))
+    dim_at = dict(zip(paths, dim_list, strict=True))
     for path in layers:
         module = _module_at(model, path)
         stack = is_layer_stack(module)
         layer = module.layer if stack else module  # a stack's slices are called as its one layer
         prefix = f"{path}/layer" if stack else path
         layer_def, layer_shards, rest = nnx.split(layer, nnx.Param, ...)
-        layer_shards, rest = jax.tree.map(lambda x: x, (layer_shards, rest))  # own copies: the module's are replaced below
+        # Own copies: the module's are replaced below.
+        layer_shards, rest = jax.tree.map(lambda x: x, (layer_shards, rest))
         inside = [f"{prefix}/{leaf}" for leaf, _ in leaves_with_paths(layer_shards)]
         structure = jax.tree.structure(layer_shards)
         layer_dims = jax.tree.unflatten(structure, [dim_at[name] for name in inside])

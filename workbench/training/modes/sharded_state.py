@@ -70,4 +70,5 @@ class ShardedStateMode(ShardedJitMode):
             out_specs={"grads": param_specs, "metrics": PartitionSpec(), "weight": PartitionSpec()},
             check_vma=True,
         )(state.params, state.other, batch)
-        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)  # updates each shard in place
+        # Updates each shard in place.
+        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)

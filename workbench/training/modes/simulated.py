@@ -68,7 +68,7 @@ class SimulatedDataParallel(ParallelMode):
 
     def place_batch(self, batch: Any) -> Any:
         # Cut on the host into the N shards a real data axis would hold.
-        return [jax.device_put(jax.tree.map(lambda x: x[i], batch), self.device) for i in self._shard_rows(batch)]
+        return [jax.device_put(jax.tree.map(lambda x, i=i: x[i], batch), self.device) for i in self._shard_rows(batch)]
 
     def _shard_rows(self, batch: Any) -> list[slice]:
         rows = len(jax.tree.leaves(batch)[0]) // self.shards
@@ -85,7 +85,8 @@ class SimulatedDataParallel(ParallelMode):
         for shard in shards:  # device i's work, one after another
             sums = self._shard_sums(state, shard)
             total = sums if total is None else self._add(total, sums)  # the all-reduce, as a sum
-        return self._update(state, total, diagnostics=diagnostics)  # divides by the total weight: the average; one update
+        # Divides by the total weight: the average; one update.
+        return self._update(state, total, diagnostics=diagnostics)
 
     def precompile(self, state: TrainState, shards: list[Any]) -> None:
         sums = jax.eval_shape(self._shard_sums, state, shards[0])
