@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 
-.PHONY: install install-newest lab lint test test-newest bench clean gpu-compile
+.PHONY: install install-newest lab lint typecheck test test-newest bench clean gpu-compile
 
 install: $(STAMP)
 
@@ -46,6 +46,9 @@ $(LINT_STAMP): $(STAMP)
 
 lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff check .
+
+# Not yet in CI: 203 errors in basic mode on 2026-11-26 (issue 28 leaves them open); CI adds it once it is clean.
+typecheck: $(LINT_STAMP)
 	$(VENV)/bin/pyright --pythonpath $(PY)
 
 # Two workers, each taking whole test files (so a file's module fixtures are built once): on a 2-core machine

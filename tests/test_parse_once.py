@@ -79,7 +79,8 @@ def test_the_resolved_record_holds_the_parsed_mesh_and_the_classes():
     resolved = wb.TrainConfig(model="mlp", mode="dp-tp", mesh=" data=4 , model=2").resolved()
     assert resolved.config == wb.TrainConfig(model="mlp", mode="dp-tp", mesh="data=4 , model=2").checked()
     assert resolved.config.mesh == "data=4,model=2" and resolved.mesh_shape == wb.parse_mesh("data=4,model=2")
-    assert resolved.mode_class is wb.training.mode_class("dp-tp") and resolved.model_class is wb.training.model_class("mlp")
+    assert resolved.mode_class is wb.training.mode_class("dp-tp")
+    assert resolved.model_class is wb.training.model_class("mlp")
     assert resolve_config(resolved) is resolved
     custom = wb.TrainConfig(model="custom:Mine").resolved()
     assert isinstance(custom, ResolvedConfig) and custom.model_class is None

@@ -174,7 +174,7 @@ class _Program:
         """Append ``jaxpr``'s equations with its inputs bound to ``inputs``; its outputs' values.
         ``local``: shapes are per device (inside shard_map): every value is unsplit."""
         env: dict[Any, Any] = {}
-        for var, value in zip(jaxpr.invars, inputs):
+        for var, value in zip(jaxpr.invars, inputs, strict=False):
             env[var] = value
         for var in jaxpr.constvars:
             env[var] = self.value(var.aval, ())  # closed-over constants: small, held like arguments
@@ -189,7 +189,7 @@ class _Program:
             self.origin = f"{outer}/{stack}" if outer and stack else outer or stack
             outs = self.equation(eqn, ins, local)
             self.origin = outer
-            for var, value in zip(eqn.outvars, outs):
+            for var, value in zip(eqn.outvars, outs, strict=False):
                 env[var] = value
         return [read(atom) for atom in jaxpr.outvars]
 
@@ -200,7 +200,7 @@ class _Program:
             outs = self.inline(inner, ins, local=True)
             specs = eqn.params.get("out_specs") or eqn.params.get("out_names") or ()
             result = []
-            for var, value, spec in zip(eqn.outvars, outs, specs):
+            for var, value, spec in zip(eqn.outvars, outs, specs, strict=False):
                 outer = self.value(var.aval, () if local else spec_of(spec, len(var.aval.shape)))
                 self._view(outer, value)
                 result.append(outer)
@@ -213,8 +213,8 @@ class _Program:
             body, specs = _loop_temporaries(eqn, ins, self.sizes, self.rules, local)
         else:
             specs = _propagate(eqn, ins, local)
-        outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs)]
-        for out, start in zip(outs, _carried_in(eqn, ins)):
+        outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs, strict=False)]
+        for out, start in zip(outs, _carried_in(eqn, ins), strict=False):
             out.carried = start
         if name in _VIEWS and ins and ins[0] is not None and len(outs) == 1:
             self._view(outs[0], ins[0])
@@ -227,7 +227,7 @@ class _Program:
         if not local and _sums_over_split_dimension(eqn, ins):
             # The partitioner computes each device's partial result and sums it over the split axes: an
             # all-reduce into a buffer of its own (XLA combines independent ones: see _schedule).
-            summed = [self.value(var.aval, out.spec) for var, out in zip(eqn.outvars, outs)]
+            summed = [self.value(var.aval, out.spec) for var, out in zip(eqn.outvars, outs, strict=False)]
             for partial, total in zip(outs, summed, strict=True):  # one sum per partial result
                 total.producer, total.operands = PARTITIONER_ALL_REDUCE, [partial]
             self.ops.append((PARTITIONER_ALL_REDUCE, list(outs), summed, 0))
@@ -295,7 +295,8 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
     for body, body_specs in bodies:
         body = body.jaxpr if hasattr(body, "jaxpr") else body
         program = _Program(sizes, rules)
-        inputs = [program.value(v.aval, () if local else spec) for v, spec in zip(body.invars, body_specs)]
+        inputs = [program.value(v.aval, () if local else spec)
+                  for v, spec in zip(body.invars, body_specs, strict=False)]
         for value in inputs:
             value.is_arg = value.materialised = True
         outputs = program.inline(body, inputs, local=local)
@@ -396,7 +397,8 @@ def _aval_spec(aval: Any) -> AxesPerDimension | None:
     explicit = _EXPLICIT.get(mesh)
     if explicit is None:
         explicit = _EXPLICIT[mesh] = frozenset(
-            name for name, kind in zip(mesh.axis_names, getattr(mesh, "axis_types", ())) if "Explicit" in str(kind))
+            name for name, kind in zip(mesh.axis_names, getattr(mesh, "axis_types", ()), strict=False)
+            if "Explicit" in str(kind))
     if not explicit:
         return None
     return tuple(tuple(a for a in entry if a in explicit) for entry in spec_of(spec, len(aval.shape)))
@@ -404,7 +406,7 @@ def _aval_spec(aval: Any) -> AxesPerDimension | None:
 
 def _dot_spec(dimension_numbers: Any, lhs: _Value, rhs: _Value) -> AxesPerDimension:
     (lc, rc), (lb, rb) = dimension_numbers
-    batch = [tuple(dict.fromkeys(lhs.spec[a] + rhs.spec[b])) for a, b in zip(lb, rb)]
+    batch = [tuple(dict.fromkeys(lhs.spec[a] + rhs.spec[b])) for a, b in zip(lb, rb, strict=False)]
     lhs_free = [lhs.spec[i] for i in range(len(lhs.shape)) if i not in lc and i not in lb]
     rhs_free = [rhs.spec[i] for i in range(len(rhs.shape)) if i not in rc and i not in rb]
     spec, used = [], set()
@@ -748,14 +750,14 @@ def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_spec
     """:func:`simulate_step_memory`, and the temporaries the first block's forward pass leaves live at the peak."""
     program = _Program(dict(mesh_sizes), rules)
     jaxpr = closed_jaxpr.jaxpr
-    inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs)]
+    inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs, strict=False)]
     exact = _Program(dict(mesh_sizes), dataclasses.replace(rules, float_bytes={}))  # arguments, outputs: own dtypes
-    argument_sizes = [exact.value(var.aval, spec).nbytes for var, spec in zip(jaxpr.invars, in_specs)]
+    argument_sizes = [exact.value(var.aval, spec).nbytes for var, spec in zip(jaxpr.invars, in_specs, strict=False)]
     for value in inputs:
         value.is_arg = value.materialised = True
     outputs = program.inline(jaxpr, inputs, local=False)
     output_sizes = []
-    for var, value, spec in zip(jaxpr.outvars, outputs, out_specs):
+    for var, value, spec in zip(jaxpr.outvars, outputs, out_specs, strict=False):
         spec = spec if spec is not None else (value.spec if value is not None else ())
         output_sizes.append(exact.value(var.aval, spec).nbytes)
     _split_created_values(program)
@@ -832,7 +834,8 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
     if reason:
         raise NotSimulated(f"the step computes {reason}")
     memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules)
-    block_state = sum(_Value(leaf, spec, sizes, {}).nbytes for (path, leaf), spec in zip(paths_and_leaves, in_specs)
+    block_state = sum(_Value(leaf, spec, sizes, {}).nbytes
+                      for (path, leaf), spec in zip(paths_and_leaves, in_specs, strict=False)
                       if _FIRST_BLOCK_STATE.search(jax.tree_util.keystr(path)))
     return memory, block_temp, block_state
 
@@ -894,12 +897,12 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
 def _aliased(arg_sizes: list[int], arg_avals: list, donated: list[bool], out_sizes: list[int], out_avals: list) -> int:
     """Bytes of outputs written over donated inputs of the same shape, dtype and size (as XLA pairs them)."""
     free: dict[tuple, int] = {}
-    for size, aval, gives in zip(arg_sizes, arg_avals, donated):
+    for size, aval, gives in zip(arg_sizes, arg_avals, donated, strict=False):
         if gives:
             key = (tuple(aval.shape), str(aval.dtype), size)
             free[key] = free.get(key, 0) + 1
     alias = 0
-    for size, aval in zip(out_sizes, out_avals):
+    for size, aval in zip(out_sizes, out_avals, strict=False):
         key = (tuple(aval.shape), str(aval.dtype), size)
         if free.get(key):
             free[key] -= 1
