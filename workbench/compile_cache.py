@@ -53,18 +53,24 @@ def default_cache_dir() -> pathlib.Path:
     return pathlib.Path(base) / "sharding-workbench" / "jax"
 
 
-def _choose() -> tuple[str | None, str]:
-    """(folder to use or None, reason) from the environment and JAX's own settings."""
+def _jax_cache_dir() -> str | None:
+    """The cache folder JAX has of its own (the user's: JAX_COMPILATION_CACHE_DIR or jax.config), if any."""
     import jax
 
+    # JAX adds its options to jax.config at run time, as attributes a type checker cannot see.
+    return jax.config.jax_compilation_cache_dir  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _choose() -> tuple[str | None, str]:
+    """(folder to use or None, reason) from the environment and JAX's own settings."""
     raw = os.environ.get(ENV_VAR)
     if raw is not None and raw.strip().lower() in OFF_VALUES + ("",):
-        if jax.config.jax_compilation_cache_dir:  # the workbench adds none, but JAX keeps the user's own
+        if _jax_cache_dir():  # the workbench adds none, but JAX keeps the user's own
             return None, f"{ENV_VAR}={raw!r}, but JAX has a cache folder of its own (JAX_COMPILATION_CACHE_DIR)"
         return None, f"switched off by {ENV_VAR}={raw!r}"
     if raw is not None:
         return os.path.expanduser(raw.strip()), f"folder from {ENV_VAR}"
-    if jax.config.jax_compilation_cache_dir:
+    if _jax_cache_dir():
         return None, "JAX already has a cache folder (JAX_COMPILATION_CACHE_DIR or jax.config): left alone"
     return str(default_cache_dir()), "the per-user default folder"
 
@@ -86,7 +92,7 @@ def configure_compilation_cache() -> CacheSetup:
 
     path, reason = _choose()
     if path is None:  # whatever JAX was given by the user, if anything, is what is in use
-        user_path = jax.config.jax_compilation_cache_dir or None
+        user_path = _jax_cache_dir() or None
         _setup = CacheSetup(user_path, user_path is not None, reason)
         return _setup
     try:

@@ -69,8 +69,10 @@ def checked_port(port: int) -> int:
 
 
 def _token(required: bool) -> str | None:
-    if not required:
-        return None
+    return _new_token() if required else None
+
+
+def _new_token() -> str:
     return os.environ.get("JUPYTER_TOKEN") or secrets.token_urlsafe(24)
 
 
@@ -99,7 +101,7 @@ def lab_launch(port: int = 8888, open_browser: bool = True, notebook_dir: str | 
     ``extra`` are further ``--Class.trait=value`` options for Jupyter (e.g. what a test needs).
     """
     port = checked_port(port)
-    token = _token(required=True)
+    token = _new_token()
     folder = _directory(notebook_dir)
     argv = (sys.executable, "-m", "jupyterlab", f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}",
             "--ServerApp.port_retries=0", f"--ServerApp.root_dir={folder}",

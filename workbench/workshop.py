@@ -475,7 +475,8 @@ def _as_rows(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
         return None
     rows = [_whole_number(row) for row in value]
-    return None if any(row is None for row in rows) else tuple(sorted(rows))
+    whole = [row for row in rows if row is not None]
+    return tuple(sorted(whole)) if len(whole) == len(rows) else None
 
 
 def _rows_hint(mesh: str, said: tuple[int, ...], asked: ProcessRows, others: tuple[ProcessRows, ...]) -> str:

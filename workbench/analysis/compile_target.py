@@ -71,9 +71,10 @@ class CompileTarget:
     @property
     def hardware(self) -> str | None:
         """The cost model's preset for these chips; None for ``cpu`` (the plan keeps its own)."""
-        if self.kind == "gpu":
-            return GPU_CHIPS[self.generation].hardware
-        return TPU_GENERATIONS[self.generation] if self.topology else None
+        generation = self.generation
+        if generation is None:  # cpu: no topology
+            return None
+        return GPU_CHIPS[generation].hardware if self.kind == "gpu" else TPU_GENERATIONS[generation]
 
     def __str__(self) -> str:
         return "cpu" if self.kind == "cpu" else f"{self.kind}:{self.topology}"
@@ -186,8 +187,9 @@ def check_target(target: CompileTarget, mesh: MeshShape) -> None:
                 "TPU topology of as many chips with libtpu (e.g. --verify tpu:v5p:16x16x16 has 4,096)"
             )
         return
-    if target.generation != "v4" and target.chips != mesh.size:
-        raise mesh_mismatch(mesh, target, target.chips)
+    chips = target.chips  # a TPU or GPU target has a topology, so a chip count
+    if target.generation != "v4" and chips is not None and chips != mesh.size:
+        raise mesh_mismatch(mesh, target, chips)
     if target.kind == "gpu":
         problem = gpu_compiler_problem()
         if problem is not None:

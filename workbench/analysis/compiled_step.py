@@ -69,7 +69,7 @@ class CompiledCollective(CountedCollective):
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CompiledCollective:
         names = {f.name for f in dataclasses.fields(cls)}
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
         return cls(**fields)
 
 

@@ -252,7 +252,7 @@ def _attr(attrs: str, key: str) -> str | None:
         tail = re.match(r"(?:maximal_)?mesh\[[^\]]*\](?:,\s*device_ids=\((?:[^()]|\([^()]*\))*\))?\s*(?:\{[^}]*\})?",
                         attrs[start:])
         return tail.group(0) if tail else None
-    return re.match(r"[^,\s]*", attrs[start:]).group(0)
+    return re.split(r"[,\s]", attrs[start:], maxsplit=1)[0]  # up to the next comma or space
 
 
 def _iota(dims: Sequence[int], perm: Sequence[int] | None) -> np.ndarray:
@@ -286,6 +286,8 @@ def _mesh_form_groups(text: str) -> list[list[int]]:
     refs: dict[int, list[tuple[int, int]]] = {}
     for ref in _split_top(match["group"]):
         sub = re.match(r"'?([^':]+)'?(?::\((\d+)\)(\d+))?$", ref.strip())
+        if not sub:
+            raise WorkbenchError(f"cannot read the group axis {ref.strip()!r} of {text!r}: report this HLO form")
         index = names.index(sub[1])
         pre, size = (int(sub[2]), int(sub[3])) if sub[2] else (1, sizes[index])
         refs.setdefault(index, []).append((pre, size))

@@ -118,9 +118,9 @@ def _machinery() -> tuple[str, ...]:
 
     dirs = [layer_scopes.__file__, param_gathering.__file__]  # wrappers around a layer's call: look past them
     for name in LIBRARY_PACKAGES:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "__file__", None):
-            dirs.append(os.path.dirname(module.__file__) + os.sep)
+        path = getattr(sys.modules.get(name), "__file__", None)  # None: not imported, or no file
+        if path:
+            dirs.append(os.path.dirname(path) + os.sep)
     return tuple(dirs)
 
 

@@ -85,15 +85,15 @@ class MemoryComparison:
 
 def _flag(device: DeviceMemory) -> str | None:
     """Why ``device``'s live bytes differ from the prediction by more than the threshold (None: they do not)."""
-    change = device.live_vs_predicted
-    if change is None or abs(change) <= FLAG_FRACTION:
+    change, predicted = device.live_vs_predicted, device.predicted_arguments
+    if change is None or predicted is None or abs(change) <= FLAG_FRACTION:  # change: None without a prediction
         return None
     words = (f"device {device.device}: {format_bytes(device.live)} live, {change:+.0%} against the predicted "
-             f"{format_bytes(device.predicted_arguments)} (state and batch)")
+             f"{format_bytes(predicted)} (state and batch)")
     if change < 0:
         return (f"{words}: less than predicted: the layout engine counts arrays this step does not hold live "
                 "(e.g. a batch already consumed, or state the mode keeps on the host)")
-    noticeable = FLAG_FRACTION / 2 * device.predicted_arguments
+    noticeable = FLAG_FRACTION / 2 * predicted
     causes = [f"{format_bytes(device.live_roles[role])} of {_WHAT[role]}"
               for role in ("state copy", "batch copy", "other")
               if device.live_roles.get(role, 0) > noticeable]

@@ -38,7 +38,7 @@ from ..training.modes import PRECISIONS, mesh_fit, mode_class
 from ..training.modes.base import placement_argument
 from ..training.step import check_compiles_ahead
 from .byte_size import parse_byte_size
-from .compile_target import check_target
+from .compile_target import check_target, parse_target
 from .compiler_rules import compiler_rules
 from .cost_model import DEFAULT_UTILISATION, Hardware, compute_time
 from .cost_model import hardware as lookup_hardware
@@ -134,7 +134,8 @@ def plan_training(
 
     settings = None if verify is None else verify_settings(verify)
     hw = lookup_hardware(planned_hardware(hardware, settings))
-    memory_rules = compiler_rules(compiler or (settings.target.kind if settings is not None else hw.compiler))
+    memory_rules = compiler_rules(compiler or (parse_target(settings.target).kind if settings is not None
+                                               else hw.compiler))
     memory = hw.memory_bytes if device_memory is None else parse_byte_size(device_memory)
     compute_time(0.0, hw, utilisation)  # checks utilisation now, not when the plan is printed
     declared = mode if isinstance(mode, type) else mode_class(mode)  # unknown: the modes' message, listing them
@@ -178,9 +179,11 @@ def plan_training(
 
     # What a step sends, and whether its compute hides it.
     compute_bytes = COMPUTE_BYTES[precision]
-    transformer_formulas = planned.transformer_estimates  # the model declares it (TRANSFORMER_ESTIMATES)
+    # The model declares it (TRANSFORMER_ESTIMATES); the formulas count tokens, so it reads sequences too.
+    formula_seq_len = seq_len if planned.transformer_estimates else None
+    transformer_formulas = formula_seq_len is not None
     # (B_local, T, d_model) activations summed over 'model' after each row-parallel layer of a block
-    block_activation = examples * seq_len * abstract.d_model * compute_bytes if transformer_formulas else None
+    block_activation = examples * formula_seq_len * abstract.d_model * compute_bytes if transformer_formulas else None
     collectives, sync_bytes = step_collectives(
         declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if transformer_formulas else 0,
         notes,
@@ -193,7 +196,7 @@ def plan_training(
     # Memory beside the training state.
     activations = None
     if transformer_formulas:
-        activations = activation_bytes(abstract, examples, seq_len, model_size, compute_bytes, recomputed)
+        activations = activation_bytes(abstract, examples, formula_seq_len, model_size, compute_bytes, recomputed)
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = transient_params_bytes(declared, params_layout, precision, notes, abstract)

@@ -47,7 +47,7 @@ import optax
 
 from .findings import Finding
 from .ledger import Collective, CommLedger, float_param_bytes, ledger_for_mode
-from .process_check import check_across_processes
+from .process_check import ProcessCheckReport, check_across_processes
 from ..training.process_share import host_values
 from ..errors import WorkbenchError
 from ..layout.mesh import parse_mesh
@@ -257,7 +257,7 @@ def _max_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray], rms: bool = Fals
 # --- running the step ---------------------------------------------------------------------------------
 
 
-def _run(mode: ParallelMode, state: TrainState, batches: Sequence[Any]):
+def _run(mode: ParallelMode, state: TrainState, batches: Sequence[Any]) -> tuple[float, list[np.ndarray], float]:
     """(first step's applied gradient norm, flattened params after each step, largest replica divergence)."""
     placed, share = mode.place_state(state), mode.batch_share()
     first_norm, params, divergence = None, [], 0.0
@@ -267,6 +267,8 @@ def _run(mode: ParallelMode, state: TrainState, batches: Sequence[Any]):
             first_norm = float(jax.device_get(metrics["grad_norm"]))
         params.append(_flat(mode.export_state(placed).params))
         divergence = max(divergence, state_divergence(mode, placed))
+    if first_norm is None:
+        raise WorkbenchError("the reference check needs at least one batch to step on")
     return first_norm, params, divergence
 
 
@@ -479,7 +481,8 @@ def check_built_step(built, *, steps: int | None = None, ledger: bool = True) ->
     return reference_check(built.mode, built.state, built.first_whole_batches(steps), ledger=ledger)
 
 
-def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True, **options: Any) -> CheckReport:
+def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True,
+              **options: Any) -> CheckReport | ProcessCheckReport:
     """The reference check of a training configuration: built by the trainer's own
     :func:`~workbench.training.step.build_step`, so what is checked is exactly what would train.
 

@@ -32,6 +32,7 @@ import re
 from typing import Any
 
 import jax
+import jax.core  # jax.core.ShapedArray: jax imports the submodule but does not export the name
 import jax.extend  # noqa: F401  (jax.extend.core)
 import numpy as np
 from jax.extend.core import jaxprs_in_params
@@ -94,6 +95,8 @@ class _Value:
 
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
                  "readers", "position", "buffers", "itemsize", "origin", "carried")
+    operands: tuple[_Value, ...] | list[_Value]  # the values it reads (empty for an argument)
+    buffers: list[_Value] | None  # the materialised buffers a reader of it reads (None: not yet worked out)
 
     def __init__(self, aval: Any, spec: AxesPerDimension, sizes: dict[str, int], float_bytes: dict):
         self.shape = tuple(aval.shape)
@@ -119,7 +122,7 @@ def _dtype_and_size(dtype: Any, float_bytes: dict) -> tuple:
     """(NumPy dtype or None for PRNG keys, bytes per element on the backend), cached per dtype."""
     key = (dtype, tuple(sorted(float_bytes.items())))
     if key not in _DTYPES:
-        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if jax.numpy.issubdtype(dtype, jax.dtypes.prng_key):
             _DTYPES[key] = (None, 8)
         else:
             numpy_dtype = np.dtype(dtype)
@@ -321,8 +324,8 @@ def _propagate(eqn: Any, ins: list[Any], local: bool) -> list[AxesPerDimension]:
     outs = eqn.outvars
     if local:
         return [()] * len(outs)
-    explicit = [_aval_spec(var.aval) for var in outs]
-    if all(s is not None for s in explicit):
+    explicit = [s for s in (_aval_spec(var.aval) for var in outs) if s is not None]
+    if len(explicit) == len(outs):  # JAX tracked every output's sharding in its type
         return explicit
     name, params = eqn.primitive.name, eqn.params
     if name in ("sharding_constraint", "reshard"):

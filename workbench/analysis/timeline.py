@@ -146,8 +146,9 @@ class Timeline:
         totals: dict[str, int] = {}
         for kind in self.collective_time_by_kind():
             mine = [c for c in self.collectives if c.kind == kind]
-            if all(c.bytes is not None for c in mine):
-                totals[kind] = sum(c.bytes * c.occurrences for c in mine)
+            sizes = [c.bytes * c.occurrences for c in mine if c.bytes is not None]
+            if len(sizes) == len(mine):  # every op's bytes are known
+                totals[kind] = sum(sizes)
         return totals
 
     def to_json(self) -> dict[str, Any]:
@@ -424,7 +425,7 @@ def read_timeline(trace: str | Path, *, hlo_text: str | Sequence[str] | None = N
     origin: dict[str, float] = {}
     for r in raw:
         origin[r.run] = min(origin.get(r.run, r.start), r.start)
-    runs = sorted(origin, key=origin.get)
+    runs = sorted(origin, key=origin.__getitem__)
     index = {run: i for i, run in enumerate(runs)}
     ops, axes, empty = [], {}, _OpTable({}, {}, {}, {})
     for r in raw:

@@ -78,12 +78,13 @@ def planned_hardware(hardware: Any, settings: VerifySettings | None) -> Any:
     """
     from .cost_model import hardware as lookup_hardware
 
-    topology_preset = settings.target.hardware if settings is not None else None
+    target = parse_target(settings.target) if settings is not None else None  # VerifySettings parsed it: as is
+    topology_preset = target.hardware if target is not None else None
     if hardware is None:
         return topology_preset or "tpu-v5p"
     if topology_preset and lookup_hardware(hardware).name != topology_preset:
         raise WorkbenchError(
-            f"hardware {lookup_hardware(hardware).name!r} contradicts --verify {settings.target}, which compiles for "
+            f"hardware {lookup_hardware(hardware).name!r} contradicts --verify {target}, which compiles for "
             f"{topology_preset}: drop --hardware (the topology's preset is used) or give --hardware {topology_preset}"
         )
     return hardware
@@ -145,8 +146,9 @@ class VerificationJob:
         )
         self._finalizer = weakref.finalize(self, stop_process_group, self._process)  # also runs at interpreter exit
         try:
-            self._process.stdin.write((json.dumps(request) + "\n").encode())
-            self._process.stdin.flush()
+            if self._process.stdin is not None:  # always: Popen was given stdin=PIPE
+                self._process.stdin.write((json.dumps(request) + "\n").encode())
+                self._process.stdin.flush()
         except OSError:
             pass  # the child died at once: the reader reports why
         self._timer = threading.Timer(self.timeout, self._stop_because, args=("timeout",))
@@ -216,7 +218,7 @@ class VerificationJob:
 
     def _read(self) -> None:
         try:
-            for line in self._process.stdout:
+            for line in self._process.stdout or ():  # always a pipe: Popen was given stdout=PIPE
                 try:
                     message = json.loads(line)
                 except ValueError:
@@ -300,7 +302,7 @@ def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None 
     """
     settings = VerifySettings(target, timeout, on_progress)
     resolved = _verifiable(config, settings.target)
-    return VerificationJob(resolved, settings.target, seq_len, settings.timeout, settings.on_progress)
+    return VerificationJob(resolved, parse_target(settings.target), seq_len, settings.timeout, settings.on_progress)
 
 
 def check_verifiable(config: Any, target: Any = "cpu") -> Any:

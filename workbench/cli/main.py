@@ -272,7 +272,7 @@ def _cmd_cache(args) -> int:
     print(f"compilation cache {state}: {info['path'] or '(no folder)'} ({info['reason']})")
     if info["path"]:
         print(f"  {info['entries']} compiled programs, {format_bytes(info['bytes'])}")
-    if args.clear:
+    if freed is not None:  # --clear
         print(f"  cleared: {format_bytes(freed)} freed")
     return EXIT_OK
 

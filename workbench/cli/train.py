@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any
+from typing import Any, cast
 
 from ..layout.mesh import parse_mesh
 from .exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
@@ -49,7 +49,8 @@ def _config_from_args(args):
         log_every=args.log_every, eval_every=args.eval_every, sync_every=args.sync_every,
         drop_remainder=args.drop_remainder, processes=args.processes,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
-        faults=",".join(args.inject),
+        # Comma-separated fault names: resolved() reads them into the tuple the field holds from then on.
+        faults=cast(Any, ",".join(args.inject)),
         model_options=parse_model_options(args.model_options, args.model),
         data_options=parse_data_options(args.data, args.data_options),
     ).resolved()
@@ -191,6 +192,10 @@ def train_command(args) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if summary is None:  # processes that ended without their summary being read (see Trainer.run)
+        print(f"error: run {trainer.run_name} ended without a summary that could be read: see {trainer.run_path}",
+              file=sys.stderr)
+        return EXIT_FAILED
     result = _finite_or_none({**summary, "status": trainer.status})
     if args.json:
         print(json.dumps({**result, **_profile_result(args, profiles)}))

@@ -42,8 +42,9 @@ def join(coordinator: str, processes: int, process_id: int, *, bind_loopback: bo
     """
     import jax
 
-    timeouts = dict(initialization_timeout=INIT_TIMEOUT_S, heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
-                    shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S)
+    timeouts: dict[str, Any] = dict(initialization_timeout=INIT_TIMEOUT_S,
+                                    heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+                                    shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S)
     if coordinator == "auto":
         jax.distributed.initialize(**timeouts)
         return
@@ -96,8 +97,8 @@ def _write_params(trainer: Any, path: Path) -> None:
 
     values = host_values(trainer.state.params)  # a collective: every process takes part
     if jax.process_index() == 0:
-        leaves = {jax.tree_util.keystr(key): np.asarray(leaf)
-                  for key, leaf in jax.tree_util.tree_leaves_with_path(values)}
+        leaves: dict[str, Any] = {jax.tree_util.keystr(key): np.asarray(leaf)
+                                  for key, leaf in jax.tree_util.tree_leaves_with_path(values)}
         partial = path.with_name(path.name + ".partial")
         with open(partial, "wb") as handle:
             np.savez(handle, **leaves)
@@ -149,7 +150,8 @@ def check_devices(config: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.distributed.worker", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m workbench.distributed.worker",
+                                     description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--coordinator", required=True, help="HOST:PORT of process 0, or 'auto'")
     parser.add_argument("--process-id", type=int, default=None)
     parser.add_argument("--processes", type=int, default=None)

@@ -101,11 +101,11 @@ def _large_replicated(leaf: LeafLayout, devices: int) -> LayoutWarning:
     )
 
 
-def _indivisible(leaf: LeafLayout) -> LayoutWarning:
+def _indivisible(leaf: LeafLayout, problem: str) -> LayoutWarning:
     return LayoutWarning(
         "indivisible", "error", leaf.path,
         f"{leaf.path} {leaf.layout.shape} cannot be placed as asked (counted as replicated here)",
-        leaf.problem, leaf.layout.bytes_per_device,
+        problem, leaf.layout.bytes_per_device,
     )
 
 
@@ -158,13 +158,14 @@ def lint_layout(layout: TreeLayout, *, min_bytes: int = DEFAULT_MIN_BYTES,
     warnings = []
     for leaf in layout.leaves:
         if leaf.problem is not None:
-            warnings.append(_indivisible(leaf))
+            warnings.append(_indivisible(leaf, leaf.problem))
         elif devices > 1 and leaf.layout.is_fully_replicated and leaf.layout.bytes_per_device >= min_bytes:
             warnings.append(_large_replicated(leaf, devices))
     if optimizer_state is not None:
         warnings += _moment_warnings(layout, optimizer_state, min_bytes)
         reported = [leaf.path for leaf in layout.leaves if leaf.problem is not None]
-        warnings += [_indivisible(leaf) for leaf in optimizer_state.leaves  # a moment of a reported parameter: once
+        # A moment of a reported parameter is reported once, with its parameter.
+        warnings += [_indivisible(leaf, leaf.problem) for leaf in optimizer_state.leaves
                      if leaf.problem is not None and not any(leaf.path.endswith("/" + p) for p in reported)]
     unused = set(layout.unused_rules)
     if optimizer_state is not None and optimizer_state.rules is not None:

@@ -36,8 +36,8 @@ def parse_shape(value: str | Sequence[int] | int) -> tuple[int, ...]:
                     f"shape {value!r} has {part!r}, not a size: write whole numbers >= 0 separated by "
                     "commas, e.g. '8,16,32' (or '' for a 0-D array)"
                 )
-    else:
-        parts = list(value)
+    else:  # a sequence; a bool (an int, but not a size) is refused below, as inside one
+        parts = [value] if isinstance(value, bool) else list(value)
     shape = []
     for part in parts:
         if isinstance(part, bool) or not isinstance(part, (int, np.integer, str)):

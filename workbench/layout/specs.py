@@ -44,7 +44,7 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
     stripped = text.rstrip()
     while pos < len(stripped):
         match = _TOKEN.match(stripped, pos)
-        if not match:
+        if not match or match.lastgroup is None:  # (each alternative of _TOKEN is a named group)
             bad = stripped[pos:].lstrip()[:10]
             raise SpecError(
                 f"cannot read partition spec {text!r} at {bad!r}: write axis names and None separated "

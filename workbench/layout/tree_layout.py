@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 from jax.sharding import PartitionSpec
@@ -146,7 +146,7 @@ def shard_largest_dim(shape: tuple[int, ...], axis: str, axis_size: int) -> tupl
     if not candidates:
         return PartitionSpec(), f"replicated: no dimension of {shape} is divisible by {axis!r} ({axis_size})"
     dim = max(candidates, key=lambda d: (shape[d], -d))
-    entries = [None] * len(shape)
+    entries: list[str | None] = [None] * len(shape)
     entries[dim] = axis
     return PartitionSpec(*entries), f"dimension {dim} ({shape[dim]}) sharded over {axis!r}"
 
@@ -234,8 +234,10 @@ class _SpecSource:
             if path in specs:
                 return parse_spec(specs[path]), "given by path", None
             return PartitionSpec(), "replicated: path not in the spec dict", None
-        if callable(specs):
-            return parse_spec(specs(path, leaf)), "chosen by the spec function", None
+        if callable(specs):  # returns a spec in any form parse_spec reads
+            return parse_spec(cast(Any, specs(path, leaf))), "chosen by the spec function", None
+        if self.flat_specs is None:  # _spec_source flattened every other kind of specs
+            raise WorkbenchError(f"cannot read specs {specs!r}: give a spec tree, a rule table or a strategy name")
         return parse_spec(self.flat_specs[position]), "from the spec tree", None
 
 
@@ -272,7 +274,7 @@ def _lay_out_leaf(
     try:
         return LeafLayout(path, layout_array(leaf, mesh, spec), reason, rule)
     except SpecError as error:
-        where = f", rule {rule} ({rules.rules[rule].pattern!r})" if rule is not None else ""
+        where = f", rule {rule} ({rules.rules[rule].pattern!r})" if rule is not None and rules is not None else ""
         if on_invalid == "raise":
             raise SpecError(f"leaf {path!r} (shape {tuple(leaf.shape)}{where}): {error}") from None
         layout = layout_array(leaf, mesh, PartitionSpec())

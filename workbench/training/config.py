@@ -63,7 +63,8 @@ def with_learning_rate_in_state(inner: optax.GradientTransformation, lr: float) 
         updates = jax.tree.map(lambda u: rate.astype(u.dtype) * u, updates)  # None leaves are empty subtrees: skipped
         return updates, LearningRateState(rate, inner_state)
 
-    return optax.GradientTransformation(init, update)
+    # optax types every update's state as the OptState union, not the transformation's own state type.
+    return optax.GradientTransformation(init, update)  # pyright: ignore[reportArgumentType]
 
 
 def make_optimizer(name: str, lr: float) -> optax.GradientTransformation:

@@ -78,8 +78,8 @@ def _check_part(rows: slice | None, global_batch_size: int) -> slice:
     """``rows`` as a slice within one global batch (None: all of it), or a WorkbenchError naming it."""
     if rows is None:
         return slice(0, global_batch_size)
-    ok = isinstance(rows, slice) and rows.step in (None, 1) and rows.start is not None and rows.stop is not None
-    if not ok or not 0 <= rows.start < rows.stop <= global_batch_size:
+    if not (isinstance(rows, slice) and rows.step in (None, 1) and rows.start is not None and rows.stop is not None
+            and 0 <= rows.start < rows.stop <= global_batch_size):
         raise WorkbenchError(
             f"rows={rows!r} is not a part of a global batch of {global_batch_size}: pass a slice such as "
             f"slice(0, {max(global_batch_size // 2, 1)}) (a process's rows, see ParallelMode.batch_share)"
@@ -231,7 +231,7 @@ class Dataset:
             >>> round(load_dataset("text").unigram_entropy(), 1)  # doctest: +SKIP
             3.1
         """
-        if self.kind != "language":
+        if self.kind != "language" or self.vocab_size is None:  # a language data set has a vocabulary
             raise WorkbenchError(
                 f"unigram_entropy is for language data sets (text, tokens); {self.name!r} is {self.kind}"
             )

@@ -84,7 +84,8 @@ def _spec_for_rank(spec: PartitionSpec, rank: int) -> PartitionSpec:
     return PartitionSpec(*entries, *([None] * (rank - len(entries))))
 
 
-def _check_leading_dim(path: str, shape: tuple[int, ...], spec: PartitionSpec, mesh: Mesh) -> None:
+def _check_leading_dim(path: str, shape: tuple[int, ...], spec: PartitionSpec,
+                       mesh: Mesh | jax.sharding.AbstractMesh) -> None:
     """SpecError naming the leaf when its leading dimension does not split evenly over the data axes."""
     axes = entry_axes(spec_entries(spec)[0]) if shape and spec_entries(spec) else ()
     if not axes:

@@ -52,7 +52,7 @@ def devices_share_host_memory() -> bool:
     return jax.default_backend() == "cpu"
 
 
-def largest_batch_within(budget: int, fixed: int, per_example: float, unit: int) -> int:
+def largest_batch_within(budget: int, fixed: float, per_example: float, unit: int) -> int:
     """The largest multiple of ``unit`` examples whose ``fixed + per_example * batch`` bytes fit ``budget``
     (0 when not even ``unit`` fits).
 

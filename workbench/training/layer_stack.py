@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import jax
 from flax import nnx
@@ -63,7 +63,7 @@ def scan_layers(apply_layer: Callable[[Any, jax.Array], jax.Array], stacked: Any
     return lax.scan(body, x, stacked)[0]
 
 
-def is_layer_stack(module: Any) -> bool:
+def is_layer_stack(module: Any) -> TypeGuard[LayerStack]:
     """Whether ``module`` is a :class:`LayerStack` (the fsdp gathering and the planner count its layers)."""
     return isinstance(module, LayerStack)
 

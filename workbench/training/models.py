@@ -26,7 +26,7 @@ import inspect
 import math
 import numbers
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import jax
@@ -126,11 +126,12 @@ def language_model_loss(model: nnx.Module, batch: Mapping[str, Any]) -> LossOutp
     """
     tokens = jnp.asarray(batch["x"])
     tile = getattr(model, "loss_tile", None)  # a model of your own with this loss: computed in one piece
-    if tile is None or tile >= model.vocab:
+    lm = typing.cast("TransformerLM", model)  # a model with a loss_tile has the transformer's head and vocab
+    if tile is None or tile >= lm.vocab:
         return cross_entropy_loss(model, batch)  # one tile: the plain loss, the same bits as before tiling
     labels = jnp.asarray(batch["y"])
     weights = token_weights(batch.get("mask"), labels.shape)
-    sums = model.head.cross_entropy_sums(model.hidden_states(tokens), labels, weights, tile)
+    sums = lm.head.cross_entropy_sums(lm.hidden_states(tokens), labels, weights, tile)
     total_weight = weights.sum()
     safe_weight = jnp.where(total_weight > 0, total_weight, 1.0)  # keeps the gradient finite, as masked_mean
 
@@ -429,7 +430,8 @@ class TransformerLM(RegisteredModel):
                  loss_tile: int | None = None, scan_layers: bool = False, rngs: nnx.Rngs):
         resolved = self.resolve_options(dict(vocab=vocab, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
                                              loss_tile=loss_tile))
-        d_ff, self.loss_tile = resolved["d_ff"], resolved["loss_tile"]  # words per tile of the loss
+        d_ff = typing.cast(int, resolved["d_ff"])  # resolved: derived from d_model when not given
+        self.loss_tile = resolved["loss_tile"]  # words per tile of the loss
         self.vocab, self.d_model, self.n_layers, self.d_ff, self.max_len = vocab, d_model, n_layers, d_ff, max_len
         self.n_heads = n_heads
         self.embed = TokenEmbedding(vocab, d_model, rngs=rngs)
@@ -545,7 +547,7 @@ def _checked_value(name: str, key: str, value: Any, kind: type) -> Any:
     if kind is bool and isinstance(value, bool):
         return value
     if is_number and (kind is float or isinstance(value, numbers.Integral)) and kind is not bool:
-        if not value > 0:
+        if not value > 0:  # pyright: ignore[reportOperatorIssue]  (typeshed's numbers.Real declares no ">")
             raise WorkbenchError(f"model {name!r} option {key}={value!r} must be positive")
         return kind(value)
     raise WorkbenchError(f"model {name!r} option {key}={value!r} must be {_TYPE_WORDS[kind]}")
@@ -564,7 +566,8 @@ class ModelConfig:
 
     def build(self, rngs: nnx.Rngs | None = None, seed: int = 0) -> RegisteredModel:
         """The model, initialised from ``rngs`` (default ``nnx.Rngs(seed)``)."""
-        return model_class(self.name)(**self.options, rngs=rngs if rngs is not None else nnx.Rngs(seed))
+        cls = typing.cast("Callable[..., RegisteredModel]", model_class(self.name))  # built from its own options
+        return cls(**self.options, rngs=rngs if rngs is not None else nnx.Rngs(seed))
 
     def to_text(self) -> str:
         """The options as ``key=value,...`` text, which :func:`parse_model_options` reads back."""

@@ -57,7 +57,9 @@ def check_before_start(config: TrainConfig | ResolvedConfig) -> None:
 
     resolved = resolve_config(config)
     config = resolved.config
-    options = model_config(config.model, **config.model_options).options
+    options = model_config(config.model, **config.model_options).options  # refuses a "custom:..." model
+    if resolved.model_class is None:
+        raise WorkbenchError(f"model {config.model!r} is not a registered model: processes train registered ones")
     rules = tuple(resolved.model_class.tensor_parallel_rules(options=options))
     resolved.mode_class.check(StepPlan(None, None, None, resolved.mesh_shape, config.batch, config.accum,
                                        config.precision, rules, config.faults))

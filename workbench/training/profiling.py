@@ -106,6 +106,8 @@ class ProfileRequest:
                                "slow or the run is paused; wait longer (profile(..., timeout=...))")
         if self._error is not None:
             raise ProfileError(self._error)
+        if self._capture is None:  # finish() gives a capture or an error
+            raise ProfileError("the profile finished without a capture")
         return self._capture
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import jax
 from flax import nnx
@@ -30,7 +30,7 @@ from .config import ResolvedConfig, TrainConfig, make_optimizer, resolve_config
 from .data import Dataset, load_dataset
 from .host_memory import batch_bytes, check_batch_fits_host
 from .layer_scopes import module_paths
-from .models import abstract_batch, model_config, model_config_for_data
+from .models import RegisteredModel, abstract_batch, model_config, model_config_for_data
 from .modes import ParallelMode, StepPlan, mode_class, mesh_fit
 from .modes.base import ABSTRACT_DEVICES, ShardedJitMode, check_enough_devices
 from .modes.core import LossFn, TrainState, init_state
@@ -47,6 +47,7 @@ class CustomModel:
     batches: Callable[[int], Iterator[Any]] | Iterable[Any]
     eval_batches: Callable[[], Iterable[Any]] | Iterable[Any] | None = None
     tp_rules: tuple = ()
+    initial: tuple[Any, Any] | None = dataclasses.field(init=False, repr=False)  # module, split; None without
 
     def __post_init__(self):
         if self.module is not None and self.loss is None and not hasattr(type(self.module), "loss"):
@@ -118,6 +119,8 @@ def _batch_sources(config: TrainConfig, dataset: Dataset | None, custom: CustomM
     them. ``skip`` starts after that many batches (a resumed run): a data set computes where; your own
     batches are drawn and dropped."""
     if custom is None:
+        if dataset is None:  # _data loads the data set whenever there is no custom model
+            raise WorkbenchError("no data set and no custom batches to train on: pass config.data or custom")
         rows = None if share.whole else share.rows
         train = lambda seed, skip=0: dataset.batches(config.batch, seed=seed,  # noqa: E731
                                                      drop_remainder=config.drop_remainder, rows=rows, skip=skip)
@@ -157,9 +160,9 @@ def build_step(
     if model_cfg is not None:  # the data set's batches are made here: refuse one this host cannot hold
         unit = resolved.mode_class.batch_parts(resolved.mesh_shape) * config.accum
         check_batch_fits_host(config.batch, batch_bytes(abstract_batch(model_cfg, 1)), unit)
-    if custom is not None and custom.module is not None:
+    if custom is not None and custom.initial is not None:  # your own module (its initial split)
         graphdef, params = custom.initial
-        model, loss, tp_rules = nnx.merge(graphdef, params), custom.loss or type(custom.module).loss, custom.tp_rules
+        model, loss, tp_rules = nnx.merge(graphdef, params), _own_loss(custom), custom.tp_rules
         options = dict(config.model_options)
     else:
         model_cfg = model_cfg or model_config(config.model, **config.model_options)
@@ -180,8 +183,15 @@ def _whole_share(rows: int) -> ProcessShare:
     return ProcessShare(jax.process_index(), jax.process_count(), slice(0, rows), rows)
 
 
-def _registered_loss_and_rules(cls: type, model_cfg) -> tuple[LossFn, tuple]:
+def _registered_loss_and_rules(cls: type[RegisteredModel] | None, model_cfg) -> tuple[LossFn, tuple]:
+    if cls is None:  # "custom:..." names no registered model; model_config refuses it before this
+        raise WorkbenchError(f"model {model_cfg.name!r} is not a registered model: pass your own as custom")
     return cls.loss, tuple(cls.tensor_parallel_rules(options=model_cfg.options))
+
+
+def _own_loss(custom: CustomModel) -> LossFn:
+    """Your model's loss: the one given, else its class's (CustomModel checked that it has one)."""
+    return custom.loss or cast("type[RegisteredModel]", type(custom.module)).loss
 
 
 def _mode(resolved: ResolvedConfig, graphdef: Any, state: TrainState, loss: LossFn, tp_rules: tuple, optimizer: Any,
@@ -205,7 +215,7 @@ class AbstractStep:
     mode's shardings: nothing allocated. ``layers`` lists the model's submodule paths (``blocks/3/mlp``)."""
 
     config: TrainConfig
-    mode: ParallelMode
+    mode: ShardedJitMode
     state: TrainState
     batch: dict[str, jax.ShapeDtypeStruct]
     layers: tuple[str, ...]
@@ -262,7 +272,9 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
     check_mesh_for_training(resolved, devices)
     optimizer = make_optimizer(config.optimizer, config.lr)
     if custom is not None:
-        module, loss, tp_rules = custom.module, custom.loss or type(custom.module).loss, tuple(custom.tp_rules)
+        if custom.module is None:
+            raise WorkbenchError("build_abstract_step traces your own model: pass CustomModel(module=...)")
+        module, loss, tp_rules = custom.module, _own_loss(custom), tuple(custom.tp_rules)
         graphdef, state = jax.eval_shape(lambda: init_state(module, optimizer))
         batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((config.batch, *x.shape[1:]), x.dtype), example_batch)
     else:
@@ -270,7 +282,8 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
         loss, tp_rules = _registered_loss_and_rules(resolved.model_class, model_cfg)
         graphdef, state = jax.eval_shape(lambda: init_state(model_cfg.build(seed=config.seed), optimizer))
         batch = abstract_batch(model_cfg, config.batch, seq_len)
-    mode = _mode(resolved, graphdef, state, loss, tp_rules, optimizer, None, devices)
+    # check_compiles_ahead refused every mode that is not one jit program over a mesh.
+    mode = cast(ShardedJitMode, _mode(resolved, graphdef, state, loss, tp_rules, optimizer, None, devices))
     batch = _with_shardings(batch, jax.tree.map(mode.batch_sharding, batch))
     layers = tuple(module_paths(nnx.merge(graphdef, state.params, state.other)))
     return AbstractStep(config, mode, _with_shardings(state, mode.state_shardings(state)), batch, layers)

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import WorkbenchError
 from .process_share import batch_share, host_values
 from .modes.base import ParallelMode
 from .modes.core import TrainState, mean_loss_and_grads
@@ -180,7 +181,10 @@ def _all_replicas(mode: ParallelMode, replicas: int, flat: np.ndarray, weights: 
     from jax.experimental import multihost_utils
 
     # Where this process's own devices sit (not the rows it loaded: under the same-shard fault those are process 0's).
-    own = batch_share(mode.mesh, mode.batch_axis, mode.plan.global_batch)
+    mesh = getattr(mode, "mesh", None)  # replicas in several processes are devices of a mesh
+    if mesh is None:
+        raise WorkbenchError(f"mode {mode.name!r} has no mesh, so its replicas cannot be gathered across processes")
+    own = batch_share(mesh, mode.batch_axis, mode.plan.global_batch)
     first = own.rows.start * replicas // mode.plan.global_batch
     flats, weightss, firsts = multihost_utils.process_allgather((flat, weights, np.int32(first)))
     every_flat, every_weight = np.zeros((replicas, flat.shape[1]), flat.dtype), np.zeros(replicas, weights.dtype)

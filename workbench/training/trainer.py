@@ -47,7 +47,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -57,7 +57,7 @@ from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, chec
 from .checkpoints import checkpoint_steps, checkpoints_folder, latest_checkpoint, restore_state
 from .process_share import host_values
 from .profiling import Capture, ProfileCapture, ProfileError, ProfileRequest, check_profile_steps
-from ..errors import WorkbenchError
+from ..errors import RunError, WorkbenchError
 from .events import TrainEvent as TrainEvent
 from .events import deliver
 from .in_flight import InFlight
@@ -131,8 +131,11 @@ class Trainer:
         coordinator_port: int | None = None,
         **overrides: Any,
     ):
-        resolved = config if isinstance(config, ResolvedConfig) else None
-        config = dataclasses.replace(config.config if resolved else config or TrainConfig(), **overrides)
+        if isinstance(config, ResolvedConfig):
+            resolved, config = config, config.config
+        else:
+            resolved = None
+        config = dataclasses.replace(config or TrainConfig(), **overrides)
         if model is not None:
             config = dataclasses.replace(config, model=f"custom:{type(model).__name__}")
         if resolved is not None and resolved.config == config:
@@ -143,7 +146,8 @@ class Trainer:
         self.coordinator_port = coordinator_port
         self._custom = None
         if model is not None or batches is not None:
-            self._custom = CustomModel(model, loss, batches, eval_batches, tuple(tp_rules or ()))
+            # None batches too: CustomModel refuses them (after a missing loss) with the message to show.
+            self._custom = CustomModel(model, loss, cast(Any, batches), eval_batches, tuple(tp_rules or ()))
         self._modes: dict[tuple, Any] = {}  # built modes by compile key: a new lr or seed reuses one
         self._subscribers: list[Callable[[TrainEvent], None]] = []
         self._lock = threading.Lock()
@@ -250,24 +254,31 @@ class Trainer:
             self._status = "running"
         self._thread = threading.Thread(target=self._run_safely, args=prepared, daemon=True, name="workbench-trainer")
         self._thread.start()
-        return self.run_name
+        return self._current_run
 
     def run(self, steps: int | None = None, *, name: str | None = None, profile: int | None = None) -> dict[str, Any]:
         """Run to the end in this thread; returns the summary (also in ``summary.json``). ``profile=N``
         profiles N steps once they are compiled (the ``profile`` event says where)."""
         if self._across_processes():
             self.start(steps, name=name, profile=profile)
-            return self.wait()
+            self.wait()
+            return self._ended_summary()
         with self._lock:
             self._refuse_if_active("start another run")
             prepared = self._prepare(steps, name, profile)
             self._status = "running"
         self._run_safely(*prepared)
+        return self._ended_summary()
+
+    def _ended_summary(self) -> dict[str, Any]:
+        """The summary of the run that has just ended (a run in this process always leaves one)."""
+        if self._summary is None:  # across processes: they ended, but their summary was not read in time
+            raise RunError(f"run {self.run_name!r} ended without a summary that could be read: see {self.run_path}")
         return self._summary
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Block until the run ends (or ``timeout`` seconds pass); returns the summary, or None."""
-        if self._group is not None:  # every process has ended, and the follower has read the summary
+        if self._group is not None and self._follower is not None:  # set together: a run across processes
             begun = time.monotonic()
             if self._group.wait(timeout) is None:
                 return None
@@ -474,8 +485,15 @@ class Trainer:
 
     # --- the training thread ---------------------------------------------------------------------
 
+    @property
+    def _current_run(self) -> str:
+        """The name of the run this trainer holds (it is named before it starts or emits anything)."""
+        if self.run_name is None:
+            raise WorkbenchError("this trainer has not started a run")
+        return self.run_name
+
     def _emit(self, kind: str, step: int, **data: Any) -> None:
-        event = TrainEvent(kind, step, data, self.run_name)
+        event = TrainEvent(kind, step, data, self._current_run)
         self.history.append(event)
         deliver(event, self._subscribers, self.subscriber_errors)
 
@@ -537,7 +555,7 @@ class _Loop:
         self.compile_s = None
         self.train_seconds = 0.0
         self.train_examples = 0
-        self.traceback = None
+        self.traceback: str | None = None
         self.interval_start = time.perf_counter()
         self.capture: Capture | None = None  # a profile being taken
 
@@ -575,6 +593,8 @@ class _Loop:
 
     def save_checkpoint(self, requested: bool = False) -> None:
         """Start saving the state (Orbax copies it off the devices, then writes in the background)."""
+        if self.checkpoints is None:  # a save asked for in a run that saves no checkpoints of its own
+            self.checkpoints = CheckpointWriter(self.writer.path, self.config.keep_checkpoints)
         state = self.mode.export_state(self.state)
         self.checkpoints.save(self.step, state, checkpoint_meta(self.config, self.step, state))
         self.saved_step = self.step
@@ -593,8 +613,6 @@ class _Loop:
                                requested=True, already=True)
             return
         self.flush()
-        if self.checkpoints is None:
-            self.checkpoints = CheckpointWriter(self.writer.path, self.config.keep_checkpoints)
         self.save_checkpoint(requested=True)
 
     def close_checkpoints(self) -> None:
@@ -774,6 +792,8 @@ class _Loop:
 
     def report_sync(self, batch: Any) -> None:
         """Gradient-sync diagnostics on this step's batch (see :mod:`workbench.training.sync_diagnostics`)."""
+        if self.state is None:  # run() places it before the first step
+            raise WorkbenchError("gradient-sync diagnostics need the run's placed state: there is none yet")
         report = sync_report(self.mode, self.state, batch).to_json()
         record = {"step": self.step, **{f"sync_{k}": v for k, v in report.items()}}
         self.writer.append(record)

@@ -91,10 +91,11 @@ def comparison_figure(comparison: Any, *, capacity_bytes: int | None = None, tit
     compiled = comparison.compiled
     largest = max([row.analytic or 0 for row in memory] + [row.compiler or 0 for row in memory])
     # The chip's memory as a line only where it is on the bars' scale: a 95 GiB line would flatten 200 KiB bars.
-    capacity_shown = bool(capacity_bytes) and capacity_bytes <= CAPACITY_SCALE * max(largest, 1)
+    capacity = capacity_bytes or 0  # 0: no chip memory given
+    capacity_shown = bool(capacity) and capacity <= CAPACITY_SCALE * max(largest, 1)
     figure = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.1,
                            subplot_titles=("memory per device", "collectives: bytes per device per step"))
-    unit, scale = _unit(max(largest, capacity_bytes if capacity_shown else 0))
+    unit, scale = _unit(max(largest, capacity if capacity_shown else 0))
     _bar_pair(figure, memory, scale, 1, True)
     if collectives:
         moved, moved_scale = _unit(max([row.analytic or 0 for row in collectives]
@@ -107,8 +108,9 @@ def comparison_figure(comparison: Any, *, capacity_bytes: int | None = None, tit
         figure.update_xaxes(visible=False, row=1, col=2)
         figure.update_yaxes(visible=False, row=1, col=2)
     if capacity_shown:
-        figure.add_hline(y=capacity_bytes / scale, line_dash="dash", row=1, col=1,
-                         annotation_text=f"device memory {format_bytes(capacity_bytes)}",
+        # plotly leaves row and col unannotated: pyright reads their default "all" as the type, not subplot numbers.
+        figure.add_hline(y=capacity / scale, line_dash="dash", row=1, col=1,  # pyright: ignore[reportArgumentType]
+                         annotation_text=f"device memory {format_bytes(capacity)}",
                          annotation_position="top left")
     subtitle = "the plan's bars carry plan / compiler"
     if capacity_bytes and not capacity_shown:

@@ -90,7 +90,7 @@ def _panels(layout: ArrayLayout, max_panels: int) -> tuple[list[_Panel], int]:
     return panels, len(keys)
 
 
-def _edges(intervals: Sequence[Interval]) -> list[float]:
+def _edges(intervals: Sequence[Interval]) -> list[int]:
     """Cell edges for sorted, touching intervals."""
     return [start for start, _ in intervals] + [intervals[-1][1]]
 

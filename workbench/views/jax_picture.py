@@ -232,7 +232,7 @@ def capture_visualize_sharding(
     import jax
 
     shape, sharding = _shape_and_sharding(layout_or_array)
-    options = dict(max_width=max_width, min_width=min_width, scale=scale)
+    options: dict[str, Any] = dict(max_width=max_width, min_width=min_width, scale=scale)
     colored, plain = io.StringIO(), io.StringIO()
     with _rich_output_into(colored):
         color_map = _DeviceColorMap(_tile_colors(shape, sharding))

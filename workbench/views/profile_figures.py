@@ -21,6 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.basedatatypes import BaseTraceType
 
 from ..errors import WorkbenchError
 from ..formatting import format_bandwidth, format_bytes, format_bytes_exact, format_seconds
@@ -156,7 +157,7 @@ def _flag_summary(memory: Any) -> str:
     return "live matches the predicted arguments on every device"
 
 
-def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[go.BaseTraceType]:
+def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[BaseTraceType]:
     """The bar of the ``source`` (predicted or compiled) arguments per device, and its peak as a marker."""
     color, pattern = SOURCE_STYLE[source]
     rows = [(lane, d) for lane, d in zip(lanes, memory.devices, strict=True)
@@ -165,7 +166,7 @@ def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[go.BaseTrac
         return []
     x = [[lane for lane, _ in rows], [source] * len(rows)]
     arguments = [getattr(d, f"{source}_arguments") for _, d in rows]
-    traces: list[go.BaseTraceType] = [go.Bar(
+    traces: list[BaseTraceType] = [go.Bar(
         x=x, y=arguments, name=f"{source}: arguments", marker=dict(color=color, pattern=dict(shape=pattern)),
         hovertext=[f"device {d.device}, {source} arguments (state and batch): {format_bytes_exact(n)}"
                    for (_, d), n in zip(rows, arguments, strict=True)],
@@ -184,12 +185,12 @@ def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[go.BaseTrac
     return traces
 
 
-def _live_bars(memory: Any, lanes: list[str]) -> list[go.BaseTraceType]:
+def _live_bars(memory: Any, lanes: list[str]) -> list[BaseTraceType]:
     """Live bytes per device, one stacked trace per role; the allocator's peak as a marker where it has one."""
     roles = [role for role in ROLE_COLORS if any(d.live_roles.get(role) for d in memory.devices)]
     roles += sorted({role for d in memory.devices for role in d.live_roles} - set(ROLE_COLORS))
     x = [lanes, ["live"] * len(lanes)]
-    traces: list[go.BaseTraceType] = []
+    traces: list[BaseTraceType] = []
     for role in roles:
         values = [d.live_roles.get(role, 0) for d in memory.devices]
         traces.append(go.Bar(

@@ -284,7 +284,8 @@ def tiling_picture(layout: ArrayLayout, *, max_rows: int = 16, max_columns: int 
             return ELLIPSIS
         if row is None:
             return "⋮"
-        key = (row_ranges[row], column_ranges[column]) if rank == 2 else (column_ranges[column],)
+        row_range = row_ranges[row]  # None in a 1-D array's one row
+        key = (column_ranges[column],) if row_range is None else (row_range, column_ranges[column])
         return _holders_label(holders[key], layout.num_devices, max_label)
 
     def range_text(ranges_of_dim, number):

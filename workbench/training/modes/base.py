@@ -103,7 +103,7 @@ def check_batch(plan: StepPlan, parts: int, what: str) -> None:
 ABSTRACT_DEVICES = "abstract"
 
 
-def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh:
+def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh | jax.sharding.AbstractMesh:
     """A mesh with Auto axes over the first ``shape.size`` local devices, or over ``devices`` (in mesh order),
     or an abstract one (``devices=ABSTRACT_DEVICES``) for tracing only.
 
@@ -136,7 +136,7 @@ def check_enough_devices(shape: MeshShape, devices: Any = None) -> None:
         )
 
 
-def single_device_mesh(devices: Any = None) -> Mesh:
+def single_device_mesh(devices: Any = None) -> Mesh | jax.sharding.AbstractMesh:
     """A ``data=1`` mesh on the first device (of ``devices``, else the local ones): where ``single`` and
     ``simulated`` compute."""
     if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
@@ -159,8 +159,10 @@ def host_copy(state: Any) -> Any:
     """
 
     def copy(leaf):
-        if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            return jax.random.wrap_key_data(np.array(jax.random.key_data(leaf)), impl=jax.random.key_impl(leaf))
+        if isinstance(leaf, jax.Array) and jax.numpy.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            # JAX annotates the key bits as a jax.Array; any uint32 array works, here a host (NumPy) copy.
+            return jax.random.wrap_key_data(np.array(jax.random.key_data(leaf)),  # pyright: ignore[reportArgumentType]
+                                            impl=jax.random.key_impl(leaf))
         return np.array(leaf, copy=True) if isinstance(leaf, (jax.Array, np.ndarray)) else leaf
 
     return jax.tree.map(copy, state)
@@ -335,13 +337,13 @@ class ParallelMode(abc.ABC):
 
     def _global_leading(self, local_rows: int) -> int:
         """The global batch size whose process part has ``local_rows`` rows (eval batches are as large)."""
-        share = self.__dict__.get("_own_share")
+        share = vars(self).get("_own_share")
         if share is None:  # fixed for a built mode: worked out once, not on every step
-            share = self.__dict__["_own_share"] = self.batch_share()
+            share = vars(self)["_own_share"] = self.batch_share()
         return local_rows * share.global_rows // share.size
 
     @abc.abstractmethod
-    def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
+    def step(self, state: TrainState, batch: Any, diagnostics: bool = False) -> tuple[TrainState, dict[str, Any]]:
         """One update: ``(new_state, metrics)``, metrics left on the device. ``state`` is donated: its
         arrays are deleted, so keep only the new state (``mode.export_state`` it first to keep a copy)."""
 
@@ -423,7 +425,7 @@ class ShardedJitMode(ParallelMode):
         self._steps: dict[bool, Any] = {}  # diagnostics -> compiled step
         self._eval = None
 
-    def build_mesh(self, plan: StepPlan) -> Mesh:
+    def build_mesh(self, plan: StepPlan) -> Mesh | jax.sharding.AbstractMesh:
         return training_mesh(plan.mesh, plan.devices)
 
     def state_layout(self, state: TrainState) -> TreeLayout:

@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -160,7 +160,8 @@ def _done(values: Any) -> jax.Array | None:
     floats = [leaf for leaf in jax.tree.leaves(values) if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size]
     if not floats:
         return None
-    return sum(jnp.nan_to_num(lax.stop_gradient(leaf[(0,) * leaf.ndim]).astype(jnp.float32)) for leaf in floats) * 0.0
+    total = sum(jnp.nan_to_num(lax.stop_gradient(leaf[(0,) * leaf.ndim]).astype(jnp.float32)) for leaf in floats)
+    return cast(jax.Array, total * 0.0)  # a sum of arrays (there is at least one) is an array, not sum()'s 0
 
 
 class _ReadOutsideItsLayer:
