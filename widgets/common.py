@@ -163,6 +163,11 @@ class Selection(traitlets.HasTraits):
     rules = traitlets.List()
     options = traitlets.Dict()
 
+    def __init__(self, **traits: Any):
+        super().__init__(**traits)
+        # The last few model layouts, by everything they depend on (see :meth:`model_layout`).
+        self._layouts: dict[tuple, wb.analysis.ModelLayout] = {}
+
     @traitlets.default("mesh")
     def _every_local_device(self) -> str:
         # What this machine trains on: 8 simulated devices on a laptop, 2 for a student of a large class, 1 GPU.
@@ -212,7 +217,7 @@ class Selection(traitlets.HasTraits):
             if fix.batch is not None:
                 self.options = {**self.options, "batch": fix.batch}
 
-    def model_layout(self, batch: int | None = None):
+    def model_layout(self, batch: int | None = None) -> wb.analysis.ModelLayout:
         """The :class:`workbench.analysis.ModelLayout` of the current choices (one global batch of ``batch`` examples,
         default the Global batch option).
 
@@ -222,7 +227,7 @@ class Selection(traitlets.HasTraits):
         key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)),
                tuple(sorted(self.model_options.items())),
                self.options.get("optimizer", DEFAULTS.optimizer), batch or self.options.get("batch", DEFAULTS.batch))
-        kept = self.__dict__.setdefault("_layouts", {})
+        kept = self._layouts
         if key not in kept:
             kept[key] = wb.model_layout(
                 self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),
