@@ -20,7 +20,7 @@ import contextlib
 import functools
 import html
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import ipywidgets as widgets
 import traitlets
@@ -80,7 +80,11 @@ class StatusArea(widgets.HTML):
         return self.messages[-1] if self.messages else None
 
 
-def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def guarded(status: StatusArea) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
     """Decorate a widget callback: any exception is shown in ``status`` instead of vanishing.
 
     A :class:`workbench.WorkbenchError` is bad input and is shown as is; anything else is a bug and is
@@ -95,9 +99,9 @@ def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
         ('error', "mesh 'data=0' ...")
     """
 
-    def decorate(callback: Callable) -> Callable:
+    def decorate(callback: Callable[P, R]) -> Callable[P, R | None]:
         @functools.wraps(callback)
-        def wrapper(*args: Any, **kwargs: Any):
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
             try:
                 return callback(*args, **kwargs)
             except wb.WorkbenchError as error:
@@ -109,6 +113,37 @@ def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
         return wrapper
 
     return decorate
+
+
+class ShowsStatus(Protocol):
+    """A widget with a status area (what :func:`shown` shows its method's errors in)."""
+
+    @property
+    def status(self) -> StatusArea: ...
+
+
+W = TypeVar("W", bound=ShowsStatus)
+
+
+def shown(method: Callable[Concatenate[W, P], R]) -> Callable[Concatenate[W, P], R | None]:
+    """Decorate a public method of a widget with a ``status``: any error is shown there instead of being raised, as
+    :func:`guarded` does for a callback (JupyterLab would hide an exception raised in a widget callback).
+
+    Example:
+        >>> class Panel:
+        ...     status = StatusArea()
+        ...     @shown
+        ...     def load(self, name):
+        ...         raise wb.RunError(f"no run {name!r}")
+        >>> Panel().load("x"), Panel.status.last
+        (None, ('error', "no run 'x'"))
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: W, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        return guarded(self.status)(method)(self, *args, **kwargs)
+
+    return wrapper
 
 
 class Quiet:
