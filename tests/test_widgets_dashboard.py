@@ -226,6 +226,21 @@ def test_a_pair_the_trainer_refuses_is_shown_and_start_and_check_refuse_it_with_
     assert selection.mesh == "model=8" and dashboard.verdict.fit.level == "ok" and dashboard.verdict.fix_labels == []
 
 
+def test_start_and_check_each_resolve_the_selection_once(make_dashboard, monkeypatch):
+    dashboard = make_dashboard(dp_selection(steps=5))
+    resolutions = []
+    resolved = wb.TrainConfig.resolved
+    monkeypatch.setattr(wb.TrainConfig, "resolved", lambda config: resolutions.append(config) or resolved(config))
+    for _ in range(2):  # the first Start makes the trainer, the second sets the kept one's config
+        resolutions.clear()
+        dashboard.start()
+        assert dashboard.wait(120)["steps"] == 5 and not errors(dashboard)
+        assert len(resolutions) == 1  # for the verdict, the trainer and the run: the record is handed down
+    resolutions.clear()
+    dashboard.check()
+    assert dashboard.status.last[0] == "ok" and len(resolutions) == 1
+
+
 def test_starting_a_second_dashboard_stops_the_first(make_dashboard):
     first = make_dashboard(dp_selection(steps=100_000))
     first.start()

@@ -283,7 +283,17 @@ class Selection(traitlets.HasTraits):
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""
-        return self._config(**overrides).checked()
+        return self.resolved_config(**overrides).config
+
+    def resolved_config(self, **overrides: Any) -> wb.training.ResolvedConfig:
+        """The current choices checked and resolved once (:meth:`workbench.TrainConfig.resolved`): the record an
+        action hands down (the verdict, the trainer and the check take it as it is). WorkbenchError if invalid.
+
+        Example:
+            >>> Selection(mesh="data=4, model=2", mode="fsdp").resolved_config().mesh_shape.axes
+            {'data': 4, 'model': 2}
+        """
+        return self._config(**overrides).resolved()
 
     def _config(self, **overrides: Any) -> wb.TrainConfig:
         fields = {"model": self.model, "data": wb.analysis.default_data(self.model), "mode": self.mode,

@@ -16,8 +16,9 @@ the buttons: Stop and Pause act at the next step boundary. :class:`TrainingDashb
 Watch (or :meth:`TrainingDashboard.attach`) follows a run written elsewhere (the CLI, other processes, a shared
 folder) through :class:`workbench.training.RunFollower`, with the same plots. Above the progress bar, the verdict
 of the Model & mode and Inspect tabs says whether the mode trains on the mesh (with its one-click fixes); Start and
-Check refuse a pair the trainer refuses, with the trainer's message, before anything is stopped or cleared. Save
-writes the running run's state now
+Check refuse a pair the trainer refuses, with the trainer's message, before anything is stopped or cleared. Each
+action resolves the selection's config once (:meth:`~widgets.common.Selection.resolved_config`) and hands the
+record down to the verdict, the trainer and the check. Save writes the running run's state now
 (:meth:`workbench.Trainer.save_checkpoint`, also every K steps with the "Checkpoint every" option).
 
 One training run at a time across dashboards: starting a run stops any other dashboard's run first, so
@@ -34,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -270,10 +270,11 @@ class TrainingDashboard(widgets.VBox):
         self._refuse_while_training("Stop it first")
         if self.until_stopped.value and "steps" not in overrides:
             overrides["steps"] = UNTIL_STOPPED
-        config = self._trainable_config(**overrides)  # bad input stops here, before anything changes
+        resolved = self._trainable(**overrides)  # bad input stops here, before anything changes
+        config = resolved.config
         self._stop_watching()  # the watched run goes on: only this dashboard stops following it
         self._stop_other_dashboards()
-        trainer = self._trainer_for(config)
+        trainer = self._trainer_for(resolved)
         self._view.restart(config.steps, config.sync_every)
         self._pause_requested = False
         self._set_buttons("running")
@@ -313,7 +314,7 @@ class TrainingDashboard(widgets.VBox):
         """
         self._refuse_while_training("Stop it first")
         info = wb.latest_checkpoint(wb.load_run(name, self.run_root).path)  # no checkpoint: says how to save one
-        changes = resume_changes(info.config, self._trainable_config(), info.step)
+        changes = resume_changes(info.config, self._trainable().config, info.step)
         trainer = wb.Trainer.resuming(info.run_path, **changes)  # a foreign or custom-model run stops here
         self._stop_watching()
         self._stop_other_dashboards()
@@ -404,12 +405,13 @@ class TrainingDashboard(widgets.VBox):
     def check(self) -> wb.analysis.CheckReport | None:
         """Run the reference check of the selection's mode, mesh, model and faults, and show the verdict,
         each finding, and the compiled step's communication ledger in the check panel."""
-        config = self._trainable_config()
+        resolved = self._trainable()
+        config = resolved.config
         across = f" across {config.processes} processes" if config.processes > 1 else ""
         self._status.show(f"checking {config.mode} on {config.mesh}{across} against 'single'...", "info")
         self.check_button.disabled = True
         try:  # the config Start trains, built the same way: bf16, accumulation and options included
-            report = wb.run_check(config)
+            report = wb.run_check(resolved)
         finally:
             self.check_button.disabled = False
         self.check_panel.value = check_html(report, ledger_text_of(report, config.mode))
@@ -537,22 +539,23 @@ class TrainingDashboard(widgets.VBox):
         trainer.stop()
         return trainer.wait(STOP_TIMEOUT_S) is not None
 
-    def _trainable_config(self, **overrides: Any) -> wb.TrainConfig:
-        """The selection's checked config; a MeshError with the verdict's message when it does not train here
-        (the verdict above shows the same, with fixes)."""
-        config = self.selection.train_config(**overrides)
-        verdict = wb.training_verdict(config)
+    def _trainable(self, **overrides: Any) -> wb.training.ResolvedConfig:
+        """The selection's config, resolved once for the action that asks (which hands the record down); a
+        WorkbenchError with the verdict's message when it does not train here (the verdict above shows the same,
+        with fixes)."""
+        resolved = self.selection.resolved_config(**overrides)
+        verdict = wb.training_verdict(resolved)
         if not verdict.trains:
             raise wb.WorkbenchError(verdict.message)
-        return config
+        return resolved
 
-    def _trainer_for(self, config: wb.TrainConfig) -> wb.Trainer:
-        """The dashboard's one trainer, set to ``config``: kept between runs so its compiled steps are reused."""
+    def _trainer_for(self, resolved: wb.training.ResolvedConfig) -> wb.Trainer:
+        """The dashboard's one trainer, set to ``resolved``: kept between runs so its compiled steps are reused."""
         if self._trainer is None:
-            self._trainer = wb.Trainer(config, run_root=self.run_root)
+            self._trainer = wb.Trainer(resolved, run_root=self.run_root)
             self._trainer.subscribe(self._on_trainer_event)
         else:
-            self._trainer.configure(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+            self._trainer.config = resolved  # taken as it is: no second resolution
         return self._trainer
 
     def _start(self, trainer: wb.Trainer) -> str:
