@@ -145,8 +145,8 @@ def test_until_stopped_trains_until_stop_and_says_so_instead_of_a_count(make_das
     dashboard.until_stopped.value = True
     dashboard.start()
     assert dashboard.trainer.config.steps == UNTIL_STOPPED
-    assert poll(lambda: dashboard._step >= 30)  # past the Steps option: it goes on
-    dashboard._draw()
+    assert poll(lambda: dashboard._view.step >= 30)  # past the Steps option: it goes on
+    dashboard._view.draw()
     assert "until stopped" in dashboard.progress_label.value and "ETA" not in dashboard.progress_label.value
     dashboard.stop()
     assert dashboard.wait(60) is not None and dashboard.trainer.status == "stopped"
@@ -167,15 +167,16 @@ def test_each_replica_is_drawn_in_the_colour_of_the_devices_it_holds(make_dashbo
 
 def test_the_plots_say_what_will_appear_until_they_have_points_and_sync_off_is_said(make_dashboard):
     dashboard = make_dashboard(dp_selection(steps=10))  # sync_every=0: the sync plots stay empty all run
-    plots = (dashboard._loss, dashboard._throughput, dashboard._grad, dashboard._divergence)
+    plots = dashboard._view.plots  # loss, throughput, gradient norms, divergence
     assert all(plot.empty and plot._frame.layout.display == "none" for plot in plots)  # no empty axes
-    assert "appear here once a run starts" in dashboard._loss.placeholder.value
+    assert "appear here once a run starts" in dashboard._view.loss.placeholder.value
     dashboard.start()
     assert dashboard.wait(120)["steps"] == 10
-    poll(lambda: not dashboard._loss.empty)
-    dashboard._draw()
-    assert dashboard._loss._frame.layout.display is None and dashboard._loss.placeholder.layout.display == "none"
-    for plot in (dashboard._grad, dashboard._divergence):
+    poll(lambda: not dashboard._view.loss.empty)
+    dashboard._view.draw()
+    loss = dashboard._view.loss
+    assert loss._frame.layout.display is None and loss.placeholder.layout.display == "none"
+    for plot in (dashboard._view.grad, dashboard._view.divergence):
         assert plot.empty and plot._frame.layout.display == "none"
         assert "off for this run (sync_every=0)" in plot.placeholder.value
     dashboard.reset()
@@ -223,6 +224,21 @@ def test_a_pair_the_trainer_refuses_is_shown_and_start_and_check_refuse_it_with_
 
     dashboard.verdict.fix_buttons.children[1].click()  # use mesh model=8
     assert selection.mesh == "model=8" and dashboard.verdict.fit.level == "ok" and dashboard.verdict.fix_labels == []
+
+
+def test_start_and_check_each_resolve_the_selection_once(make_dashboard, monkeypatch):
+    dashboard = make_dashboard(dp_selection(steps=5))
+    resolutions = []
+    resolved = wb.TrainConfig.resolved
+    monkeypatch.setattr(wb.TrainConfig, "resolved", lambda config: resolutions.append(config) or resolved(config))
+    for _ in range(2):  # the first Start makes the trainer, the second sets the kept one's config
+        resolutions.clear()
+        dashboard.start()
+        assert dashboard.wait(120)["steps"] == 5 and not errors(dashboard)
+        assert len(resolutions) == 1  # for the verdict, the trainer and the run: the record is handed down
+    resolutions.clear()
+    dashboard.check()
+    assert dashboard.status.last[0] == "ok" and len(resolutions) == 1
 
 
 def test_starting_a_second_dashboard_stops_the_first(make_dashboard):
@@ -467,7 +483,7 @@ def test_save_writes_the_running_state_and_resume_continues_it_onto_another_layo
     dashboard.save()
     assert dashboard.status.last == ("info", "no run to save: press Start (or Resume run) first")
     name = dashboard.start()
-    assert poll(lambda: dashboard._step >= 5)
+    assert poll(lambda: dashboard._view.step >= 5)
     dashboard.save_button.click()
     assert poll(lambda: dashboard.status.last[0] == "ok" and "saved" in dashboard.status.last[1])
     dashboard.stop()
@@ -483,7 +499,7 @@ def test_save_writes_the_running_state_and_resume_continues_it_onto_another_layo
     assert not errors(dashboard), dashboard.status.messages
     assert dashboard.trainer.config.mode == "fsdp" and dashboard.trainer.config.steps == 100_000
     assert "dp on data=8 -&gt; fsdp on data=8" in dashboard.layout_panel.value
-    assert poll(lambda: dashboard._step > saved[0] + 5)
+    assert poll(lambda: dashboard._view.step > saved[0] + 5)
     dashboard.stop()
     summary = dashboard.wait(60)
     assert summary["resumed_from_step"] == saved[0] and wb.load_run(name, tmp_path).config["mode"] == "fsdp"

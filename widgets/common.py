@@ -20,7 +20,7 @@ import contextlib
 import functools
 import html
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import ipywidgets as widgets
 import traitlets
@@ -80,7 +80,11 @@ class StatusArea(widgets.HTML):
         return self.messages[-1] if self.messages else None
 
 
-def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def guarded(status: StatusArea) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
     """Decorate a widget callback: any exception is shown in ``status`` instead of vanishing.
 
     A :class:`workbench.WorkbenchError` is bad input and is shown as is; anything else is a bug and is
@@ -95,9 +99,9 @@ def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
         ('error', "mesh 'data=0' ...")
     """
 
-    def decorate(callback: Callable) -> Callable:
+    def decorate(callback: Callable[P, R]) -> Callable[P, R | None]:
         @functools.wraps(callback)
-        def wrapper(*args: Any, **kwargs: Any):
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
             try:
                 return callback(*args, **kwargs)
             except wb.WorkbenchError as error:
@@ -109,6 +113,37 @@ def guarded(status: StatusArea) -> Callable[[Callable], Callable]:
         return wrapper
 
     return decorate
+
+
+class ShowsStatus(Protocol):
+    """A widget with a status area (what :func:`shown` shows its method's errors in)."""
+
+    @property
+    def status(self) -> StatusArea: ...
+
+
+W = TypeVar("W", bound=ShowsStatus)
+
+
+def shown(method: Callable[Concatenate[W, P], R]) -> Callable[Concatenate[W, P], R | None]:
+    """Decorate a public method of a widget with a ``status``: any error is shown there instead of being raised, as
+    :func:`guarded` does for a callback (JupyterLab would hide an exception raised in a widget callback).
+
+    Example:
+        >>> class Panel:
+        ...     status = StatusArea()
+        ...     @shown
+        ...     def load(self, name):
+        ...         raise wb.RunError(f"no run {name!r}")
+        >>> Panel().load("x"), Panel.status.last
+        (None, ('error', "no run 'x'"))
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: W, *args: P.args, **kwargs: P.kwargs) -> R | None:
+        return guarded(self.status)(method)(self, *args, **kwargs)
+
+    return wrapper
 
 
 class Quiet:
@@ -163,6 +198,11 @@ class Selection(traitlets.HasTraits):
     rules = traitlets.List()
     options = traitlets.Dict()
 
+    def __init__(self, **traits: Any):
+        super().__init__(**traits)
+        # The last few model layouts, by everything they depend on (see :meth:`model_layout`).
+        self._layouts: dict[tuple, wb.analysis.ModelLayout] = {}
+
     @traitlets.default("mesh")
     def _every_local_device(self) -> str:
         # What this machine trains on: 8 simulated devices on a laptop, 2 for a student of a large class, 1 GPU.
@@ -212,7 +252,7 @@ class Selection(traitlets.HasTraits):
             if fix.batch is not None:
                 self.options = {**self.options, "batch": fix.batch}
 
-    def model_layout(self, batch: int | None = None):
+    def model_layout(self, batch: int | None = None) -> wb.analysis.ModelLayout:
         """The :class:`workbench.analysis.ModelLayout` of the current choices (one global batch of ``batch`` examples,
         default the Global batch option).
 
@@ -222,7 +262,7 @@ class Selection(traitlets.HasTraits):
         key = (self.model, self.mesh, self.mode, tuple(map(tuple, self.rules)),
                tuple(sorted(self.model_options.items())),
                self.options.get("optimizer", DEFAULTS.optimizer), batch or self.options.get("batch", DEFAULTS.batch))
-        kept = self.__dict__.setdefault("_layouts", {})
+        kept = self._layouts
         if key not in kept:
             kept[key] = wb.model_layout(
                 self.model, self.mesh, self.mode, rules=self.rules or None, model_options=dict(self.model_options),
@@ -243,7 +283,17 @@ class Selection(traitlets.HasTraits):
 
     def train_config(self, **overrides: Any) -> wb.TrainConfig:
         """A checked :class:`workbench.TrainConfig` for the current choices (WorkbenchError if invalid)."""
-        return self._config(**overrides).checked()
+        return self.resolved_config(**overrides).config
+
+    def resolved_config(self, **overrides: Any) -> wb.training.ResolvedConfig:
+        """The current choices checked and resolved once (:meth:`workbench.TrainConfig.resolved`): the record an
+        action hands down (the verdict, the trainer and the check take it as it is). WorkbenchError if invalid.
+
+        Example:
+            >>> Selection(mesh="data=4, model=2", mode="fsdp").resolved_config().mesh_shape.axes
+            {'data': 4, 'model': 2}
+        """
+        return self._config(**overrides).resolved()
 
     def _config(self, **overrides: Any) -> wb.TrainConfig:
         fields = {"model": self.model, "data": wb.analysis.default_data(self.model), "mode": self.mode,

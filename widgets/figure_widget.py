@@ -110,6 +110,11 @@ class FigureWidget(go.FigureWidget):
     front end is plotly's, fetched once per page (:data:`LOADER`)."""
 
     _esm = LOADER
+    # Types for what plotly leaves unannotated, as an instance reads them. ``_config`` (a synced ``Dict`` trait):
+    # ``__init__`` assigns it, and pyright would infer its type from that assignment, which reads it. ``data`` (a
+    # property): pyright infers it from ``BaseFigure.__getitem__``, a union with the figure, iterated as its keys.
+    _config: dict[str, Any]
+    data: tuple[Any, ...]
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

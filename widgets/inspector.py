@@ -176,6 +176,7 @@ class _LeafView:
 
     tree: str
     path: str
+    paths: list[str]  # every array of the tree, for the array picker
     table: str
     figure: go.Figure
     picture: str
@@ -263,14 +264,12 @@ class ShardingInspector(widgets.VBox):
 
         Raises KeyError (listing some paths) for a path the tree does not have.
         """
-        if self.model_layout is None:
-            raise wb.WorkbenchError("nothing to select: the selection has no valid layout yet (see the status)")
-        self._apply(self._leaf_view(self.model_layout, tree, path))
+        self._apply(self._leaf_view(self._shown_layout("select"), tree, path))
 
     def show_device(self, position: int) -> None:
         """List the device at mesh ``position`` (row-major; its id on abstract meshes) and its slice of
         every array in :attr:`device_panel`. The figure's click handler calls this."""
-        self.device_panel.value = device_slices_html(self.model_layout, position)
+        self.device_panel.value = device_slices_html(self._shown_layout("show"), position)
         self.device_position = position
 
     def close(self) -> None:
@@ -282,17 +281,24 @@ class ShardingInspector(widgets.VBox):
         """Compile one training step of the selection here and add XLA's memory estimate to the memory
         figure. The engine refuses (shown in :attr:`status`) meshes larger than this machine and modes
         with no single compiled step."""
+        layout = self._shown_layout("estimate")
         self.status.show("compiling one training step for the compiler's estimate…", "info")
         ledger = wb.ledger_for_config(self.selection.train_config())
         if ledger.memory is None:
             self.status.show("the compiler gave no memory estimate on this backend", "warning")
             return
         self.ledger = ledger
-        replace_figure(self.memory_figure, memory_figure_for(self.model_layout, ledger.memory))
+        replace_figure(self.memory_figure, memory_figure_for(layout, ledger.memory))
         note = "; it compiled the mode's standard specs, not your rules" if self.selection.rules else ""
         self.status.show(
             f"compiler estimate per device: arguments {wb.format_bytes(ledger.memory['argument_bytes'])}, "
             f"temporaries {wb.format_bytes(ledger.memory['temp_bytes'])}{note}", "ok")
+
+    def _shown_layout(self, action: str) -> wb.analysis.ModelLayout:
+        """The layout shown, or a WorkbenchError saying there is nothing to ``action`` before a valid one."""
+        if self.model_layout is None:
+            raise wb.WorkbenchError(f"nothing to {action}: the selection has no valid layout yet (see the status)")
+        return self.model_layout
 
     # --- drawing ------------------------------------------------------------------------------------
 
@@ -303,9 +309,10 @@ class ShardingInspector(widgets.VBox):
             self._show_refused(verdict)
             return
         layout = self.selection.model_layout()  # raises for an invalid layout: nothing has changed yet
-        tree = self.tree_picker.value if layout.trees()[self.tree_picker.value].leaves else "params"
-        paths = [leaf.path for leaf in layout.trees()[tree].leaves]
-        path = self.leaf_picker.value if self.leaf_picker.value in paths else paths[0]
+        trees, tree, path = layout.trees(), self.tree_picker.value, self.leaf_picker.value
+        tree = tree if tree in trees and trees[tree].leaves else "params"
+        paths = [leaf.path for leaf in trees[tree].leaves]
+        path = path if path in paths else paths[0]
         view = self._leaf_view(layout, tree, path)
         memory = memory_figure_for(layout)
         # Everything is computed: now change the widgets.
@@ -337,16 +344,17 @@ class ShardingInspector(widgets.VBox):
                               + self._summary_html(shown))
 
     def _leaf_view(self, layout: wb.analysis.ModelLayout, tree: str, path: str) -> _LeafView:
-        leaf = layout.trees()[tree].leaf(path)
+        leaves = layout.trees()[tree]
+        leaf = leaves.leaf(path)
         return _LeafView(
-            tree, path, tree_table_html(layout.trees()[tree], path),
+            tree, path, [leaf.path for leaf in leaves.leaves], tree_table_html(leaves, path),
             wb.layout_figure(leaf.layout, title=leaf_title(tree, leaf)), jax_picture_html(leaf.layout),
         )
 
     def _apply(self, view: _LeafView) -> None:
         with self._quiet():
             self.tree_picker.value = view.tree
-            self.leaf_picker.options = [leaf.path for leaf in self.model_layout.trees()[view.tree].leaves]
+            self.leaf_picker.options = view.paths
             self.leaf_picker.value = view.path
         self.table.value = view.table
         replace_figure(self.figure, view.figure)
@@ -382,14 +390,15 @@ class ShardingInspector(widgets.VBox):
         self.select(change["new"], leaves[0].path)
 
     def _leaf_changed(self, change: dict) -> None:
-        if self._quiet or self.model_layout is None or change["new"] is None:
+        tree = self.tree_picker.value
+        if self._quiet or self.model_layout is None or tree is None or change["new"] is None:
             return
-        self.select(self.tree_picker.value, change["new"])
+        self.select(tree, change["new"])
 
     def _figure_clicked(self, trace: Any, points: Any, _state: Any) -> None:
         """A heatmap click: plotly gives ``[row, column]`` per cell; the cell's customdata is the device id."""
         for index in points.point_inds:
             if isinstance(index, (list, tuple)) and len(index) == 2:
                 device_id = int(trace.customdata[index[0]][index[1]])
-                self.show_device(_any_leaf(self.model_layout).layout.slice_of_device(device_id).position)
+                self.show_device(_any_leaf(self._shown_layout("show")).layout.slice_of_device(device_id).position)
                 return

@@ -78,7 +78,7 @@ class BoundedSeries:
 
     def __len__(self) -> int:
         """How many points :meth:`arrays` returns."""
-        return len(self._x) + (1 if self._last_is_extra() else 0)
+        return len(self._x) + (1 if self._extra_last() is not None else 0)
 
     @property
     def count(self) -> int:
@@ -100,16 +100,17 @@ class BoundedSeries:
         for x, y in zip(xs, ys, strict=False):
             self.append(x, y)
 
-    def _last_is_extra(self) -> bool:
-        # The newest point is kept apart unless it fell on the stride.
-        return self._last is not None and (self._count - 1) % self._stride != 0
+    def _extra_last(self) -> tuple[float, float] | None:
+        """The newest point when it is kept apart (it did not fall on the stride), else None."""
+        return self._last if self._last is not None and (self._count - 1) % self._stride != 0 else None
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The kept points as arrays ``(x, y)`` (y as floats), in the order appended, newest point last."""
         xs, ys = list(self._x), list(self._y)
-        if self._last_is_extra():
-            xs.append(self._last[0])
-            ys.append(self._last[1])
+        extra = self._extra_last()
+        if extra is not None:
+            xs.append(extra[0])
+            ys.append(extra[1])
         return np.asarray(xs), np.asarray(ys, dtype=float)
 
 

@@ -53,7 +53,7 @@ class MeshVerdict(widgets.VBox):
         super().__init__([self.line, self.fix_buttons, *([self.status] if own_status else [])], **kwargs)
         self.add_class("wb-verdict")
         guard = guarded(self.status)
-        self._on_fix = guard(self._fix_clicked)
+        self._on_fix = guard(self.apply)
         self.selection.observe(guard(self._render), names=JUDGED)
         self._render()
 
@@ -85,12 +85,8 @@ class MeshVerdict(widgets.VBox):
         button = widgets.Button(description=fix.label, icon="wrench", layout=widgets.Layout(width="auto"),
                                 tooltip=f"set the {what} to {fix.mode or fix.mesh or fix.batch}")
         button.add_class("wb-fix")
-        button.fix = fix  # read back by the click handler
-        button.on_click(self._on_fix)
+        button.on_click(lambda _button: self._on_fix(fix))  # each button applies the fix it was made for
         return button
-
-    def _fix_clicked(self, button: widgets.Button) -> None:
-        self.apply(button.fix)
 
 
 __all__ = ["MeshVerdict"]

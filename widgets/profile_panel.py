@@ -156,16 +156,10 @@ class ProfilePanel(widgets.VBox):
         memory_figure = wb.memory_figure(report.memory)
         timeline = report.timeline
         timeline_figure = wb.timeline_figure(timeline, 0) if timeline is not None else None
-        if self.timeline is None:  # made on the first result: a dashboard that never profiles stays light
-            self.timeline, self.memory = FigureWidget(), FigureWidget()
-            self.timeline.add_class("wb-profile-timeline")
-            self.memory.add_class("wb-profile-memory")
-            self._timeline_box.children = [self.step_picker, self.timeline]
-            self._result.children = [self._timeline_box, self.tables, self.memory, self.flags, self.memory_text,
-                                     self.how_to_open]
+        timeline_widget, memory_widget = self._result_figures()
         self.report = report
-        if timeline is not None:
-            replace_figure(self.timeline, timeline_figure)
+        if timeline is not None and timeline_figure is not None:  # one exists exactly when the other does
+            replace_figure(timeline_widget, timeline_figure)
             with self._quiet():  # a new profile shows its first step: already drawn above
                 self.step_picker.options = [(f"step {timeline.first_step + i}", i) for i in range(len(timeline.steps))]
                 self.step_picker.value = 0
@@ -173,14 +167,26 @@ class ProfilePanel(widgets.VBox):
         else:
             self.tables.value = level_html(f"no timeline: {report.timeline_error}", "error")
         self._timeline_box.layout.display = None if timeline is not None else "none"
-        replace_figure(self.memory, memory_figure)
+        replace_figure(memory_widget, memory_figure)
         self.flags.value = flags_html(report.memory)
         self.memory_text.value = ("<details><summary>memory per device, as a table</summary>"
                                   f"{_pre(wb.views.memory_table(report.memory))}</details>")
         self.how_to_open.value = f'<div style="font-size:12px">{html.escape(report.how_to_open())}</div>'
 
+    def _result_figures(self) -> tuple[FigureWidget, FigureWidget]:
+        """The timeline and memory figures, made on the first result: a dashboard that never profiles stays light."""
+        if self.timeline is None or self.memory is None:
+            self.timeline, self.memory = FigureWidget(), FigureWidget()
+            self.timeline.add_class("wb-profile-timeline")
+            self.memory.add_class("wb-profile-memory")
+            self._timeline_box.children = [self.step_picker, self.timeline]
+            self._result.children = [self._timeline_box, self.tables, self.memory, self.flags, self.memory_text,
+                                     self.how_to_open]
+        return self.timeline, self.memory
+
     def _on_step_picked(self, change: dict) -> None:
-        if self._quiet or self.report is None or self.report.timeline is None or change["new"] is None:
+        if (self._quiet or self.timeline is None or self.report is None or self.report.timeline is None
+                or change["new"] is None):
             return
         replace_figure(self.timeline, wb.timeline_figure(self.report.timeline, change["new"]))
 

@@ -36,6 +36,7 @@ WATCHED = ["mesh", "model", "mode", "rules", "model_options", "options"]
 # The config fields the compiled step depends on (lr, steps, logging do not change it).
 COMPILED_FIELDS = ("model", "model_options", "mode", "mesh", "batch", "accum", "precision", "optimizer", "faults")
 RATIO_BAND = (0.85, 1.15)  # ratios outside it are highlighted: the plan is off by more than 15%
+NO_KEY = (None, None, None, None)  # what a shown result depends on, for a selection that has no valid config
 _CELL = "padding:2px 8px;white-space:nowrap"
 # The notes wrap within the panel: unwrapped, the table scrolled inside the output's own scroll area.
 NOTE_STYLE = "color:#555;white-space:normal;min-width:18em"
@@ -64,6 +65,16 @@ def comparison_table_html(comparison: wb.analysis.PlanComparison) -> str:
                                      for text, align, style in cells) + "</tr>")
     return (f'<table class="wb-verify-rows" style="border-collapse:collapse;font-family:monospace;font-size:12px">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+def _verified(plan: wb.analysis.TrainingPlan) -> tuple[wb.analysis.CompiledStep, wb.analysis.PlanComparison]:
+    """A verified plan's compiled step and its comparison with the plan. The panel shows only verified plans: one
+    that is not is a bug (ValueError)."""
+    compiled, comparison = plan.compiled, plan.comparison
+    if compiled is None or comparison is None:
+        raise ValueError(f"the plan of {plan.model} on {plan.mesh} is not verified: attach its compiled step with "
+                         "plan.with_compiled(compiled)")
+    return compiled, comparison
 
 
 def _value(value: float | None, unit: str) -> str:
@@ -99,7 +110,7 @@ class VerifyPanel(widgets.VBox):
         self.timeout = timeout
         self.job: wb.analysis.VerificationJob | None = None
         self.plan: wb.analysis.TrainingPlan | None = None
-        self._shown_key: tuple | None = None
+        self._shown_key: tuple = NO_KEY  # what the result shown was asked for (see _selection_key)
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
         self._cancelled = False
@@ -170,26 +181,27 @@ class VerifyPanel(widgets.VBox):
         if self.running:
             raise wb.WorkbenchError("a compile is already running: wait for it, or Cancel it first")
         config = self.selection.train_config()
-        timeout = {} if self.timeout is None else {"timeout": self.timeout}
-        settings = wb.VerifySettings(self.target.value.strip() or "cpu", **timeout)
+        target = self.target.value.strip() or "cpu"
+        settings = wb.VerifySettings(target) if self.timeout is None else wb.VerifySettings(target, self.timeout)
         key = self._selection_key()
         job = wb.analysis.start_verification(config, settings.target, timeout=settings.timeout,
-                                    on_progress=lambda _text: self._show_progress())
+                                             on_progress=lambda _text: self._show_progress())
         self.job, self._cancelled = job, False
         self.verify_button.disabled, self.cancel_button.disabled = True, False
-        self.status.show(f"compiling the {config.mode} step of {config.model} on {config.mesh} for {settings.target} "
+        self.status.show(f"compiling the {config.mode} step of {config.model} on {config.mesh} for {job.target} "
                          "in a child process; the kernel stays free", "info")
         self._show_progress()
-        self._watcher = threading.Thread(target=guarded(self.status)(self._watch), args=(job, config, settings, key),
+        self._watcher = threading.Thread(target=guarded(self.status)(self._watch), args=(job, config, key),
                                          name="workbench-verify-panel", daemon=True)
         self._watcher.start()
 
     def cancel(self, _button: Any = None) -> None:
         """Stop the running compile now: its child process is killed and reaped. The last result stays."""
-        if not self.running:
+        job = self.job
+        if job is None or job.done:  # nothing running (see running)
             return
         self._cancelled = True
-        self.job.cancel()
+        job.cancel()
 
     def wait(self, timeout: float | None = None) -> wb.analysis.TrainingPlan | None:
         """Wait (at most ``timeout`` seconds) until the latest compile's outcome is shown; returns :attr:`plan`.
@@ -213,27 +225,28 @@ class VerifyPanel(widgets.VBox):
 
     # --- the background side ----------------------------------------------------------------------------
 
-    def _watch(self, job: wb.analysis.VerificationJob, config: wb.TrainConfig, settings: wb.VerifySettings,
-               key: tuple) -> None:
+    def _watch(self, job: wb.analysis.VerificationJob, config: wb.TrainConfig, key: tuple) -> None:
         """Plan the same step while the child compiles, tick the elapsed seconds, then show the outcome."""
+        planned: wb.analysis.TrainingPlan | Exception
         try:
-            plan, plan_error = self._plan(config, settings), None
+            planned = self._plan(config, job)
         except Exception as error:  # noqa: BLE001 - shown with the outcome; the compile goes on
-            plan, plan_error = None, error
+            planned = error
         while not job.done and not self._closing.wait(TICK_S):
             self._show_progress()
-        self._finish(job, plan, plan_error, key)
+        self._finish(job, planned, key)
 
-    def _plan(self, config: wb.TrainConfig, settings: wb.VerifySettings) -> wb.analysis.TrainingPlan:
-        """The engine's analytic plan of the step being compiled (the mode's standard specs: what is compiled)."""
+    def _plan(self, config: wb.TrainConfig, job: wb.analysis.VerificationJob) -> wb.analysis.TrainingPlan:
+        """The engine's analytic plan of the step ``job`` compiles (the mode's standard specs: what is compiled)."""
         return wb.plan_training(
             config.model, dict(config.model_options), config.mesh, config.mode, optimizer=config.optimizer,
-            hardware=settings.target.hardware or self.chip.value, global_batch=config.batch,
-            precision=config.precision, compiler=settings.target.kind,
+            hardware=job.target.hardware or self.chip.value, global_batch=config.batch,
+            precision=config.precision, compiler=job.target.kind,
         )
 
-    def _finish(self, job: wb.analysis.VerificationJob, plan: wb.analysis.TrainingPlan | None,
-                plan_error: Exception | None, key: tuple) -> None:
+    def _finish(self, job: wb.analysis.VerificationJob, planned: wb.analysis.TrainingPlan | Exception,
+                key: tuple) -> None:
+        """Show ``job``'s outcome beside ``planned`` (the plan, or why there is none)."""
         if job is not self.job:  # a newer compile was started meanwhile: its own watcher shows it
             return
         self.verify_button.disabled, self.cancel_button.disabled = False, True
@@ -248,10 +261,10 @@ class VerifyPanel(widgets.VBox):
             else:
                 self.status.show(str(error), "error")
             return
-        if plan_error is not None:
-            raise plan_error  # the compile worked but the plan did not: shown by the guard, the last result stays
-        verified = plan.with_compiled(compiled)
-        comparison = verified.comparison
+        if isinstance(planned, Exception):
+            raise planned  # the compile worked but the plan did not: shown by the guard, the last result stays
+        verified = planned.with_compiled(compiled)
+        _, comparison = _verified(verified)
         figure = wb.comparison_figure(comparison, capacity_bytes=verified.device_memory)
         # Everything is computed: now change the widgets.
         self.plan, self._shown_key = verified, key
@@ -270,7 +283,8 @@ class VerifyPanel(widgets.VBox):
         self._mark_stale()
 
     def _verdict(self, plan: wb.analysis.TrainingPlan, fits: bool) -> str:
-        compiled, peak = plan.compiled, plan.comparison.row("peak")
+        compiled, comparison = _verified(plan)
+        peak = comparison.row("peak")
         words = (f"compiler: peak {wb.format_bytes(compiled.peak_bytes)} per device, "
                  f"{'fits' if fits else 'does NOT fit'} {plan.hardware.name}'s {wb.format_bytes(plan.device_memory)}; "
                  f"the plan said {wb.format_bytes(plan.peak_bytes)}"
@@ -298,12 +312,13 @@ class VerifyPanel(widgets.VBox):
         color = LEVEL_STYLES["info"][0]
         self.progress.value = f'<span style="color:{color}">⏳ {html.escape(text)} · {job.elapsed:.0f} s</span>'
 
-    def _selection_key(self) -> tuple | None:
-        """What the shown result depends on: the compiled fields of the config, the rules, target and chip."""
+    def _selection_key(self) -> tuple:
+        """What the shown result depends on: the compiled fields of the config, the rules, target and chip
+        (:data:`NO_KEY` for a selection that has no valid config)."""
         try:
             config = self.selection.train_config().to_json()
         except wb.WorkbenchError:
-            return None
+            return NO_KEY
         compiled = {name: config[name] for name in COMPILED_FIELDS}
         return (json.dumps(compiled, sort_keys=True, default=str), json.dumps(self.selection.rules, default=str),
                 self.target.value.strip().lower() or "cpu", self.chip.value)
@@ -329,11 +344,12 @@ class VerifyPanel(widgets.VBox):
         self.target.options = ("cpu", *wb.analysis.topologies_for(devices), *wb.analysis.gpu_targets_for(devices))
 
     def _mark_stale(self) -> None:
-        if not self.is_stale:
+        plan = self.plan
+        if plan is None or not self.is_stale:
             self.stale.value = ""
             return
-        plan, compiled = self.plan, self.plan.compiled
-        now = self._selection_key() or (None, None, None, None)
+        compiled, _ = _verified(plan)
+        now = self._selection_key()
         changed = [what for what, before, after in zip(("the selection", "the rules", "the target", "the chip"),
                                                         self._shown_key, now, strict=True) if before != after]
         note = (f"Stale: the figures below are for {plan.model} in {plan.mode} on {plan.mesh}, batch "

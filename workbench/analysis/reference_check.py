@@ -486,8 +486,9 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True,
     """The reference check of a training configuration: built by the trainer's own
     :func:`~workbench.training.step.build_step`, so what is checked is exactly what would train.
 
-    ``config`` is a :class:`~workbench.TrainConfig`; a :class:`~workbench.Trainer` (its own step, custom
-    model included); a :class:`~workbench.training.BuiltStep`; or a mode name with the config's fields as keywords
+    ``config`` is a :class:`~workbench.TrainConfig` or the record :meth:`~workbench.TrainConfig.resolved` made of
+    one where it entered (a widget's); a :class:`~workbench.Trainer` (its own step, custom model included); a
+    :class:`~workbench.training.BuiltStep`; or a mode name with the config's fields as keywords
     (``model``, ``mesh``, ``faults``, ``batch``, ``lr``, ``optimizer``, ``data``, ``seed``, ``accum``,
     ``precision``, ``model_options``, ...; defaults for a quick check: mesh ``data=4``, batch 64, Adam).
     Everything is checked before anything compiles; a bad value raises a WorkbenchError naming it.
@@ -501,7 +502,7 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True,
         >>> run_check(TrainConfig(mode="fsdp", precision="bf16", accum=2, batch=64)).verdict  # doctest: +SKIP
         'ok'
     """
-    from ..training.config import TrainConfig
+    from ..training.config import ResolvedConfig, TrainConfig
     from ..training.models import model_class
     from ..training.step import build_step
     from .model_layout import default_data
@@ -517,8 +518,11 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True,
     elif options:
         raise WorkbenchError(f"run_check(config, ...) takes no other settings ({', '.join(options)}): "
                              "put them in the TrainConfig")
-    if getattr(config, "processes", 1) > 1 and jax.process_count() == 1:  # its own processes, on this machine
-        return check_across_processes(config.checked(), steps=steps)
+    across = config
+    if isinstance(across, ResolvedConfig):  # resolved where it entered: how many processes is its config's
+        across = across.config
+    if getattr(across, "processes", 1) > 1 and jax.process_count() == 1:  # its own processes, on this machine
+        return check_across_processes(across.checked(), steps=steps)
     if hasattr(config, "build") and callable(config.build):  # a Trainer: exactly the step it trains
         config = config.build()
     built = config if hasattr(config, "mode") and hasattr(config, "first_batches") else build_step(config)

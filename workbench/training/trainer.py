@@ -66,7 +66,7 @@ from .models import param_count
 from .runs import END_STATUSES, RunWriter
 from .step import BuiltStep, CustomModel, build_step
 from .sync_diagnostics import sync_report
-from .config import ResolvedConfig, TrainConfig
+from .config import ResolvedConfig, TrainConfig, resolve_config
 
 ACTIVE_STATUSES = ("running", "paused")  # a run holds the trainer: it may pause, save, profile or be stopped
 STATUSES = ("idle", *ACTIVE_STATUSES, *END_STATUSES)
@@ -200,12 +200,13 @@ class Trainer:
     @property
     def config(self) -> TrainConfig:
         """The checked settings of the next run; setting it checks and resolves the new ones
-        (:meth:`~workbench.TrainConfig.resolved`), once: the runs below take the records, not the text."""
+        (:meth:`~workbench.TrainConfig.resolved`), once: the runs below take the records, not the text. A record
+        resolved where the settings entered (a :class:`~workbench.training.ResolvedConfig`) is taken as it is."""
         return self._resolved.config
 
     @config.setter
-    def config(self, config: TrainConfig) -> None:
-        self._resolved = config.resolved()
+    def config(self, config: TrainConfig | ResolvedConfig) -> None:
+        self._resolved = resolve_config(config)
 
     @property
     def status(self) -> str:
