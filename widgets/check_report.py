@@ -16,7 +16,7 @@ import workbench as wb
 from .common import LEVEL_STYLES
 
 
-def ledger_text_of(report: wb.analysis.CheckReport, mode: str) -> str:
+def ledger_text_of(report: wb.analysis.CheckReport | wb.analysis.ProcessCheckReport, mode: str) -> str:
     """The ledger of the step ``report`` checked (compiled once, for that step), as text; or why mode ``mode`` has
     none."""
     return (wb.analysis.ledger_table(report.ledger) if report.ledger
@@ -24,7 +24,7 @@ def ledger_text_of(report: wb.analysis.CheckReport, mode: str) -> str:
         f"no ledger: mode {mode!r} runs several programs per step, so there is no single compiled step")
 
 
-def check_html(report: wb.analysis.CheckReport, ledger_text: str = "") -> str:
+def check_html(report: wb.analysis.CheckReport | wb.analysis.ProcessCheckReport, ledger_text: str = "") -> str:
     """The check panel's HTML: the verdict, the key figures, each finding in full, and the ledger.
 
     Example:

@@ -402,7 +402,7 @@ class TrainingDashboard(widgets.VBox):
         self._status.show("plots cleared (runs on disk are kept)", "info")
 
     @shown
-    def check(self) -> wb.analysis.CheckReport | None:
+    def check(self) -> wb.analysis.CheckReport | wb.analysis.ProcessCheckReport | None:
         """Run the reference check of the selection's mode, mesh, model and faults, and show the verdict,
         each finding, and the compiled step's communication ledger in the check panel."""
         resolved = self._trainable()

@@ -31,6 +31,7 @@ from .plan_comparison import PlanComparison as PlanComparison
 from .planning import TrainingPlan as TrainingPlan
 from .planning import parse_byte_size as parse_byte_size
 from .planning import plan_training as plan_training
+from .process_check import ProcessCheckReport as ProcessCheckReport
 from .process_check import check_across_processes as check_across_processes
 from .profile_report import ProfileReport as ProfileReport
 from .profile_report import read_profile as read_profile
@@ -66,7 +67,7 @@ __all__ = [
     "verify_plan", "verify_step",
     "CompiledStep", "MemoryComparison", "PLAN_ACCURACY_FROM_BYTES", "PlanComparison",
     # the reference check against one device
-    "CheckReport", "run_check", "check_across_processes",
+    "CheckReport", "ProcessCheckReport", "run_check", "check_across_processes",
     # profiles
     "ProfileReport", "read_profile", "Timeline", "TraceFormatError", "read_timeline",
 ]
