@@ -35,6 +35,7 @@ from .core import (TrainState, accumulate, as_per_device, check_precision, finis
                    weighted_sums)
 from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, example_shape, fit_mesh
 from .faults import FAULTS, check_faults
+from .registry import mesh_fit
 
 PLACEMENTS = ("replicate", "shard", "tensor-parallel")
 # How a mode whose parameters are sharded over 'data' gathers them for the step.
@@ -240,9 +241,7 @@ class ParallelMode(abc.ABC):
     @classmethod
     def check(cls, plan: StepPlan) -> None:
         """Raise a WorkbenchError (before anything is compiled) if this mode cannot run ``plan``."""
-        from . import mesh_fit  # the registry knows which mode to offer instead
-
-        fit = mesh_fit(cls, plan.mesh)
+        fit = mesh_fit(cls, plan.mesh)  # the registry knows which mode to offer instead
         if not fit.ok:
             raise MeshError(fit.message)
         if cls.state_placement == "tensor-parallel" and not plan.tp_rules:
