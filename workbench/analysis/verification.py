@@ -43,7 +43,7 @@ from ..errors import VerificationError, WorkbenchError
 from .compile_target import CompileTarget, check_target, parse_target
 from .compiled_step import CompiledStep
 from .gpu_target import DEVICELESS_XLA_FLAGS, gpu_compiler_dir
-from .verdict import training_verdict
+from .verdict_record import refusal
 
 DEFAULT_TIMEOUT_S = 900.0  # the 1.3B model on 512 devices compiles in well under a minute on 2 cores
 STDERR_TAIL_LINES = 3  # of the child's stderr, shown with an error (libtpu's noise is never shown otherwise)
@@ -324,9 +324,9 @@ def _verifiable(config: Any, target: Any) -> Any:
     from ..training.step import check_compiles_ahead
 
     resolved = resolve_config(config)
-    verdict = training_verdict(resolved)  # a batch that does not split fails here, not in the child
-    if not verdict.plans:
-        raise WorkbenchError(verdict.message)
+    refused = refusal(resolved)  # the verdict's error level: a batch that does not split fails here, not in the child
+    if refused is not None:
+        raise WorkbenchError(refused.message)
     check_compiles_ahead(resolved.mode_class)
     check_target(parse_target(target), resolved.mesh_shape)
     return resolved
