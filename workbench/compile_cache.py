@@ -28,6 +28,8 @@ import dataclasses
 import os
 import pathlib
 
+import jax
+
 ENV_VAR = "WORKBENCH_COMPILATION_CACHE"
 OFF_VALUES = ("off", "0", "false", "no", "none")
 MAX_BYTES = 2 * 2**30  # least recently used entries go first beyond this
@@ -55,8 +57,6 @@ def default_cache_dir() -> pathlib.Path:
 
 def _choose() -> tuple[str | None, str]:
     """(folder to use or None, reason) from the environment and JAX's own settings."""
-    import jax
-
     raw = os.environ.get(ENV_VAR)
     if raw is not None and raw.strip().lower() in OFF_VALUES + ("",):
         if jax.config.jax_compilation_cache_dir:  # the workbench adds none, but JAX keeps the user's own
@@ -82,8 +82,6 @@ def configure_compilation_cache() -> CacheSetup:
     global _setup
     if _setup is not None:
         return _setup
-    import jax
-
     path, reason = _choose()
     if path is None:  # whatever JAX was given by the user, if anything, is what is in use
         user_path = jax.config.jax_compilation_cache_dir or None

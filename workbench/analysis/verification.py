@@ -40,8 +40,12 @@ from typing import Any
 from .. import errors
 from ..child_processes import REAP_TIMEOUT_S, child_environment, stop_process_group
 from ..errors import VerificationError, WorkbenchError
+from ..training.config import TrainConfig, resolve_config
+from ..training.models import MODELS
+from ..training.step import check_compiles_ahead
 from .compile_target import CompileTarget, check_target, parse_target
 from .compiled_step import CompiledStep
+from .cost_model import hardware as lookup_hardware
 from .gpu_target import DEVICELESS_XLA_FLAGS, gpu_compiler_dir
 from .verdict_record import refusal
 
@@ -76,8 +80,6 @@ def planned_hardware(hardware: Any, settings: VerifySettings | None) -> Any:
 
     Raises WorkbenchError when a TPU target and an explicitly given preset name disagree.
     """
-    from .cost_model import hardware as lookup_hardware
-
     topology_preset = settings.target.hardware if settings is not None else None
     if hardware is None:
         return topology_preset or "tpu-v5p"
@@ -124,8 +126,6 @@ class VerificationJob:
 
     def __init__(self, config: Any, target: CompileTarget, seq_len: int | None, timeout: float,
                  on_progress: ProgressFn | None):
-        from ..training.config import resolve_config
-
         resolved = resolve_config(config)
         config = resolved.config
         self.config, self.target, self.timeout = config, target, float(timeout)
@@ -320,9 +320,6 @@ def check_verifiable(config: Any, target: Any = "cpu") -> Any:
 
 def _verifiable(config: Any, target: Any) -> Any:
     """:func:`check_verifiable`, returning the :class:`~workbench.training.config.ResolvedConfig` it checked."""
-    from ..training.config import resolve_config
-    from ..training.step import check_compiles_ahead
-
     resolved = resolve_config(config)
     refused = refusal(resolved)  # the verdict's error level: a batch that does not split fails here, not in the child
     if refused is not None:
@@ -361,9 +358,6 @@ def plan_config(plan: Any) -> Any:
     its state as the mode does: a plan made with your own ``rules`` is not what it compiles
     (:func:`~workbench.plan_training` refuses ``verify`` with ``rules``).
     """
-    from ..training.config import TrainConfig
-    from ..training.models import MODELS
-
     if plan.model not in MODELS:
         raise WorkbenchError(
             f"verifying compiles the workbench's own step, which cannot rebuild your {plan.model} in another "

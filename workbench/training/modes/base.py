@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..process_share import ProcessShare, batch_share, global_arrays
 from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...devices import local_devices_text, more_devices_hint
-from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, check_device_list
+from ...layout.mesh import DATA_AXIS, MeshShape, abstract_mesh, build_mesh, check_device_list
 from ...layout.rules import RuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
 from .core import (TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means,
@@ -112,8 +112,6 @@ def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh:
     all-reduce after a row-parallel matmul), where Explicit axes refuse a sharded contraction.
     """
     if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
-        from ...layout.mesh import abstract_mesh
-
         return abstract_mesh(shape, axis_types="auto")
     if devices is not None:
         return build_mesh(shape, axis_types="auto", devices=list(devices))
