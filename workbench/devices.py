@@ -18,7 +18,7 @@ import os
 import re
 import warnings
 
-import jax
+import jax  # importing JAX does not start its backend: the device count can still be set below
 
 DEFAULT_CPU_DEVICES = 8
 ENV_VAR = "WORKBENCH_CPU_DEVICES"
