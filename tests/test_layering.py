@@ -1,4 +1,4 @@
-"""The package's layers: imports point one way (layout <- views, training <- analysis <- cli), the top-level
+"""The package's layers: imports point one way (layout <- training <- analysis <- views <- cli), the top-level
 modules keep to theirs, the engine never imports the UI, and `import workbench` stays free of ipywidgets and
 plotly."""
 
@@ -17,9 +17,13 @@ ENGINE = ROOT / "workbench"
 BASE = {"errors", "devices", "formatting", "compile_cache", "child_processes", "servers", "compat"}
 ALLOWED = {
     "layout": BASE,
-    "views": BASE | {"layout"},
     "training": BASE | {"layout"},
     "analysis": BASE | {"layout", "training"},
+    # Views draw the records of every layer below, so they sit above analysis and take its records by their types
+    # (a profile's Timeline, a MemoryComparison, a PlanComparison), rather than as Any or with those records moved
+    # down: the records are computed by analysis and belong with it. Nothing below draws: analysis and training
+    # write their records' text with `formatting`, never with a view.
+    "views": BASE | {"layout", "training", "analysis"},
     "distributed": BASE | {"layout", "training", "analysis"},
     # The command line sits on top: it may use every layer, and no layer uses it.
     "cli": BASE | {"layout", "views", "training", "analysis", "distributed"},

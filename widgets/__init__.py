@@ -11,6 +11,8 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+
 import workbench as _workbench  # noqa: F401  (simulated devices are configured before JAX starts)
 
 _EXPORTS = {
@@ -26,8 +28,6 @@ def __getattr__(name: str):
     # Imported on first use: a notebook that needs only the mesh picker does not load plotly's figures.
     if name not in _EXPORTS:
         raise AttributeError(f"module 'widgets' has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import ipywidgets as widgets
+import jax
 import traitlets
 
 import workbench as wb
@@ -206,8 +207,6 @@ class Selection(traitlets.HasTraits):
     @traitlets.default("mesh")
     def _every_local_device(self) -> str:
         # What this machine trains on: 8 simulated devices on a laptop, 2 for a student of a large class, 1 GPU.
-        import jax
-
         return f"data={jax.device_count()}"
 
     def mesh_shape(self) -> wb.MeshShape:

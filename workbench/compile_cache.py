@@ -28,6 +28,8 @@ import dataclasses
 import os
 import pathlib
 
+import jax
+
 ENV_VAR = "WORKBENCH_COMPILATION_CACHE"
 OFF_VALUES = ("off", "0", "false", "no", "none")
 MAX_BYTES = 2 * 2**30  # least recently used entries go first beyond this
@@ -55,8 +57,6 @@ def default_cache_dir() -> pathlib.Path:
 
 def _jax_cache_dir() -> str | None:
     """The cache folder JAX has of its own (the user's: JAX_COMPILATION_CACHE_DIR or jax.config), if any."""
-    import jax
-
     # JAX adds its options to jax.config at run time, as attributes a type checker cannot see.
     return jax.config.jax_compilation_cache_dir  # pyright: ignore[reportAttributeAccessIssue]
 
@@ -88,8 +88,6 @@ def configure_compilation_cache() -> CacheSetup:
     global _setup
     if _setup is not None:
         return _setup
-    import jax
-
     path, reason = _choose()
     if path is None:  # whatever JAX was given by the user, if anything, is what is in use
         user_path = _jax_cache_dir() or None

@@ -13,9 +13,12 @@ needs to finish this step's, and the process aborts in the rendezvous (docs/desi
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import warnings
+
+import jax  # importing JAX does not start its backend: the device count can still be set below
 
 DEFAULT_CPU_DEVICES = 8
 ENV_VAR = "WORKBENCH_CPU_DEVICES"
@@ -83,8 +86,6 @@ def _compilers_without_accelerators() -> bool:
     """libtpu or the CUDA plugin is installed (to compile for TPU topologies or GPUs) on a machine with no TPU
     chip and no GPU, and JAX was left to pick its platforms: it would start them anyway, and they print a
     screenful of warnings (hostnames, accelerator types, a CUDA that fails) before JAX falls back to the CPU."""
-    import importlib.util
-
     if os.environ.get("JAX_PLATFORMS", "").strip():
         return False
     try:
@@ -111,8 +112,6 @@ def configure_cpu_devices() -> DeviceSetup:
     global _setup
     if _setup is not None:
         return _setup
-    import jax
-
     requested = _requested_count()
     if _compilers_without_accelerators():
         try:
@@ -172,8 +171,6 @@ def check_device_count() -> None:
     setup = _setup or configure_cpu_devices()
     if _warned or setup.configured or setup.requested is None:
         return
-    import jax
-
     have = len(jax.devices("cpu"))
     if have < setup.requested:
         _warned = True
@@ -201,8 +198,6 @@ def local_devices_text(count: int | None = None) -> str:
         >>> local_devices_text()
         '8 simulated CPU devices'
     """
-    import jax
-
     devices = jax.devices()
     count = len(devices) if count is None else count
     platform = devices[0].platform
@@ -220,8 +215,6 @@ def every_device_mesh() -> str:
         >>> every_device_mesh()
         'data=8'
     """
-    import jax
-
     return f"data={len(jax.devices())}"
 
 
@@ -234,8 +227,6 @@ def more_devices_hint(size: int) -> str:
         >>> more_devices_hint(16)
         'or set WORKBENCH_CPU_DEVICES=16 before importing workbench (restart the kernel)'
     """
-    import jax
-
     if jax.default_backend() == "cpu":
         return f"or set WORKBENCH_CPU_DEVICES={size} before importing workbench (restart the kernel)"
     return (f"plan and verify it without the devices (workbench plan --verify gpu:h100:{size}, or tpu:...), or "
@@ -250,8 +241,6 @@ def describe_devices() -> dict:
         >>> describe_devices()["count"]
         8
     """
-    import jax
-
     check_device_count()
     devices = jax.devices()
     return {

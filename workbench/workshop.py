@@ -33,6 +33,21 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from .analysis.collectives import COLLECTIVE_KINDS
+from .analysis.model_layout import model_layout
+from .analysis.reference_check import run_check
+from .analysis.step_ledger import ledger_for_config
+from .errors import MeshError, RunError, WorkbenchError
+from .formatting import align_columns, format_bytes
+from .layout.mesh import build_mesh
+from .layout.specs import format_spec
+from .training.config import TrainConfig
+from .training.modes import mesh_fit
+from .training.modes.base import training_mesh
+from .training.process_share import batch_share
+from .training.runs import load_run
 
 WORKSHOP_DEVICES = 8  # the notebook's simulated devices; the checks use fewer if the machine has fewer
 # Marks every browser font has: emoji (a green tick, a red cross, a pencil) render as empty boxes where no
@@ -105,8 +120,6 @@ def bytes_per_device_truth(devices: int = WORKSHOP_DEVICES) -> dict[str, int]:
         >>> bytes_per_device_truth(8)
         {'kernel_dp': 32768, 'kernel_fsdp': 4096, 'bias_fsdp': 40}
     """
-    from .analysis.model_layout import model_layout
-
     mesh = f"data={devices}"
     dp, fsdp = model_layout("mlp", mesh, "dp").params, model_layout("mlp", mesh, "fsdp").params
     return {
@@ -146,10 +159,6 @@ def check_bytes_per_device(answer: Any) -> ExerciseResult:
 
 def all_reduce_truth(devices: int = WORKSHOP_DEVICES) -> tuple[int, int]:
     """(gradient bytes of the digits MLP, all-reduce bytes of its compiled dp step on ``data=devices``)."""
-    from .analysis.model_layout import model_layout
-    from .analysis.step_ledger import ledger_for_config
-    from .training.config import TrainConfig
-
     gradients = model_layout("mlp", f"data={devices}", "dp").params.bytes_per_device
     ledger = ledger_for_config(TrainConfig(model="mlp", mesh=f"data={devices}", mode="dp", batch=8 * devices))
     return gradients, ledger.bytes_by_kind().get("all-reduce", 0)
@@ -195,8 +204,6 @@ def check_grad_scale(answer: Any) -> ExerciseResult:
         return result
     if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
         return ExerciseResult(name, "failed", f"give a number, not {answer!r}")
-    from .analysis.reference_check import run_check
-
     devices = _devices()
     report = run_check("dp-shard-map", model="mlp", mesh=f"data={devices}", faults=["psum"], ledger=False)
     measured = report.grad_scale
@@ -245,11 +252,6 @@ def check_gradient_sync(local_gradients: Callable[[dict, dict], Any]) -> Exercis
     if not callable(local_gradients):
         return ExerciseResult(name, "failed",
                               f"give a function local_gradients(params, shard), not {local_gradients!r}")
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from .layout.mesh import build_mesh
-
     devices = _devices()
     mesh = build_mesh(f"data={devices}")
     params, batch = regression_problem()
@@ -294,8 +296,6 @@ def check_gradient_sync(local_gradients: Callable[[dict, dict], Any]) -> Exercis
 
 def _compiled_for(plan: Any, compiled: Any) -> Any:
     """The compiler's record of ``plan``'s step: ``compiled`` waited for if it is a job, else the plan's own."""
-    from .errors import WorkbenchError
-
     record = plan.compiled if compiled is None else compiled
     if record is None:
         raise WorkbenchError("nothing to judge by: pass the compile of this plan's step (job = "
@@ -322,8 +322,6 @@ def check_fits_chip(answer: Any, plan: Any, compiled: Any = None, *, name: str =
         >>> check_fits_chip(True, plan, start_plan_verification(plan)).passed  # doctest: +SKIP
         True
     """
-    from .formatting import format_bytes
-
     if (result := _unanswered(name, answer)) is not None:
         return result
     if not isinstance(answer, (bool, np.bool_)):
@@ -406,12 +404,6 @@ def process_rows(mesh: str = "data=8", processes: int = 2, batch: int = 64,
         >>> [share.rows for share in process_rows("data=8", 2, 64)]
         [range(0, 32), range(32, 64)]
     """
-    from .training.process_share import batch_share
-    from .errors import MeshError, WorkbenchError
-    from .training.config import TrainConfig
-    from .training.modes import mesh_fit
-    from .training.modes.base import training_mesh
-
     resolved = TrainConfig(mode=mode, mesh=mesh, batch=batch, processes=processes).resolved()
     config, shape = resolved.config, resolved.mesh_shape
     fit = mesh_fit(resolved.mode_class, shape)
@@ -459,8 +451,6 @@ def process_rows_table(shares: Any) -> str:
         0        0-3      0-3              0-31         32
         1        4-7      4-7              32-63        32
     """
-    from .formatting import align_columns
-
     rows = [[str(s.share.process_index), _span(s.devices), _span(s.batch_positions),
              f"{s.rows.start}-{s.rows.stop - 1}", str(len(s.rows))] for s in shares]
     return "\n".join(align_columns(["process", "devices", "batch positions", "rows", "examples"], rows, right=[4]))
@@ -555,9 +545,6 @@ def restored_shard_truth() -> dict[str, Any]:
         >>> restored_shard_truth()["restored_shard"]
         (64, 64)
     """
-    from .analysis.model_layout import model_layout
-    from .layout.specs import format_spec
-
     saved = model_layout("mlp", SAVED_UNDER[1], SAVED_UNDER[0]).params.leaf(RESTORE_LEAF).layout
     restored = model_layout("mlp", RESTORED_UNDER[1], RESTORED_UNDER[0]).params.leaf(RESTORE_LEAF).layout
     return {"shape": tuple(saved.shape), "saved_shard": tuple(saved.shard_shape),
@@ -612,9 +599,6 @@ _FSDP_KIND_STORY = {
 
 def _profiled_timeline(report: Any) -> Any:
     """The timeline of ``report``, a profile of an fsdp run with collectives; a WorkbenchError saying why not."""
-    from .errors import RunError, WorkbenchError
-    from .training.runs import load_run
-
     if not hasattr(report, "timeline") or not hasattr(report, "folder"):
         raise WorkbenchError(f"nothing to judge by: pass the report of an {DOMINANT_MODE} profile "
                              f"(report = wb.read_profile(trainer.profile(5))), not {type(report).__name__}")
@@ -654,8 +638,6 @@ def dominant_collective_truth(report: Any) -> dict[str, Any]:
         >>> truth["bytes"] == truth["bytes_by_kind"][truth["kind"]]  # doctest: +SKIP
         True
     """
-    from .errors import WorkbenchError
-
     timeline = _profiled_timeline(report)
     time_us, bytes_by_kind = timeline.collective_time_by_kind(), timeline.collective_bytes_by_kind()
     kind = next(iter(time_us))
@@ -669,8 +651,6 @@ def dominant_collective_truth(report: Any) -> dict[str, Any]:
 
 def _collective_kind(value: Any) -> str | None:
     """``value`` as one of the ledger's collective kinds (``all_gather``, ``AllGather`` and ``all gather`` too)."""
-    from .analysis.collectives import COLLECTIVE_KINDS
-
     if not isinstance(value, str):
         return None
     squashed = value.strip().lower().replace("_", "").replace("-", "").replace(" ", "")
@@ -724,8 +704,6 @@ def check_dominant_collective(answer: Any, report: Any) -> ExerciseResult:
     else:
         return ExerciseResult(name, "failed", f"give a pair (kind, bytes), like (\"all-reduce\", 1024), or a dict with "
                               f"the keys kind and bytes, not {answer!r}")
-    from .analysis.collectives import COLLECTIVE_KINDS
-
     kind, said = _collective_kind(said_kind), _whole_number(said_bytes)
     if kind is None:
         return ExerciseResult(name, "failed", f"{said_kind!r} is not a collective kind: "

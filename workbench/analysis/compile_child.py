@@ -18,7 +18,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jax.experimental import mesh_utils, topologies
+
 from ..child_processes import exit_when_parent_goes
+from ..errors import WorkbenchError
+from ..training.config import TrainConfig
+from ..training.step import build_abstract_step
+from .compile_target import mesh_mismatch, parse_target
+from .compiled_step import read_compiled_step
+from .gpu_target import gpu_chip, gpu_topology
 
 
 def peak_rss_bytes() -> int | None:
@@ -35,11 +43,6 @@ def peak_rss_bytes() -> int | None:
 
 def _topology_devices(target, mesh) -> list:
     """The TPU topology's devices, in an order that follows the chips' physical layout for this mesh."""
-    from jax.experimental import mesh_utils, topologies
-
-    from ..errors import WorkbenchError
-    from .compile_target import mesh_mismatch
-
     try:
         devices = list(topologies.get_topology_desc(platform="tpu", topology_name=target.topology).devices)
     except Exception as error:  # noqa: BLE001 - libtpu raises a runtime error with its reason
@@ -56,11 +59,6 @@ def _topology_devices(target, mesh) -> list:
 
 def _gpu_devices(target, mesh) -> list:
     """``target``'s compile-only GPUs, host by host: consecutive mesh positions of the innermost axis share a host."""
-    from jax.experimental import topologies
-
-    from ..errors import WorkbenchError
-    from .gpu_target import gpu_chip, gpu_topology
-
     chip, count = target.generation, target.chips
     try:
         topology = topologies.get_topology_desc(platform="cuda", target_config=gpu_chip(chip).target_config(),
@@ -70,19 +68,12 @@ def _gpu_devices(target, mesh) -> list:
         raise WorkbenchError(f"XLA:GPU does not accept {target}: {reason}") from None
     devices = sorted(topology.devices, key=lambda device: device.id)
     if len(devices) != mesh.size:
-        from .compile_target import mesh_mismatch
-
         raise mesh_mismatch(mesh, target, len(devices))
     return devices
 
 
 def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[str, Any]:
     """Build the step ``request`` describes, compile it and return ``CompiledStep.to_json()``."""
-    from ..training.config import TrainConfig
-    from ..training.step import build_abstract_step
-    from .compile_target import parse_target
-    from .compiled_step import read_compiled_step
-
     config = TrainConfig.from_json(request["config"])
     target = parse_target(request["target"])
     start = time.perf_counter()
@@ -118,8 +109,6 @@ def main() -> None:
     try:
         say(result=compile_request(request, say))
     except BaseException as error:  # noqa: BLE001 - everything is reported; the parent decides what it means
-        from ..errors import WorkbenchError
-
         kind = type(error).__name__
         message = str(error) if isinstance(error, WorkbenchError) else f"{str(error).strip()[-4000:]}"
         say(error={"type": kind, "message": message, "workbench": isinstance(error, WorkbenchError)})

@@ -26,6 +26,9 @@ import os
 import re
 import sys
 
+from ..training import layer_scopes
+from ..training.modes import param_gathering
+
 # Frames in these packages are the machinery, not the code that asked for the op.
 LIBRARY_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy")
 _ROW = re.compile(r"^(\d+) (.*)$")
@@ -113,9 +116,6 @@ class OpSource:
 
 def _machinery() -> tuple[str, ...]:
     """Path prefixes of frames to look past: the libraries, and the wrappers that name layers and gather them."""
-    from ..training import layer_scopes
-    from ..training.modes import param_gathering
-
     dirs = [layer_scopes.__file__, param_gathering.__file__]  # wrappers around a layer's call: look past them
     for name in LIBRARY_PACKAGES:
         path = getattr(sys.modules.get(name), "__file__", None)  # None: not imported, or no file

@@ -30,6 +30,7 @@ import jax
 import numpy as np
 
 from ..formatting import align_columns, format_bytes, format_shape
+from ..training.modes import mode_class
 from ..training.profiling import memory_figures as memory_figures  # the trainer's profiles read it too
 from .collectives import COLLECTIVE_KINDS, CountedCollective, bytes_by_kind
 from .hlo import collective_ops
@@ -212,8 +213,6 @@ def theoretical_collectives(mode_name: str, param_bytes: int) -> list[dict]:
         >>> theoretical_collectives("fsdp", 1000)[0]["kind"], theoretical_collectives("single", 1000)
         ('all-gather', [])
     """
-    from ..training.modes import mode_class  # here, not at the top: the modes pull in flax and optax
-
     return [need.to_json(param_bytes) for need in mode_class(mode_name).collectives]
 
 

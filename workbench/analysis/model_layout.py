@@ -21,11 +21,17 @@ import functools
 from typing import Any
 
 import jax
+from flax import nnx
 
 from ..errors import WorkbenchError
 from ..layout.mesh import MeshShape, abstract_mesh, parse_mesh
 from ..layout.rules import RuleReport, RuleTable
 from ..layout.tree_layout import TreeLayout, layout_tree
+from ..training.config import make_optimizer
+from ..training.data import load_dataset
+from ..training.models import abstract_batch, abstract_model, model_class, model_config_for_data
+from ..training.modes import mode_class
+from .planning import plan_training
 
 DEFAULT_DATA = {"regression": "regression", "classification": "digits", "language": "text"}
 
@@ -37,8 +43,6 @@ def default_data(model: str) -> str:
         >>> default_data("transformer")
         'text'
     """
-    from ..training.models import model_class
-
     return DEFAULT_DATA[model_class(model).DATA_KIND]
 
 
@@ -115,8 +119,6 @@ def standard_rules(model: str, mesh: Any, mode: str, model_options: dict | None 
         >>> print(standard_rules("mlp", "data=8", "dp").to_text())
         .* => P()
     """
-    from ..training.modes import mode_class
-
     mesh_shape = parse_mesh(mesh)  # read once, here: the planner below takes the records
     return _plan(model, mesh_shape, mode_class(mode), _options_key(model_options), optimizer).rule_table
 
@@ -127,17 +129,12 @@ def _options_key(options: dict | None) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _plan(model: str, mesh: MeshShape, mode: type, options: tuple, optimizer: str):
-    from .planning import plan_training
-
     return plan_training(model, dict(options), mesh, mode, optimizer=optimizer, hardware="cpu", precision="fp32")
 
 
 @functools.lru_cache(maxsize=8)
 def _data_shapes(model: str, batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(options the data decides, one batch's leaves as ShapeDtypeStructs) for ``model``'s default data."""
-    from ..training.data import load_dataset
-    from ..training.models import abstract_batch, model_config_for_data
-
     # Shapes only: a batch of a billion examples is laid out without allocating one.
     fitted = model_config_for_data(model, load_dataset(default_data(model)))
     return fitted.options, abstract_batch(fitted, batch)
@@ -164,12 +161,6 @@ def model_layout(
         >>> model_layout("mlp", "data=4,model=2", "dp-tp").params.leaf("hidden1/kernel").layout.spec
         P(None, 'model')
     """
-    from flax import nnx
-
-    from ..training.models import abstract_model
-    from ..training.config import make_optimizer
-    from ..training.modes import mode_class
-
     mesh_shape = parse_mesh(mesh)  # read once, here: the planner below takes the records
     data_options, batch_shapes = _data_shapes(model, batch)
     declared = mode_class(mode)

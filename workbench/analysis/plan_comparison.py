@@ -16,7 +16,9 @@ import dataclasses
 from typing import Any
 
 from ..formatting import align_columns, format_bytes, format_seconds
+from .compile_target import parse_target
 from .compiled_step import PEAK_FORMULA, CompiledStep
+from .compiler_rules import compiler_rules
 
 # The step size (compiled peak per device) from which the plan's peak holds ±15% of the compiler's: measured
 # 0.97-1.13 on bench_step_memory's transformers (tens of MiB and more); the default mlp's steps (0.1-2 MiB)
@@ -89,9 +91,6 @@ def _shown(value: float | None, unit: str, missing: str = "not modelled") -> str
 def _simulated_words(rules: Any, target: str) -> str:
     """How the plan's memory was simulated (``rules``: its CompilerRules), and whether for the compiler it is
     compared with."""
-    from .compile_target import parse_target
-    from .compiler_rules import compiler_rules
-
     compiled_by = parse_target(target).kind
     if rules.kind == compiled_by:
         trust = f" (rough: {rules.trust})" if rules.trust else ""

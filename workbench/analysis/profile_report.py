@@ -24,7 +24,9 @@ from typing import Any
 from ..errors import WorkbenchError
 from ..training.config import TrainConfig
 from ..training.profiling import ProfileCapture, ProfileError, profile_folders, read_capture
+from ..training.step import build_abstract_step
 from .memory_comparison import MemoryComparison, compare_memory
+from .step_memory import NotSimulated, planned_step_memory
 from .timeline import Timeline, TraceFormatError, find_trace_file, op_layers, read_timeline
 
 TIMELINE_FILE = "timeline.json"
@@ -58,8 +60,6 @@ class ProfileReport:
 def _predicted(config: dict[str, Any], backend: str) -> tuple[Any, str | None]:
     """The layout engine's step memory for the run's config, as ``backend``'s compiler holds it (None and why
     where it has none)."""
-    from .step_memory import NotSimulated, planned_step_memory
-
     if str(config.get("model", "")).startswith("custom:"):
         return None, ("your own model: its prediction needs the model and an example batch (plan_training(model=..., "
                       "example_batch=...))")
@@ -81,8 +81,6 @@ def _layers(config: dict[str, Any]) -> tuple[str, ...]:
     if not config or str(config.get("model", "")).startswith("custom:"):
         return ()
     try:
-        from ..training.step import build_abstract_step
-
         step = build_abstract_step(TrainConfig.from_json(config))
         return tuple(step.layers)
     except WorkbenchError:

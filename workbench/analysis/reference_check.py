@@ -45,8 +45,12 @@ import jax
 import numpy as np
 import optax
 
+from ..training.config import ResolvedConfig, TrainConfig, check_positive
+from ..training.models import model_class
+from ..training.step import build_step
 from .findings import Finding
 from .ledger import Collective, CommLedger, float_param_bytes, ledger_for_mode
+from .model_layout import default_data
 from .process_check import ProcessCheckReport, check_across_processes
 from ..training.process_share import host_values
 from ..errors import WorkbenchError
@@ -471,8 +475,6 @@ def check_built_step(built, *, steps: int | None = None, ledger: bool = True) ->
         >>> check_built_step(build_step(TrainConfig(mode="dp", accum=2, precision="bf16"))).verdict  # doctest: +SKIP
         'ok'
     """
-    from ..training.config import check_positive
-
     steps = MIN_STEPS if steps is None else steps
     check_positive("steps", steps, "--steps 3", integer=True)
     if steps < MIN_STEPS:
@@ -502,11 +504,6 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True,
         >>> run_check(TrainConfig(mode="fsdp", precision="bf16", accum=2, batch=64)).verdict  # doctest: +SKIP
         'ok'
     """
-    from ..training.config import ResolvedConfig, TrainConfig
-    from ..training.models import model_class
-    from ..training.step import build_step
-    from .model_layout import default_data
-
     if isinstance(config, str):
         options = {"mesh": "data=4", "batch": 64, "optimizer": "adam", "lr": 1e-3, **options}
         model = options.setdefault("model", "mlp")

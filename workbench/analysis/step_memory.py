@@ -39,6 +39,10 @@ from jax.extend.core import jaxprs_in_params
 
 from ..compat import scan_operand_counts
 from ..errors import WorkbenchError
+from ..training.config import resolve_config
+from ..training.models import model_config
+from ..training.modes.base import ABSTRACT_DEVICES
+from ..training.step import build_abstract_step
 from .compiler_rules import XLA_CPU, CompilerRules, compiler_rules
 
 # Per array dimension, the mesh axis names it is split over (not a PartitionSpec: always one tuple each).
@@ -858,11 +862,6 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
         >>> planned_step_memory(config).alias_bytes > 0
         True
     """
-    from ..training.config import resolve_config
-    from ..training.models import model_config
-    from ..training.modes.base import ABSTRACT_DEVICES
-    from ..training.step import build_abstract_step
-
     rules = _rules(compiler)
     resolved = resolve_config(config)  # once: every simulation below takes the record
     config = resolved.config

@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
 
 import jax
 
@@ -41,39 +40,11 @@ from ..training.config import ResolvedConfig, TrainConfig, resolve_config
 from ..training.host_memory import (HOST_BATCH_COPIES, USABLE_FRACTION, available_host_memory, batch_bytes,
                                     devices_share_host_memory, largest_batch_within)
 from ..training.data import load_dataset
-from ..training.models import (MODELS, abstract_batch, model_config, model_config_for_data,
-                               tensor_parallel_rules)
+from ..training.models import MODELS, abstract_batch, model_config_for_data
 from ..training.modes import MeshFix, mesh_fit
-from ..training.modes.base import StepPlan
 from ..training.modes.declaration import reshaped_mesh
-
-LEVELS = ("ok", "warning", "plan", "error")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingVerdict:
-    """Whether a config trains on this machine: ``level`` (see :data:`LEVELS`), a one-line ``message``, the
-    ``fixes`` to offer (each a :class:`~workbench.training.MeshFix`: another mode, mesh or batch), and ``notes``: what
-    else holds (e.g. a mesh that is both larger than the machine and wasteful for the mode)."""
-
-    level: str
-    message: str
-    fixes: tuple[MeshFix, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    @property
-    def trains(self) -> bool:
-        """Whether Start trains it here (``ok`` or ``warning``)."""
-        return self.level in ("ok", "warning")
-
-    @property
-    def plans(self) -> bool:
-        """Whether it can be planned and verified (every level but ``error``)."""
-        return self.level != "error"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"level": self.level, "trains": self.trains, "plans": self.plans, "message": self.message,
-                "fixes": [dataclasses.asdict(fix) for fix in self.fixes], "notes": list(self.notes)}
+from .planning import plan_training
+from .verdict_record import LEVELS, TrainingVerdict, batch_fixes, refusal
 
 
 def training_verdict(config: TrainConfig | ResolvedConfig, *, devices: int | None = None,
@@ -93,16 +64,11 @@ def training_verdict(config: TrainConfig | ResolvedConfig, *, devices: int | Non
         resolved = resolve_config(config)  # once: everything below takes the parsed mesh and the mode's class
     except WorkbenchError as error:
         return TrainingVerdict("error", str(error))
+    refused = refusal(resolved)
+    if refused is not None:
+        return refused
     declared, mesh = resolved.mode_class, resolved.mesh_shape
     fit = mesh_fit(declared, mesh)
-    if not fit.ok:
-        return TrainingVerdict("error", fit.message, fit.fixes)
-    try:
-        refusal = _step_refusal(resolved)
-    except WorkbenchError as error:  # e.g. a model option the model does not have
-        return TrainingVerdict("error", str(error))
-    if refusal is not None:
-        return refusal
     notes = (fit.message,) if fit.level == "warning" else ()
     devices = len(jax.devices()) if devices is None else devices
     if not declared.one_device and mesh.size > devices:
@@ -144,36 +110,6 @@ def _trainable_mesh_here(declared: type, mesh: MeshShape, devices: int) -> MeshS
     return parse_mesh(reshaped_mesh(declared.axes, devices, declared.mesh_example))
 
 
-def _step_refusal(resolved: ResolvedConfig) -> TrainingVerdict | None:
-    """What the mode's own check refuses before compiling (a batch that does not split into the data axis's
-    parts and the microbatches, a model with no layer pair to split), in the trainer's words, with fixes."""
-    config, declared, mesh = resolved.config, resolved.mode_class, resolved.mesh_shape
-    tp_rules = ()
-    if declared.state_placement == "tensor-parallel" and config.model in MODELS:
-        tp_rules = tuple(tensor_parallel_rules(config.model, options=model_config(config.model,
-                                                                               **config.model_options).options))
-    elif declared.state_placement == "tensor-parallel":
-        tp_rules = (("your own model", "its rules"),)  # your module brings its rules: the trainer checks them
-    try:
-        declared.check(StepPlan(None, None, None, mesh, config.batch, config.accum, tp_rules=tp_rules))
-    except WorkbenchError as error:
-        unit = declared.batch_parts(mesh) * config.accum
-        fixes = batch_fixes(config.batch, unit) if config.batch % unit else (MeshFix("use mode dp", mode="dp"),)
-        return TrainingVerdict("error", str(error), fixes)
-    return None
-
-
-def batch_fixes(batch: int, unit: int) -> tuple[MeshFix, ...]:
-    """A fix per multiple of ``unit`` next to ``batch`` (the one below first, if there is one).
-
-    Example:
-        >>> [fix.batch for fix in batch_fixes(100, 8)]
-        [96, 104]
-    """
-    lower, upper = batch // unit * unit, -(-batch // unit) * unit
-    return tuple(MeshFix(f"use batch {size}", batch=size) for size in dict.fromkeys((lower, upper)) if size)
-
-
 def _memory_refusal(resolved: ResolvedConfig, available: int | None) -> TrainingVerdict | None:
     """``plan`` when this machine's memory cannot hold the run (registered models: yours is not sized here)."""
     config, declared, mesh = resolved.config, resolved.mode_class, resolved.mesh_shape
@@ -206,8 +142,6 @@ def _memory_need(model: str, options: tuple, data: tuple, declared: type, mesh: 
     host holds :data:`HOST_BATCH_COPIES` copies of each global batch besides. ``data`` is (name, options);
     the model is sized from it as the trainer sizes it, so a model the data contradicts raises here.
     """
-    from .planning import plan_training
-
     name, data_options = data
     dataset = load_dataset(name, **dict(data_options))
     examples = abstract_batch(model_config_for_data(model, dataset, **dict(options)), 1)

@@ -40,10 +40,14 @@ from typing import Any
 from .. import errors
 from ..child_processes import REAP_TIMEOUT_S, child_environment, stop_process_group
 from ..errors import VerificationError, WorkbenchError
+from ..training.config import TrainConfig, resolve_config
+from ..training.models import MODELS
+from ..training.step import check_compiles_ahead
 from .compile_target import CompileTarget, check_target, parse_target
 from .compiled_step import CompiledStep
+from .cost_model import hardware as lookup_hardware
 from .gpu_target import DEVICELESS_XLA_FLAGS, gpu_compiler_dir
-from .verdict import training_verdict
+from .verdict_record import refusal
 
 DEFAULT_TIMEOUT_S = 900.0  # the 1.3B model on 512 devices compiles in well under a minute on 2 cores
 STDERR_TAIL_LINES = 3  # of the child's stderr, shown with an error (libtpu's noise is never shown otherwise)
@@ -76,8 +80,6 @@ def planned_hardware(hardware: Any, settings: VerifySettings | None) -> Any:
 
     Raises WorkbenchError when a TPU target and an explicitly given preset name disagree.
     """
-    from .cost_model import hardware as lookup_hardware
-
     target = parse_target(settings.target) if settings is not None else None  # VerifySettings parsed it: as is
     topology_preset = target.hardware if target is not None else None
     if hardware is None:
@@ -125,8 +127,6 @@ class VerificationJob:
 
     def __init__(self, config: Any, target: CompileTarget, seq_len: int | None, timeout: float,
                  on_progress: ProgressFn | None):
-        from ..training.config import resolve_config
-
         resolved = resolve_config(config)
         config = resolved.config
         self.config, self.target, self.timeout = config, target, float(timeout)
@@ -322,13 +322,10 @@ def check_verifiable(config: Any, target: Any = "cpu") -> Any:
 
 def _verifiable(config: Any, target: Any) -> Any:
     """:func:`check_verifiable`, returning the :class:`~workbench.training.config.ResolvedConfig` it checked."""
-    from ..training.config import resolve_config
-    from ..training.step import check_compiles_ahead
-
     resolved = resolve_config(config)
-    verdict = training_verdict(resolved)  # a batch that does not split fails here, not in the child
-    if not verdict.plans:
-        raise WorkbenchError(verdict.message)
+    refused = refusal(resolved)  # the verdict's error level: a batch that does not split fails here, not in the child
+    if refused is not None:
+        raise WorkbenchError(refused.message)
     check_compiles_ahead(resolved.mode_class)
     check_target(parse_target(target), resolved.mesh_shape)
     return resolved
@@ -363,9 +360,6 @@ def plan_config(plan: Any) -> Any:
     its state as the mode does: a plan made with your own ``rules`` is not what it compiles
     (:func:`~workbench.plan_training` refuses ``verify`` with ``rules``).
     """
-    from ..training.config import TrainConfig
-    from ..training.models import MODELS
-
     if plan.model not in MODELS:
         raise WorkbenchError(
             f"verifying compiles the workbench's own step, which cannot rebuild your {plan.model} in another "

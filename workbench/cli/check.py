@@ -17,22 +17,21 @@ from __future__ import annotations
 
 import json
 
+from ..analysis.reference_check import MIN_STEPS, run_check
+from ..training.models import parse_model_options
+from ..training.modes import FAULTS
 from .exit_codes import EXIT_FAILED, EXIT_OK
 from .options import add_setup_options
 
 
 def add_inject_option(parser) -> None:
     """``--inject FAULT`` (repeatable, or comma-separated); read it as ``",".join(args.inject)``."""
-    from ..training.modes import FAULTS
-
     parser.add_argument("--inject", action="append", default=[], metavar="FAULT",
                         help=f"switch on a teaching fault (repeat or comma-separate): {', '.join(FAULTS)}")
 
 
 def add_check_parser(commands) -> None:
     """Add the ``check`` subcommand and its options to ``commands`` (argparse subparsers)."""
-    from ..analysis.reference_check import MIN_STEPS
-
     check = commands.add_parser(
         "check",
         help="check a parallel mode against the one-device reference; --inject a teaching fault to see it caught",
@@ -56,9 +55,6 @@ def add_check_parser(commands) -> None:
 
 def check_command(args) -> int:
     """Run ``workbench check``; WorkbenchError propagates to ``cli.main`` (one line, status 2)."""
-    from ..training.models import parse_model_options
-    from ..analysis.reference_check import run_check
-
     report = run_check(
         args.mode, model=args.model, mesh=args.mesh, faults=",".join(args.inject), steps=args.steps, batch=args.batch,
         lr=args.lr, optimizer=args.optimizer, data=args.data, seed=args.seed, processes=args.processes,

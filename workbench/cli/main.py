@@ -18,11 +18,31 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import types
 from collections.abc import Sequence
 
+import jax
+
+from ..compile_cache import clear_compilation_cache, compilation_cache_info
+from ..devices import describe_devices
+from ..errors import WorkbenchError
+from ..formatting import format_bytes
+from ..layout.array_layout import layout_array
+from ..layout.shapes import parse_shape
+from ..training.config import TrainConfig
+from ..training.run_reports import DEFAULT_COLUMNS, choose_columns, compare_runs, compare_table
+from ..training.runs import list_runs
+from ..views.jax_picture import capture_visualize_sharding
+from ..views.text import layout_table, tiling_picture
+from .check import add_check_parser, add_inject_option, check_command
 from .exit_codes import EXIT_BAD_INPUT, EXIT_OK
+from .options import add_setup_options
+from .plan import add_plan_parser, plan_command
+from .profile import add_profile_parser, profile_command
+from .serve import add_server_parsers, app_command, lab_command
+from .train import train_command
 
 TABLE_WIDTH = 120  # `workbench runs` fits its default table in this many characters
 
@@ -58,17 +78,9 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="print exactly one JSON object")
     inspect.add_argument("--all-devices", action="store_true", help="list every device even on large meshes")
     _add_train_parser(commands)
-    from .plan import add_plan_parser
-
     add_plan_parser(commands)
-    from .check import add_check_parser
-
     add_check_parser(commands)
-    from .serve import add_server_parsers
-
     add_server_parsers(commands)
-    from .profile import add_profile_parser
-
     add_profile_parser(commands)
     cache = commands.add_parser(
         "cache",
@@ -95,9 +107,6 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_train_parser(commands) -> None:
-    from ..training.config import TrainConfig
-    from .options import add_setup_options
-
     # The fields' own defaults, without building a config: a config's default mesh starts JAX's backend, which
     # --join must leave to jax.distributed.initialize.
     defaults = types.SimpleNamespace(**{field.name: field.default for field in dataclasses.fields(TrainConfig)
@@ -126,8 +135,6 @@ def _add_train_parser(commands) -> None:
                        help="steps between evals (0: at the end)")
     train.add_argument("--sync-every", type=int, default=defaults.sync_every,
                        help="steps between gradient-sync diagnostics (0: never)")
-    from .check import add_inject_option
-
     add_inject_option(train)
     train.add_argument("--drop-remainder", action="store_true", help="drop partial batches instead of masking")
     train.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every,
@@ -157,8 +164,6 @@ def _add_train_parser(commands) -> None:
 
 
 def _cmd_devices(args) -> int:
-    from ..devices import describe_devices
-
     report = describe_devices()
     if args.json:
         print(json.dumps(report))
@@ -171,12 +176,6 @@ def _cmd_devices(args) -> int:
 
 def _picture(layout) -> str | None:
     """JAX's own picture when the mesh fits the local devices, ours otherwise; None above 2-D."""
-    import jax
-
-    from ..errors import WorkbenchError
-    from ..views.jax_picture import capture_visualize_sharding
-    from ..views.text import tiling_picture
-
     if len(layout.shape) > 2:
         return None
     if 1 <= len(layout.shape) and layout.mesh.size <= len(jax.devices()):
@@ -188,10 +187,6 @@ def _picture(layout) -> str | None:
 
 
 def _cmd_inspect(args) -> int:
-    from ..layout.array_layout import layout_array
-    from ..layout.shapes import parse_shape
-    from ..views.text import layout_table
-
     layout = layout_array(parse_shape(args.shape), args.mesh, args.spec, dtype=args.dtype)
     if args.json:
         print(json.dumps(layout.to_json()))
@@ -204,26 +199,18 @@ def _cmd_inspect(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    from .train import train_command
-
     return train_command(args)
 
 
 def _cmd_profile(args) -> int:
-    from .profile import profile_command
-
     return profile_command(args)
 
 
 def _cmd_plan(args) -> int:
-    from .plan import plan_command
-
     return plan_command(args)
 
 
 def _cmd_check(args) -> int:
-    from .check import check_command
-
     return check_command(args)
 
 
@@ -235,9 +222,6 @@ def _column_names(text: str) -> list[str]:
 
 
 def _cmd_runs(args) -> int:
-    from ..training.run_reports import DEFAULT_COLUMNS, choose_columns, compare_runs, compare_table
-    from ..training.runs import list_runs
-
     runs = list_runs(args.run_dir)
     rows = compare_runs(runs) if runs else []
     if args.columns is not None:
@@ -260,9 +244,6 @@ def _cmd_runs(args) -> int:
 
 
 def _cmd_cache(args) -> int:
-    from ..compile_cache import clear_compilation_cache, compilation_cache_info
-    from ..formatting import format_bytes
-
     freed = clear_compilation_cache() if args.clear else None
     info = compilation_cache_info()
     if args.json:
@@ -278,14 +259,10 @@ def _cmd_cache(args) -> int:
 
 
 def _cmd_lab(args) -> int:
-    from .serve import lab_command
-
     return lab_command(args)
 
 
 def _cmd_app(args) -> int:
-    from .serve import app_command
-
     return app_command(args)
 
 
@@ -295,8 +272,6 @@ COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_trai
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 failed run, 2 bad input)."""
-    from ..errors import WorkbenchError
-
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
@@ -313,8 +288,6 @@ def entry_point() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`workbench inspect ... | head`): stop quietly, as Unix tools do.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         status = EXIT_OK
     sys.exit(status)

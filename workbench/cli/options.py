@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..training.config import OPTIMIZERS
+from ..training.models import MODELS
+from ..training.modes import MODES, PRECISIONS
+
 # A default that means "the user must give it".
 REQUIRED = object()
 # The help of a required option, which has no default to name.
@@ -40,10 +44,6 @@ def add_setup_options(parser, *, model: str, mesh: object, mode: object, optimiz
         >>> parser.parse_args(["--mesh", "data=8", "--mode", "dp"]).precision
         'bf16'
     """
-    from ..training.config import OPTIMIZERS
-    from ..training.models import MODELS
-    from ..training.modes import MODES, PRECISIONS
-
     helps = dict(helps or {})
 
     def add(name: str, default: object, choices=None) -> None:

@@ -24,14 +24,18 @@ import json
 import pathlib
 import sys
 
+from ..analysis.cost_model import DEFAULT_UTILISATION, HARDWARE_NAMES
+from ..analysis.planning import plan_training
+from ..analysis.verification import VerifySettings
+from ..errors import WorkbenchError
+from ..layout.rules import RuleTable
+from ..training.models import parse_model_options
 from .exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from .options import REQUIRED, add_setup_options
 
 
 def add_plan_parser(commands) -> None:
     """Add the ``plan`` subcommand and its options to ``commands`` (argparse subparsers)."""
-    from ..analysis.cost_model import DEFAULT_UTILISATION, HARDWARE_NAMES
-
     plan = commands.add_parser(
         "plan",
         help="plan a training run on an abstract mesh of any size: memory per device, collectives, step time",
@@ -64,9 +68,6 @@ def add_plan_parser(commands) -> None:
 
 
 def _read_rules(path: str):
-    from ..errors import WorkbenchError
-    from ..layout.rules import RuleTable
-
     try:
         text = pathlib.Path(path).read_text()
     except OSError as error:
@@ -76,10 +77,6 @@ def _read_rules(path: str):
 
 def plan_command(args) -> int:
     """Run ``workbench plan``; WorkbenchError propagates to ``cli.main`` (one line, status 2)."""
-    from ..training.models import parse_model_options
-    from ..analysis.planning import plan_training
-    from ..analysis.verification import VerifySettings
-
     verify = None
     if args.verify is not None:  # progress on stderr when a person watches; stdout stays the plan alone
         verify = VerifySettings(args.verify, on_progress=_progress_line if sys.stderr.isatty() else None)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..analysis.profile_report import read_profile
+from ..views.profile_text import profile_text
 from .exit_codes import EXIT_OK
 
 
@@ -44,9 +46,6 @@ def profile_json(report: Any) -> dict[str, Any]:
 
 def print_profile(source: Any, as_json: bool = False) -> None:
     """Read a profile and print it (tables, or one JSON object)."""
-    from ..analysis.profile_report import read_profile
-    from ..views.profile_text import profile_text
-
     report = read_profile(source)
     print(json.dumps(profile_json(report)) if as_json else profile_text(report))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..servers import Classroom
+from ..servers import Classroom, app_launch, lab_launch, run_server
 from .exit_codes import EXIT_OK
 
 
@@ -50,16 +50,12 @@ def _extra(options: list[str]) -> tuple[str, ...]:
 
 
 def lab_command(args) -> int:
-    from ..servers import lab_launch, run_server
-
     launch = lab_launch(args.port, not args.no_browser, args.notebook_dir, _extra(args.jupyter_options))
     run_server(launch, "Sharding Workbench: JupyterLab")
     return EXIT_OK  # not reached: run_server becomes the server
 
 
 def app_command(args) -> int:
-    from ..servers import app_launch, run_server
-
     launch = app_launch(args.port, not args.no_browser, args.no_token, args.run_dir,
                         classroom=Classroom(args.devices, args.cull_idle, args.preheat))
     run_server(launch, "Sharding Workbench app")

@@ -17,10 +17,20 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any, cast
 
+from ..analysis.profile_report import read_profile
+from ..distributed.worker import main as worker
+from ..errors import WorkbenchError
 from ..layout.mesh import parse_mesh
+from ..training.config import TrainConfig
+from ..training.data import parse_data_options
+from ..training.models import parse_model_options
+from ..training.profiling import ProfileError
+from ..training.trainer import Trainer
 from .exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from .profile import print_profile, profile_json
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -33,12 +43,6 @@ def _finite_or_none(value: Any) -> Any:
 
 
 def _config_from_args(args):
-    from ..training.data import parse_data_options
-    from ..training.models import parse_model_options
-    from ..training.config import TrainConfig
-
-    from ..errors import WorkbenchError
-
     if args.mesh is None and getattr(args, "join", None) is not None:
         raise WorkbenchError("--join needs --mesh: the mesh over every process's devices, e.g. --mesh data=16 for two "
                              "hosts of 8")
@@ -100,11 +104,6 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def _join(args, config) -> int:
     """Be one process of a run across real hosts (``--join``): the worker, in this process."""
-    from pathlib import Path
-
-    from ..distributed.worker import main as worker
-    from ..errors import WorkbenchError
-
     if not args.name:
         raise WorkbenchError("--join needs --name: every host writes the same run, so give it one name, e.g. --name "
                              f"{config.model}-{config.mode}-{config.processes}p")
@@ -120,10 +119,6 @@ def _join(args, config) -> int:
 def _resuming_trainer(args, config):
     """The trainer continuing ``--resume RUN_DIR``: the options given differently from their defaults change
     the saved run's settings (a changed model, data or optimizer setting is refused with the reason)."""
-    from ..errors import WorkbenchError
-    from ..training.config import TrainConfig
-    from ..training.trainer import Trainer
-
     if args.join is not None or args.processes != 1 or args.name is not None:
         raise WorkbenchError("--resume continues a run in this process, in its own folder: drop --join, --processes "
                            "and --name")
@@ -140,9 +135,6 @@ def _profile_result(args, profiles: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     if not profiles or profiles[-1].get("error"):
         return {"profile": {"error": profiles[-1]["error"] if profiles else "the run ended before the profile began"}}
-    from ..analysis.profile_report import read_profile
-    from .profile import profile_json
-
     return {"profile": profile_json(read_profile(profiles[-1]["folder"]))}
 
 
@@ -153,16 +145,12 @@ def _print_profile(args, profiles: list[dict[str, Any]]) -> None:
         why = profiles[-1]["error"] if profiles else "the run ended before the profile began"
         print(f"\nno profile: {why}")
         return
-    from .profile import print_profile
-
     print()
     print_profile(profiles[-1]["folder"])
 
 
 def train_command(args) -> int:
     """Run ``workbench train`` from parsed arguments; returns the exit status."""
-    from ..training.trainer import Trainer
-
     resolved = _config_from_args(args)  # checked and resolved once: the trainer takes the record
     config = resolved.config
     if args.resume is not None:
@@ -170,8 +158,6 @@ def train_command(args) -> int:
         config = trainer.config
     elif args.join is not None:
         if args.profile is not None:
-            from ..training.profiling import ProfileError
-
             raise ProfileError("--profile with --join: a run across processes is not profiled; profile it in one "
                                "process on the same mesh (the same programs and collectives)")
         return _join(args, config)

@@ -25,8 +25,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
+
+from ..analysis.reference_check import check_built_step
+from ..child_processes import exit_when_parent_goes
+from ..devices import ENV_VAR
 from ..errors import WorkbenchError
+from ..training.checkpoints import CheckpointInfo, read_meta
+from ..training.config import TrainConfig
 from ..training.process_group import CHECK_FILE
+from ..training.process_share import host_values
+from ..training.runs import RunWriter
+from ..training.step import build_step
+from ..training.trainer import Trainer
 
 INIT_TIMEOUT_S = 60  # every process must join within this (JAX's default is 300 s)
 HEARTBEAT_TIMEOUT_S = 10  # a process silent this long is dead: the others fail instead of waiting
@@ -40,8 +52,6 @@ def join(coordinator: str, processes: int, process_id: int, *, bind_loopback: bo
     With ``bind_loopback`` process 0's coordinator listens on 127.0.0.1 only (JAX's default binds every
     interface): right for processes on one machine.
     """
-    import jax
-
     timeouts: dict[str, Any] = dict(initialization_timeout=INIT_TIMEOUT_S,
                                     heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
                                     shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S)
@@ -56,10 +66,6 @@ def join(coordinator: str, processes: int, process_id: int, *, bind_loopback: bo
 
 def _process_trainer(config: Any, run_dir: Path):
     """A Trainer whose run is written into ``run_dir`` by process 0 only."""
-    import jax
-
-    from ..training.runs import RunWriter
-    from ..training.trainer import Trainer
 
     class _Silent:
         """Processes other than 0 keep no files: process 0's are the run."""
@@ -90,11 +96,6 @@ def _process_trainer(config: Any, run_dir: Path):
 
 def _write_params(trainer: Any, path: Path) -> None:
     """The final parameters, gathered from every process, as NumPy ``.npz`` (process 0 writes it)."""
-    import jax
-    import numpy as np
-
-    from ..training.process_share import host_values
-
     values = host_values(trainer.state.params)  # a collective: every process takes part
     if jax.process_index() == 0:
         leaves: dict[str, Any] = {jax.tree_util.keystr(key): np.asarray(leaf)
@@ -107,11 +108,6 @@ def _write_params(trainer: Any, path: Path) -> None:
 
 def _check(config: Any, run_dir: Path, steps: int | None) -> int:
     """The reference check of ``config`` across the processes; process 0 writes the report (JSON, with its text)."""
-    import jax
-
-    from ..analysis.reference_check import check_built_step
-    from ..training.step import build_step
-
     report = check_built_step(build_step(config), steps=steps)
     if jax.process_index() == 0:
         partial = run_dir / (CHECK_FILE + ".partial")
@@ -124,10 +120,6 @@ def _check(config: Any, run_dir: Path, steps: int | None) -> int:
 def _claim_cpu_share(config: Any) -> None:
     """On CPU, this process's share of the mesh's devices (mesh size / processes), unless the user set the count
     (``WORKBENCH_CPU_DEVICES``): a host started by hand (``--join``) gets the right count without setting it."""
-    import jax
-
-    from ..devices import ENV_VAR
-
     if os.environ.get(ENV_VAR) or config.processes < 1 or config.mesh_shape.size % config.processes:
         return
     try:
@@ -139,8 +131,6 @@ def _claim_cpu_share(config: Any) -> None:
 def check_devices(config: Any) -> None:
     """WorkbenchError unless the processes together have exactly the mesh's devices (each process then holds
     its share: a process outside the mesh would load no rows and wait in the others' collectives)."""
-    import jax
-
     size, count, processes = config.mesh_shape.size, jax.device_count(), jax.process_count()
     if count != size:
         raise WorkbenchError(
@@ -166,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"train, or check: the reference check, written to <run-dir>/{CHECK_FILE} by process 0")
     args = parser.parse_args(argv)
     if args.watch_parent:
-        from ..child_processes import exit_when_parent_goes
-
         threading.Thread(target=exit_when_parent_goes, daemon=True).start()
-    from ..training.config import TrainConfig
-
     config = TrainConfig.from_json(json.loads(args.config))
     _claim_cpu_share(config)
     # On one machine the coordinator listens on loopback only; on real hosts it must be reachable from the others.
@@ -180,16 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         check_devices(config)
     except WorkbenchError as error:  # every process finds the same: each says it in one line, and they end together
         print(f"error: {error}", file=sys.stderr, flush=True)
-        import jax
-
         jax.distributed.shutdown()
         return 2
     if args.task == "check":
         return _check(config, args.run_dir, args.check_steps)
     trainer = _process_trainer(config, args.run_dir)
     if args.resume_step is not None:
-        from ..training.checkpoints import CheckpointInfo, read_meta
-
         trainer._resume_from = CheckpointInfo(args.run_dir, args.resume_step, read_meta(args.run_dir, args.resume_step))
     # The launcher asks process 0 to stop; every process agrees at the next logging step (see the trainer).
     signal.signal(signal.SIGUSR1, lambda *_: trainer.stop())
@@ -198,8 +180,6 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     if args.final_params is not None and trainer.state is not None and trainer.status != "failed":
         _write_params(trainer, args.final_params)
-    import jax
-
     jax.distributed.shutdown()
     return 1 if trainer.status == "failed" else 0
 

@@ -15,8 +15,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh, AxisType
+
 from ..errors import MeshError
-from ..devices import more_devices_hint
+from ..devices import check_device_count, more_devices_hint
 
 AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Words the spec parser reads as "not sharded": an axis with one of these names could not be named.
@@ -148,8 +152,6 @@ def parse_mesh(value: Any, names: Sequence[str] | None = None) -> MeshShape:
 
 
 def _axis_types(axis_types: str | Sequence[str], count: int):
-    from jax.sharding import AxisType
-
     if isinstance(axis_types, str):
         axis_types = (axis_types,) * count
     axis_types = tuple(axis_types)
@@ -178,11 +180,6 @@ def build_mesh(mesh: Any, *, axis_types: str | Sequence[str] = "explicit", devic
         >>> dict(build_mesh("data=4,model=2").shape)
         {'data': 4, 'model': 2}
     """
-    import jax
-    import numpy as np
-
-    from ..devices import check_device_count
-
     shape = parse_mesh(mesh)
     types = _axis_types(axis_types, len(shape.names))
     if devices is None:
@@ -224,14 +221,10 @@ def abstract_mesh(mesh: Any, *, axis_types: str | Sequence[str] = "explicit"):
         >>> abstract_mesh("data=64,model=16").axis_sizes
         (64, 16)
     """
-    from jax.sharding import AbstractMesh
-
     shape = parse_mesh(mesh)
     return AbstractMesh(shape.sizes, shape.names, axis_types=_axis_types(axis_types, len(shape.names)))
 
 
 def is_concrete(mesh: Any) -> bool:
     """True for a mesh with real devices (``jax.sharding.Mesh``), False for descriptions and abstract meshes."""
-    import jax
-
     return isinstance(mesh, jax.sharding.Mesh)

@@ -6,7 +6,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+from jax import dtypes
 
 from ..errors import DTypeError, ShapeError
 
@@ -56,8 +58,6 @@ def parse_dtype(value: Any) -> np.dtype:
         >>> parse_dtype("bfloat16").name
         'bfloat16'
     """
-    import jax.numpy as jnp
-
     try:
         return np.dtype(jnp.dtype(value))
     except (TypeError, ValueError):
@@ -70,8 +70,6 @@ def itemsize_bits(dtype: Any) -> int:
     """Bits per element, exact for sub-byte dtypes such as int4."""
     dtype = parse_dtype(dtype)
     try:
-        from jax import dtypes
-
         return int(dtypes.itemsize_bits(dtype))
     except (AttributeError, TypeError):
         return dtype.itemsize * 8

@@ -24,6 +24,10 @@ import optax
 from ..devices import every_device_mesh
 from ..errors import WorkbenchError
 from ..layout.mesh import MeshShape, parse_mesh
+from .data import DATASETS
+from .models import MODELS, model_class
+from .modes import MODES, PRECISIONS, mode_class
+from .modes.faults import check_faults
 
 if TYPE_CHECKING:  # annotations only: the modes and models import this module
     from .models import RegisteredModel
@@ -191,11 +195,6 @@ class TrainConfig:
             >>> resolved.config.mesh, resolved.mesh_shape.axes, resolved.mode_class.name
             ('data=4,model=2', {'data': 4, 'model': 2}, 'fsdp')
         """
-        from .data import DATASETS
-        from .models import MODELS, model_class
-        from .modes import MODES, PRECISIONS, mode_class
-        from .modes.faults import check_faults
-
         for field, value, choices in (
             ("model", self.model, MODELS), ("data", self.data, tuple(DATASETS)), ("mode", self.mode, MODES),
             ("optimizer", self.optimizer, OPTIMIZERS), ("precision", self.precision, PRECISIONS),

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
+import importlib.util
 import inspect
 import itertools
 import math
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import WorkbenchError, nearest_multiples
+from .data_parallel import create_data_parallel_sharding, shard_batch
 
 DATASET_KINDS = ("regression", "classification", "language")
 SPLITS = ("train", "eval")
@@ -295,9 +298,6 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     the SciPy it pulls in) took 1.5 s of the 2.7 s a fresh process needed to reach its first training
     step with a warm compilation cache. The file is the one ``load_digits`` reads (same values).
     """
-    import gzip
-    import importlib.util
-
     spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
     folder = spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else None
     path = os.path.join(folder, "datasets", "data", "digits.csv.gz") if folder else None
@@ -524,8 +524,6 @@ def sharded_batches(
         >>> next(batches)["x"].sharding.spec
         P('data', None)
     """
-    from .data_parallel import create_data_parallel_sharding, shard_batch
-
     size = _check_batch_size(global_batch_size)
     if split not in SPLITS:
         raise WorkbenchError(f"split {split!r} is not one of {', '.join(SPLITS)}: use 'train' or 'eval'")

@@ -15,6 +15,7 @@ import dataclasses
 from ..layout.specs import format_spec
 from .checkpoints import CheckpointError, CheckpointInfo
 from .config import TrainConfig
+from .step import build_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +50,6 @@ class LayoutChange:
 
 
 def _state_layout(config: TrainConfig):
-    from .step import build_step
-
     built = build_step(config)  # the model and mode only: nothing compiles
     return built.mode.state_layout(built.state)
 

@@ -30,6 +30,8 @@ from ..child_processes import child_environment, stop_process_group
 from ..errors import WorkbenchError
 from ..servers import HOST, checked_port
 from .config import ResolvedConfig, TrainConfig, resolve_config
+from .models import model_config
+from .modes import StepPlan
 from .runs import SUMMARY_FILE, RunWriter, load_run
 
 STOP_GRACE_S = 5.0  # after a stop request, how long the processes have to agree and exit before being killed
@@ -52,9 +54,6 @@ def check_before_start(config: TrainConfig | ResolvedConfig) -> None:
         ...
         workbench.errors.WorkbenchError: global batch 62 does not split into 8 parts over 'data' (8 equal parts): ...
     """
-    from .models import model_config
-    from .modes import StepPlan
-
     resolved = resolve_config(config)
     config = resolved.config
     options = model_config(config.model, **config.model_options).options  # refuses a "custom:..." model

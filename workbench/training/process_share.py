@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from ..errors import WorkbenchError
 
@@ -129,7 +130,6 @@ def host_values(tree: Any) -> Any:
     """
     if jax.process_count() == 1:
         return jax.device_get(tree)
-    from jax.experimental import multihost_utils
 
     def fetch(leaf: Any) -> Any:
         if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:

@@ -32,6 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from ..errors import WorkbenchError
 from .process_share import batch_share, host_values
@@ -130,8 +131,6 @@ def _cross_process_divergence(params: Any) -> float:
     Each process writes what its devices hold into a full-size array (NaN where it holds nothing); the
     arrays are gathered from every process and compared where two processes both hold an element.
     """
-    from jax.experimental import multihost_utils
-
     worst = 0.0
     for leaf in jax.tree.leaves(params):
         view = np.full(leaf.shape, np.nan, np.float64)
@@ -178,8 +177,6 @@ def state_divergence(mode: ParallelMode, state: TrainState) -> float:
 
 def _all_replicas(mode: ParallelMode, replicas: int, flat: np.ndarray, weights: np.ndarray):
     """Every replica's flattened gradient and weight, from each process's own replicas (a collective)."""
-    from jax.experimental import multihost_utils
-
     # Where this process's own devices sit (not the rows it loaded: under the same-shard fault those are process 0's).
     mesh = getattr(mode, "mesh", None)  # replicas in several processes are devices of a mesh
     if mesh is None:

@@ -52,9 +52,11 @@ from typing import Any, cast
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 
 from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta
 from .checkpoints import checkpoint_steps, checkpoints_folder, latest_checkpoint, restore_state
+from .process_group import ProcessGroup
 from .process_share import host_values
 from .profiling import Capture, ProfileCapture, ProfileError, ProfileRequest, check_profile_steps
 from ..errors import RunError, WorkbenchError
@@ -63,6 +65,7 @@ from .events import deliver
 from .in_flight import InFlight
 from .modes.core import LossFn, TrainState, add_sums, first_non_finite
 from .models import param_count
+from .run_follower import RunFollower
 from .runs import END_STATUSES, RunWriter
 from .step import BuiltStep, CustomModel, build_step
 from .sync_diagnostics import sync_report
@@ -384,9 +387,6 @@ class Trainer:
     def _start_processes(self, steps: int | None, name: str | None) -> str:
         """Start the run's processes (:class:`~workbench.training.process_group.ProcessGroup`) and relay the events
         rebuilt from process 0's files, so subscribers see what they see of a run in this process."""
-        from .process_group import ProcessGroup
-        from .run_follower import RunFollower
-
         if self._custom is not None:
             raise WorkbenchError("a run across processes builds its model from the config in every process: your own "
                                  "model and batches train in this process (processes=1)")
@@ -646,8 +646,6 @@ class _Loop:
         anyway), so a stop acts within one logging interval."""
         if self.step % self.config.log_every:
             return False
-        from jax.experimental import multihost_utils
-
         if not multihost_utils.broadcast_one_to_all(np.int32(self.trainer._control.stop.is_set())):
             return False
         self.flush()

@@ -1,4 +1,4 @@
-"""Views of layout records: text tables, JAX's own picture, plotly figures, the device colours.
+"""Views of the engine's records: text tables, JAX's own picture, plotly figures, the device colours.
 
 Every public name of the layer, re-exported from the module that owns it (``wb.views.layout_table``). The plotly
 figures are imported on first use, so ``import workbench`` stays free of plotly. ``profile_text`` and

@@ -1,10 +1,10 @@
 """The plan beside the compiler as a plotly figure: two bars per figure, the plan's and the compiler's.
 
-:func:`comparison_figure` draws a :class:`~workbench.analysis.plan_comparison.PlanComparison` (any
-record with its ``rows`` and ``compiled``): on the left the memory of one device (arguments, outputs,
-aliased, temporaries, the peak), on the right the bytes each kind of collective moves per step (the rows
-named ``"<kind> bytes"``). The plan's bar is hatched and carries the ratio; a figure the plan does not
-model has no plan bar and says so. The chip's memory is a dashed line. FLOPs stay in the table.
+:func:`comparison_figure` draws a :class:`~workbench.analysis.plan_comparison.PlanComparison`: on the left
+the memory of one device (arguments, outputs, aliased, temporaries, the peak), on the right the bytes each
+kind of collective moves per step (the rows named ``"<kind> bytes"``). The plan's bar is hatched and carries
+the ratio; a figure the plan does not model has no plan bar and says so. The chip's memory is a dashed line.
+FLOPs stay in the table.
 
 Example:
     >>> plan = plan_training("mlp", {}, "data=16", "dp", verify="cpu")  # doctest: +SKIP
@@ -14,11 +14,11 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..analysis.plan_comparison import ComparedFigure, PlanComparison
 from ..formatting import BYTE_UNITS, format_bytes, format_bytes_exact
 
 ANALYTIC_COLOR = "#0072b2"  # Okabe-Ito blue, hatched: told apart without colour too
@@ -28,7 +28,7 @@ COLLECTIVE_SUFFIX = " bytes"  # plan_comparison names a collective row "<kind> b
 CAPACITY_SCALE = 8  # the device memory is drawn as a line up to this many times the tallest memory bar
 
 
-def _split(rows: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+def _split(rows: Sequence[ComparedFigure]) -> tuple[list[ComparedFigure], list[ComparedFigure]]:
     """(memory rows, collective rows) among the rows counted in bytes."""
     in_bytes = [row for row in rows if row.unit == "bytes"]
     memory = [row for row in in_bytes if not row.figure.endswith(COLLECTIVE_SUFFIX)]
@@ -44,19 +44,19 @@ def _unit(largest: float) -> tuple[str, int]:
     return BYTE_UNITS[power], 1024 ** power
 
 
-def _ratio_text(row: Any) -> str:
+def _ratio_text(row: ComparedFigure) -> str:
     if row.analytic is None:
         return "not modelled"
     return "" if row.ratio is None else f"×{row.ratio:.2f}"
 
 
-def _hover(row: Any, value: float | None, side: str) -> str:
+def _hover(row: ComparedFigure, value: float | None, side: str) -> str:
     shown = "not modelled" if value is None else format_bytes_exact(int(value))
     ratio = "" if row.ratio is None else f"<br>plan / compiler = {row.ratio:.2f}"
     return f"<b>{row.figure}</b>, {side}: {shown}{ratio}<br>{row.note}"
 
 
-def _bar_pair(figure: go.Figure, rows: list[Any], scale: int, column: int, show_legend: bool) -> None:
+def _bar_pair(figure: go.Figure, rows: list[ComparedFigure], scale: int, column: int, show_legend: bool) -> None:
     labels = [row.figure.removesuffix(COLLECTIVE_SUFFIX) if column == 2 else row.figure for row in rows]
     figure.add_trace(go.Bar(
         x=labels, y=[(row.analytic or 0) / scale for row in rows], name=ANALYTIC_NAME, legendgroup="analytic",
@@ -71,7 +71,8 @@ def _bar_pair(figure: go.Figure, rows: list[Any], scale: int, column: int, show_
     ), row=1, col=column)
 
 
-def comparison_figure(comparison: Any, *, capacity_bytes: int | None = None, title: str | None = None) -> go.Figure:
+def comparison_figure(comparison: PlanComparison, *, capacity_bytes: int | None = None,
+                      title: str | None = None) -> go.Figure:
     """Grouped bars, plan against compiler, for one device: memory (left) and collective bytes per step (right).
 
     ``capacity_bytes`` (the chip's memory) draws a dashed line over the memory bars (named in the title

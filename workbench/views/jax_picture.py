@@ -24,6 +24,9 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import jax
+from jax.sharding import NamedSharding
+
 from .colors import device_color, hex_to_rgb, text_color_for
 from ..errors import WorkbenchError
 from ..layout.array_layout import ArrayLayout
@@ -103,9 +106,6 @@ def _check_rank(shape: tuple[int, ...]) -> None:
 
 def _sharding_for_layout(layout: ArrayLayout):
     """A concrete ``NamedSharding`` for a layout: its own devices, or the first local ones if abstract."""
-    import jax
-    from jax.sharding import NamedSharding
-
     local = jax.devices()
     if layout.concrete:
         by_id = {device.id: device for device in local}
@@ -229,8 +229,6 @@ def capture_visualize_sharding(
         >>> "CPU 5" in picture.text
         True
     """
-    import jax
-
     shape, sharding = _shape_and_sharding(layout_or_array)
     options: dict[str, Any] = dict(max_width=max_width, min_width=min_width, scale=scale)
     colored, plain = io.StringIO(), io.StringIO()

@@ -6,8 +6,7 @@ so an overlap with compute shows). There is one bar trace per kind, not per op, 
 thousands of ops builds in a fraction of a second. :func:`memory_figure` draws a
 :class:`~workbench.analysis.memory_comparison.MemoryComparison`: per device the predicted, compiled and live
 bytes side by side, live stacked by role, the predicted and compiled peaks as markers, and the flags.
-Both take any record with those fields (this layer draws, the analysis layer computes). Plotly is imported
-only here.
+This layer draws, the analysis layer computes. Plotly is imported only here.
 
 Example:
     >>> report = read_profile(trainer.profile(steps=5))  # doctest: +SKIP
@@ -18,11 +17,11 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
-from typing import Any
-
 import plotly.graph_objects as go
 from plotly.basedatatypes import BaseTraceType
 
+from ..analysis.memory_comparison import MemoryComparison
+from ..analysis.timeline import TimedOp, Timeline
 from ..errors import WorkbenchError
 from ..formatting import format_bandwidth, format_bytes, format_bytes_exact, format_seconds
 from .colors import OKABE_ITO, op_kind_color
@@ -53,7 +52,7 @@ def _lane(device: int) -> str:
     return f"device {device}"
 
 
-def _op_hover(op: Any, bandwidth: dict[str, float | None]) -> str:
+def _op_hover(op: TimedOp, bandwidth: dict[str, float | None]) -> str:
     lines = [f"<b>{html.escape(op.name)}</b> · {op.kind} on device {op.device}",
              f"layer {html.escape(op.layer) if op.layer else '-'}",
              f"{_us(op.duration_us)}, from {_us(op.start_us)} to {_us(op.end_us)}"]
@@ -63,7 +62,7 @@ def _op_hover(op: Any, bandwidth: dict[str, float | None]) -> str:
     return "<br>".join(lines)
 
 
-def _step_title(timeline: Any, step: int) -> str:
+def _step_title(timeline: Timeline, step: int) -> str:
     timing = timeline.steps[step]
     words = (f"training step {timeline.first_step + step}: {_us(timing.wall_us)} wall, "
              f"{timing.collective_share:.0%} communicating (not overlapped with compute)")
@@ -73,7 +72,7 @@ def _step_title(timeline: Any, step: int) -> str:
     return f"{words}<br><sup>{detail}</sup>"
 
 
-def timeline_figure(timeline: Any, step: int = 0) -> go.Figure:
+def timeline_figure(timeline: Timeline, step: int = 0) -> go.Figure:
     """One profiled step as lanes of ops, one lane per device (see the module docstring).
 
     Hover names each op, its kind, layer, duration and, for a collective, its bytes per device and the
@@ -96,7 +95,7 @@ def timeline_figure(timeline: Any, step: int = 0) -> go.Figure:
                              f"numbered 0 to {len(timeline.steps) - 1} (training steps {timeline.first_step} on)")
     bandwidth = {c.name: c.bandwidth for c in timeline.collectives}
     unit, scale = ("ms", 1e-3) if timeline.steps[step].wall_us >= MS_AXIS_FROM_US else ("µs", 1.0)
-    by_kind: dict[str, list[Any]] = defaultdict(list)
+    by_kind: dict[str, list[TimedOp]] = defaultdict(list)
     for op in timeline.step_ops(step):
         by_kind[op.kind].append(op)
     # Compute first, then collectives by the time they take: drawn in that order, collectives on top.
@@ -140,7 +139,7 @@ def _wrapped(text: str, width: int = FLAG_LINE_CHARACTERS) -> str:
     return "<br>".join(html.escape(part) for part in [*lines, line])
 
 
-def _memory_notes(memory: Any) -> list[str]:
+def _memory_notes(memory: MemoryComparison) -> list[str]:
     """The flags (a few of them) and why a figure is missing, as the lines under the figure."""
     notes = [f"⚠ {flag}" for flag in memory.flags[:MAX_FLAGS_SHOWN]]
     if len(memory.flags) > MAX_FLAGS_SHOWN:
@@ -148,7 +147,7 @@ def _memory_notes(memory: Any) -> list[str]:
     return notes + missing_figures(memory)
 
 
-def _flag_summary(memory: Any) -> str:
+def _flag_summary(memory: MemoryComparison) -> str:
     """The title's line on the flags: how many devices, or that live matches (or that there is nothing to match)."""
     if memory.flags:
         return f"⚠ {len(memory.flags)} of {len(memory.devices)} devices differ from the prediction (below)"
@@ -157,7 +156,7 @@ def _flag_summary(memory: Any) -> str:
     return "live matches the predicted arguments on every device"
 
 
-def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[BaseTraceType]:
+def _source_bars(memory: MemoryComparison, source: str, lanes: list[str]) -> list[BaseTraceType]:
     """The bar of the ``source`` (predicted or compiled) arguments per device, and its peak as a marker."""
     color, pattern = SOURCE_STYLE[source]
     rows = [(lane, d) for lane, d in zip(lanes, memory.devices, strict=True)
@@ -185,7 +184,7 @@ def _source_bars(memory: Any, source: str, lanes: list[str]) -> list[BaseTraceTy
     return traces
 
 
-def _live_bars(memory: Any, lanes: list[str]) -> list[BaseTraceType]:
+def _live_bars(memory: MemoryComparison, lanes: list[str]) -> list[BaseTraceType]:
     """Live bytes per device, one stacked trace per role; the allocator's peak as a marker where it has one."""
     roles = [role for role in ROLE_COLORS if any(d.live_roles.get(role) for d in memory.devices)]
     roles += sorted({role for d in memory.devices for role in d.live_roles} - set(ROLE_COLORS))
@@ -213,7 +212,7 @@ def _live_bars(memory: Any, lanes: list[str]) -> list[BaseTraceType]:
     return traces
 
 
-def memory_figure(memory: Any) -> go.Figure:
+def memory_figure(memory: MemoryComparison) -> go.Figure:
     """Per device, bars side by side: predicted, compiled and live bytes (see the module docstring).
 
     The predicted and compiled bars are the step's arguments (state and batch, what lives between steps), with

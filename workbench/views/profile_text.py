@@ -3,7 +3,7 @@
 :func:`profile_text` is the whole report as printed by a script or shown under the figures: the per-step
 table, collective time by kind, the per-collective table (its ledger bytes beside its duration: the bandwidth
 achieved), the memory table with its flags, and where the full trace is and how to open it. The tables take
-any record with the fields of :class:`~workbench.analysis.timeline.Timeline` and
+a :class:`~workbench.analysis.timeline.Timeline` and a
 :class:`~workbench.analysis.memory_comparison.MemoryComparison` (this layer formats, the analysis computes).
 
 Example:
@@ -12,8 +12,9 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..analysis.memory_comparison import DeviceMemory, MemoryComparison
+from ..analysis.profile_report import ProfileReport
+from ..analysis.timeline import Timeline
 from ..formatting import align_columns, format_bandwidth, format_bytes, format_seconds
 
 MAX_COLLECTIVE_ROWS = 20  # a transformer step has ~100 collectives: the ones taking the most time tell the story
@@ -27,7 +28,7 @@ def _bytes(n: int | None) -> str:
     return "-" if n is None else format_bytes(n)
 
 
-def _step_lines(timeline: Any) -> list[str]:
+def _step_lines(timeline: Timeline) -> list[str]:
     rows = [[str(timeline.first_step + s.step), _us(s.wall_us), _us(s.compute_us), _us(s.collective_us),
              _us(s.overlap_us), f"{s.collective_share:.0%}", f"{s.slowest_device} ({_us(s.slowest_compute_us)})"]
             for s in timeline.steps]
@@ -35,7 +36,7 @@ def _step_lines(timeline: Any) -> list[str]:
     return align_columns(headers, rows, right=range(6))
 
 
-def _kind_lines(timeline: Any) -> list[str]:
+def _kind_lines(timeline: Timeline) -> list[str]:
     by_kind = timeline.collective_time_by_kind()
     wall = sum(s.wall_us for s in timeline.steps) / max(len(timeline.steps), 1)
     rows = []
@@ -47,7 +48,7 @@ def _kind_lines(timeline: Any) -> list[str]:
     return align_columns(["kind", "ops/step", "bytes/step", "time/step", "of the step"], rows, right=range(1, 5))
 
 
-def _collective_lines(timeline: Any, max_rows: int) -> list[str]:
+def _collective_lines(timeline: Timeline, max_rows: int) -> list[str]:
     shown = timeline.collectives[:max_rows]
     rows = [[c.name, c.kind, _bytes(c.bytes), str(c.occurrences), _us(c.duration_us), _us(c.transfer_us),
              format_bandwidth(c.bandwidth), ",".join(c.axes) or "-", c.layer or "-"] for c in shown]
@@ -60,7 +61,7 @@ def _collective_lines(timeline: Any, max_rows: int) -> list[str]:
     return lines
 
 
-def timeline_table(timeline: Any, *, max_collectives: int = MAX_COLLECTIVE_ROWS) -> str:
+def timeline_table(timeline: Timeline, *, max_collectives: int = MAX_COLLECTIVE_ROWS) -> str:
     """The profiled steps' time as text: per step, per collective kind, and per collective op.
 
     Per step (mean over devices): wall time, compute, collectives, both at once (overlapped), the share of the
@@ -102,7 +103,7 @@ def timeline_table(timeline: Any, *, max_collectives: int = MAX_COLLECTIVE_ROWS)
     return "\n".join(lines)
 
 
-def missing_figures(memory: Any) -> list[str]:
+def missing_figures(memory: MemoryComparison) -> list[str]:
     """Why the predicted or compiled figure is missing from a memory comparison, one line each (none: both known).
 
     Example:
@@ -114,7 +115,7 @@ def missing_figures(memory: Any) -> list[str]:
     return [f"no {source} figure: {note}" for source, note in notes if note]
 
 
-def _roles(device: Any) -> str:
+def _roles(device: DeviceMemory) -> str:
     """The live bytes by role, largest first."""
     roles = sorted(((n, role) for role, n in device.live_roles.items() if n), reverse=True)
     return ", ".join(f"{role} {format_bytes(n)}" for n, role in roles) or "-"
@@ -127,7 +128,7 @@ def _device_ranges(devices: list[int]) -> str:
     return ",".join(map(str, devices))
 
 
-def memory_table(memory: Any) -> str:
+def memory_table(memory: MemoryComparison) -> str:
     """Memory per device as text: predicted and compiled arguments and peaks, live bytes (against the predicted
     arguments, and by role, largest first), then the flags and why a figure is missing. Devices with the same
     figures share a row (``0-7``).
@@ -158,7 +159,7 @@ def memory_table(memory: Any) -> str:
     return "\n".join(lines)
 
 
-def profile_text(report: Any) -> str:
+def profile_text(report: ProfileReport) -> str:
     """A :class:`~workbench.analysis.profile_report.ProfileReport` as text: what was profiled, the
     :func:`timeline_table` (or why the trace could not be read), the :func:`memory_table`, and how to open the
     full trace.

@@ -28,13 +28,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..process_share import ProcessShare, batch_share, global_arrays
 from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...devices import local_devices_text, more_devices_hint
-from ...layout.mesh import DATA_AXIS, MeshShape, build_mesh, check_device_list
+from ...layout.mesh import DATA_AXIS, MeshShape, abstract_mesh, build_mesh, check_device_list
 from ...layout.rules import RuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
 from .core import (TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means,
                    weighted_sums)
 from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, example_shape, fit_mesh
 from .faults import FAULTS, check_faults
+from .registry import mesh_fit
 
 PLACEMENTS = ("replicate", "shard", "tensor-parallel")
 # How a mode whose parameters are sharded over 'data' gathers them for the step.
@@ -111,8 +112,6 @@ def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh | jax.sharding.
     all-reduce after a row-parallel matmul), where Explicit axes refuse a sharded contraction.
     """
     if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
-        from ...layout.mesh import abstract_mesh
-
         return abstract_mesh(shape, axis_types="auto")
     if devices is not None:
         return build_mesh(shape, axis_types="auto", devices=list(devices))
@@ -242,9 +241,7 @@ class ParallelMode(abc.ABC):
     @classmethod
     def check(cls, plan: StepPlan) -> None:
         """Raise a WorkbenchError (before anything is compiled) if this mode cannot run ``plan``."""
-        from . import mesh_fit  # the registry knows which mode to offer instead
-
-        fit = mesh_fit(cls, plan.mesh)
+        fit = mesh_fit(cls, plan.mesh)  # the registry knows which mode to offer instead
         if not fit.ok:
             raise MeshError(fit.message)
         if cls.state_placement == "tensor-parallel" and not plan.tp_rules:

@@ -34,6 +34,7 @@ from flax import nnx
 
 from ...errors import WorkbenchError
 from ...layout.paths import leaves_with_paths
+from ..data_parallel import varying_axes
 from ..layer_scopes import name_layers
 
 PRECISIONS = ("fp32", "bf16")
@@ -97,8 +98,6 @@ def as_per_device(tree: Any, axis: str) -> Any:
     the gradient already summed over ``axis``. Marked per-device first, each device gets its own local
     gradient, to be reduced once and explicitly (see ``dp_shard_map.py``).
     """
-    from ..data_parallel import varying_axes
-
     return jax.tree.map(
         lambda x: x if axis in (varying_axes(x) or ()) else jax.lax.pcast(x, axis, to="varying"), tree
     )

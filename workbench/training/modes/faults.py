@@ -37,6 +37,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from ...errors import WorkbenchError
+from .registry import modes_supporting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +139,6 @@ def check_faults(
         if fault not in FAULTS:
             raise WorkbenchError(f"unknown fault {fault!r}: choose from {', '.join(FAULTS)}")
         if fault not in supported:
-            from . import modes_supporting
-
             where = modes_supporting(fault)
             why = (reasons or {}).get(fault, "it does not apply there")
             raise WorkbenchError(f"fault {fault!r} does not apply to mode {mode!r} ({why}): "

@@ -33,6 +33,7 @@ from jax.sharding import PartitionSpec
 from ...errors import WorkbenchError
 from ...layout.mesh import DATA_AXIS
 from ...layout.paths import leaves_with_paths
+from ..data_parallel import varying_axes
 from ..layer_stack import LAYER_AXIS, is_layer_stack, scan_layers
 
 WHOLE = -1  # a leaf no dimension of which is split over 'data': every device holds it whole
@@ -139,8 +140,6 @@ def _after(values: Any, *deps: Any) -> Any:
     multiplication by zero (it is not 0 for NaN), so the dependency stays. A leaf that is the same on
     every device is left alone: a zero from per-device values would make it per-device.
     """
-    from ..data_parallel import varying_axes
-
     zero = _done(deps)
     if zero is None:
         return values
