@@ -201,7 +201,8 @@ def _mesh_grid(layout: ArrayLayout) -> tuple[go.Heatmap, dict, dict, str]:
     shard = f"shard {format_shape(layout.shard_shape)}, {format_bytes_exact(layout.bytes_per_device)}"
     ids, hover, labels = [], [], []
     for row in range(grid_rows):
-        ids.append([]), hover.append([]), labels.append([])
+        for grid in (ids, hover, labels):
+            grid.append([])
         for column in range(grid_columns):
             cell = [devices[r * columns + c]  # row-major: the first axis varies slowest
                     for r in range(row * row_block, min((row + 1) * row_block, rows))
