@@ -23,10 +23,13 @@ import workbench as wb
 from workbench.child_processes import child_environment, stop_process_group
 from workbench.cli.main import main
 from workbench.servers import free_port
+from workbench.training.modes import MODES, mode_class
 from workbench.training.process_group import ProcessGroup, ProcessGroupError
 from workbench.training.process_share import ProcessShare, batch_share
 
-PROCESS_MODES = ("dp", "dp-shard-map", "dp-pmap", "fsdp", "fsdp-whole-tree", "tp", "dp-tp")
+# Every mode that computes on more than one device trains across processes: a new mode joins the matrix (and
+# names its mesh in MESHES if it needs a model axis).
+PROCESS_MODES = tuple(name for name in MODES if not mode_class(name).one_device)
 MESHES = {"tp": "model=8", "dp-tp": "data=4,model=2"}
 # fsdp reduce-scatters each gradient across the processes: 1024 x 1024 float32 weights are 4 MiB each, the
 # size at which gloo's psum_scatter was reported to go wrong on rank 0.
