@@ -180,11 +180,12 @@ class VerifyPanel(widgets.VBox):
         """
         if self.running:
             raise wb.WorkbenchError("a compile is already running: wait for it, or Cancel it first")
-        config = self.selection.train_config()
+        resolved = self.selection.resolved_config()  # once: the compile's check takes the record as it is
+        config = resolved.config
         target = self.target.value.strip() or "cpu"
         settings = wb.VerifySettings(target) if self.timeout is None else wb.VerifySettings(target, self.timeout)
         key = self._selection_key()
-        job = wb.analysis.start_verification(config, settings.target, timeout=settings.timeout,
+        job = wb.analysis.start_verification(resolved, settings.target, timeout=settings.timeout,
                                              on_progress=lambda _text: self._show_progress())
         self.job, self._cancelled = job, False
         self.verify_button.disabled, self.cancel_button.disabled = True, False
@@ -331,7 +332,7 @@ class VerifyPanel(widgets.VBox):
     def _judge(self) -> None:
         """Say now what a click would refuse (the engine's own check, nothing started), and disable the button."""
         try:
-            wb.analysis.check_verifiable(self.selection._config(), self.target.value.strip() or "cpu")
+            wb.analysis.check_verifiable(self.selection.resolved_config(), self.target.value.strip() or "cpu")
         except wb.WorkbenchError as error:
             self.readiness.value = level_html(f"Verify refuses this: {error}", "error")
             self.verify_button.disabled = True
