@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 
-.PHONY: install install-newest lab lint typecheck test test-newest bench clean gpu-compile
+.PHONY: install install-newest lab lint typecheck test test-e2e test-all test-newest bench clean gpu-compile
 
 install: $(STAMP)
 
@@ -54,9 +54,19 @@ typecheck: $(LINT_STAMP)
 # Two workers, each taking whole test files (so a file's module fixtures are built once): on a 2-core machine
 # the suite's compiles and its waits on child processes and the browser overlap. TEST_WORKERS=0 runs it in one
 # process; `$(PY) -m pytest tests/test_x.py` runs one file without workers.
+# Two tiers: `make test` is every test but the end-to-end tier (marked e2e: the real browser, each notebook run in a
+# Jupyter kernel, the modes trained across worker processes), which takes as long again; `make test-e2e` runs that
+# tier, `make test-all` both in one run. CI runs both.
 TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -m "not e2e"
+
+test-e2e: $(STAMP)
+	$(PYTEST) -m e2e
+
+test-all: $(STAMP)
+	$(PYTEST)
 
 # The newest stack the pins allow, beside the oldest (.venv: Python 3.11, JAX 0.10.2): Python 3.13 resolves JAX 0.12,
 # flax 0.12.12, optax 0.2.8, orbax 0.12.8 into .venv-newest, and every test runs there too. NEWEST_PYTHON picks the
@@ -69,7 +79,7 @@ install-newest:
 	$(MAKE) install VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON)
 
 test-newest: install-newest
-	$(MAKE) test VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON)
+	$(MAKE) test-all VENV=$(NEWEST_VENV) PYTHON=$(NEWEST_PYTHON)
 
 bench: $(STAMP)
 	$(PY) bench/run.py

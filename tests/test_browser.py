@@ -38,7 +38,7 @@ TOKEN = "workbench-browser-test-token"
 SERVER_START_S = 90
 NOTEBOOK_RUN_S = 420  # a bound, not a budget: 01 compiles every layout view; on 2 busy cores that takes minutes
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
 
 def _browser_problem() -> str | None:

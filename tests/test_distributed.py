@@ -59,7 +59,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("mode", PROCESS_MODES)
+# dp stays in `make test` (one run across processes in the everyday suite); the other modes are the e2e tier.
+@pytest.mark.parametrize("mode", [mode if mode == "dp" else pytest.param(mode, marks=pytest.mark.e2e)
+                                  for mode in PROCESS_MODES])
 def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     config = _config(mode, sync_every=3 if mode in SYNCED else 0)
     group = ProcessGroup(config, tmp_path, "two", final_params=tmp_path / "params.npz")
@@ -113,6 +115,7 @@ def test_a_killed_worker_fails_the_run_in_bounded_time_and_leaves_nothing_behind
     assert (group.path / "processes" / "0.log").read_text()
 
 
+@pytest.mark.e2e
 def test_the_same_shard_fault_is_caught_across_processes(capsys):
     # The correct step across processes is the mode matrix above; here the check names the fault, from the CLI.
     argv = ["check", "--mode", "dp", "--mesh", "data=8", "--batch", "64", "--model-options", "hidden=32",
@@ -217,6 +220,7 @@ def _hosts(tmp_path, env: dict[str, str], *options: str) -> tuple[list[int], lis
     return [host.returncode for host in hosts], outputs
 
 
+@pytest.mark.e2e
 def test_one_command_per_host_joins_the_same_run(tmp_path):
     """What the README says for real hosts (`--join HOST:PORT --process-id I`), here as two local processes
     that set no device count: each takes its share of the mesh (4 of data=8)."""
@@ -238,6 +242,7 @@ def test_hosts_whose_devices_do_not_make_the_mesh_each_say_so_in_one_line(tmp_pa
         assert "Traceback" not in output
 
 
+@pytest.mark.e2e
 def test_a_checkpoint_resumes_across_processes_onto_another_layout(tmp_path):
     """Saved by one process under fsdp on data=8, continued by two under dp-tp on data=4,model=2 (saving again,
     collectively): the uninterrupted one-process run's losses and parameters."""

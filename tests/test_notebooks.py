@@ -33,6 +33,7 @@ def test_starts_with_a_parameters_cell(path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_runs_top_to_bottom(path, monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
