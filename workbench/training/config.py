@@ -54,7 +54,7 @@ def with_learning_rate_in_state(inner: optax.GradientTransformation, lr: float) 
 
     Example:
         >>> tx = with_learning_rate_in_state(optax.sgd(1.0), 0.5)
-        >>> tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.zeros(2)}))[0]["w"]  # doctest: +SKIP
+        >>> tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.zeros(2)}))[0]["w"]
         Array([-0.5, -0.5], dtype=float32)
     """
 
@@ -75,7 +75,7 @@ def make_optimizer(name: str, lr: float) -> optax.GradientTransformation:
     """Optimizer ``name`` (sgd, adam, adamw with optax's defaults) at learning rate ``lr``, held in its state.
 
     Example:
-        >>> make_optimizer("adam", 1e-3).init({"w": jnp.zeros(2)}).learning_rate  # doctest: +SKIP
+        >>> make_optimizer("adam", 1e-3).init({"w": jnp.zeros(2)}).learning_rate
         Array(0.001, dtype=float32)
     """
     if name not in _OPTAX:
