@@ -65,7 +65,7 @@ from timing import machine, record
 from workbench.layout.mesh import parse_mesh
 from workbench.training.data import load_dataset
 from workbench.training.models import model_config_for_data, tensor_parallel_rules
-from workbench.training.modes import StepPlan, TrainState, build_mode
+from workbench.training.modes import StepSetup, TrainState, build_mode
 from workbench.training.modes.base import ShardedJitMode, host_copy
 from workbench.training.modes.core import init_state
 from workbench.training.config import make_optimizer
@@ -218,8 +218,8 @@ def measure(name: str, mesh: str, workload: str) -> dict:
 
     # The mode, as the trainer builds it (make_optimizer: adam with its learning rate in the state).
     graphdef, state = init_state(model, make_optimizer("adam", LEARNING_RATE))
-    plan = StepPlan(graphdef, loss_fn, make_optimizer("adam", LEARNING_RATE), parse_mesh(mesh), global_batch, 1, "fp32",
-                    tuple(tensor_parallel_rules(model_name)))
+    plan = StepSetup(graphdef, loss_fn, make_optimizer("adam", LEARNING_RATE), parse_mesh(mesh), global_batch, 1,
+                     "fp32", tuple(tensor_parallel_rules(model_name)))
     mode = build_mode(name, plan)
     mode_batches = _mode_batches(mode, name, host_batches)
     mode_state = mode.place_state(state)

@@ -195,7 +195,7 @@ def test_skipping_batches_gives_the_batches_an_uninterrupted_run_reads():
 ])
 def test_bad_checkpoint_settings_are_refused(field, value, message):
     with pytest.raises(WorkbenchError, match=message):
-        TrainConfig(**{"checkpoint_every": 10, field: value}).checked()
+        TrainConfig(**{"checkpoint_every": 10, field: value}).validated()
 
 
 def test_cli_resumes_in_another_layout_and_refuses_bad_input_in_one_line(runs, tmp_path, capsys):

@@ -24,7 +24,7 @@ from workbench.analysis.ledger import (
     float_param_bytes, ledger_for_mode, ledger_table, theoretical_collectives,
 )
 from workbench.training.models import model_config_for_data, tensor_parallel_rules
-from workbench.training.modes import StepPlan, build_mode
+from workbench.training.modes import StepSetup, build_mode
 from workbench.training.modes.core import init_state
 from workbench.training.config import make_optimizer
 
@@ -43,7 +43,7 @@ def _setup():
 def ledger(mode_name: str, mesh: str = "data=8"):
     """(ledger, mode, placed state) of one compiled step of the digits mlp with Adam."""
     graphdef, state, tx, batch = _setup()
-    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(mesh), BATCH, 1, "fp32",
+    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(mesh), BATCH, 1, "fp32",
                     tuple(tensor_parallel_rules("mlp")))
     mode = build_mode(mode_name, plan)
     placed = mode.place_state(state)
@@ -138,7 +138,7 @@ def test_fsdp_holds_one_layer_of_gathered_parameters_at_a_time():
     batch = {"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}
     temps = {}
     for name in ("fsdp", "fsdp-whole-tree"):
-        plan = StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
+        plan = StepSetup(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
         mode = build_mode(name, plan)
         compiled = mode.compile_step(mode.place_state(state), mode.place_batch(batch))
         temps[name] = compiled.memory_analysis().temp_size_in_bytes
@@ -153,7 +153,7 @@ def test_accumulation_synchronises_once_per_step(mode_name):
     # fsdp reduce-scatters each microbatch's gradients inside the loop, by design: a device then only
     # ever accumulates its own 1/8 of them (ZeRO-3), as it only ever holds one layer of them whole.
     graphdef, state, tx, batch = _setup()
-    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH, 4)
+    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH, 4)
     mode = build_mode(mode_name, plan)
     result = ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))
     per_step = 4 if mode_name == "fsdp" else 1

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.analysis import gpu_target
-from workbench.analysis.compile_target import check_target, parse_target
+from workbench.analysis.compile_target import validate_target, parse_target
 from workbench.analysis.cost_model import collective_time, group_spans_hosts, hardware
 from workbench.analysis.gpu_target import GPU_CHIPS, gpu_compiler_problem, gpu_topology
 from workbench.cli.main import main
@@ -44,7 +44,7 @@ def test_gpu_targets_name_a_chip_and_whole_hosts():
 def test_a_mesh_that_is_not_the_gpu_count_names_one_that_is():
     with pytest.raises(MeshError, match=r"mesh data=64,model=8 has 512 devices but gpu:h100:64 has 64 GPUs: plan on "
                                         r"--mesh data=8,model=8, or verify on gpu:h100:512"):
-        check_target(parse_target("gpu:h100:64"), MeshShape(("data", "model"), (64, 8)))
+        validate_target(parse_target("gpu:h100:64"), MeshShape(("data", "model"), (64, 8)))
 
 
 def test_without_the_plugin_or_with_another_version_one_line_gives_the_exact_command(monkeypatch, tmp_path):
@@ -60,7 +60,7 @@ def test_without_the_plugin_or_with_another_version_one_line_gives_the_exact_com
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n")
     with pytest.raises(WorkbenchError, match=rf"the CUDA plugin in {tmp_path} is 0.0.1 and jaxlib {jaxlib}: they "
                                              r"must match; run make gpu-compile"):
-        check_target(parse_target("gpu:h100:8"), MeshShape(("data",), (8,)))
+        validate_target(parse_target("gpu:h100:8"), MeshShape(("data",), (8,)))
 
 
 def test_the_plugin_stays_out_of_every_process_but_a_gpu_compile():

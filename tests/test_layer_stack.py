@@ -14,7 +14,7 @@ from flax import nnx
 import workbench as wb
 from workbench.analysis.ledger import ledger_for_mode
 from workbench.training.layer_stack import LayerStack
-from workbench.training.modes import StepPlan, build_mode
+from workbench.training.modes import StepSetup, build_mode
 from workbench.training.modes.core import init_state
 from workbench.training.modes.param_gathering import layer_bytes, layer_paths
 
@@ -71,7 +71,7 @@ def test_a_stack_is_one_layer_that_gathers_one_of_its_layers():
 def _mode(name: str, module: nnx.Module):
     tx = optax.sgd(0.1)
     graphdef, state = init_state(module, tx)
-    return build_mode(name, StepPlan(graphdef, regression_loss, tx, wb.parse_mesh("data=8"), 64)), state
+    return build_mode(name, StepSetup(graphdef, regression_loss, tx, wb.parse_mesh("data=8"), 64)), state
 
 
 def _batches(steps: int = 3):

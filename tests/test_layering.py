@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "workbench"
 # What each layer may import from the engine, besides itself and the top-level helper modules.
-BASE = {"errors", "devices", "formatting", "compile_cache", "child_processes", "servers", "compat"}
+BASE = {"errors", "devices", "formatting", "compile_cache", "child_processes", "servers", "compat", "renamed"}
 ALLOWED = {
     "layout": BASE,
     "training": BASE | {"layout"},

@@ -8,7 +8,7 @@ import pytest
 
 import workbench as wb
 from workbench.training.modes import MODES, mode_class
-from workbench.training.modes.base import ParallelMode, check_declaration
+from workbench.training.modes.base import ParallelMode, validate_declaration
 from workbench.training.step import build_step
 
 MESHES = {"tp": "model=2", "dp-tp": "data=4,model=2"}
@@ -60,7 +60,7 @@ def test_a_mode_that_leaves_a_fact_undeclared_is_refused():
         supported_faults = ("optimizer-reset",)
 
     with pytest.raises(TypeError, match="declares no sharded.*declares no mesh_example.*why it cannot carry skip-sync"):
-        check_declaration(Half)
+        validate_declaration(Half)
 
 
 @pytest.mark.parametrize(("mode", "mesh", "level", "fixes"), [

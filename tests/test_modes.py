@@ -26,7 +26,7 @@ import pytest
 import workbench as wb
 from workbench.training.data import load_dataset
 from workbench.training.models import model_config_for_data, tensor_parallel_rules
-from workbench.training.modes import DATA_PARALLEL_MODES, MODES, StepPlan, build_mode
+from workbench.training.modes import DATA_PARALLEL_MODES, MODES, StepSetup, build_mode
 from workbench.training.modes.core import init_state
 from workbench.training.config import make_optimizer
 
@@ -59,7 +59,7 @@ def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precisi
     config = model_config_for_data(model, load_dataset(data, **data_options), **model_options)
     tx = make_optimizer(optimizer, 0.1 if optimizer == "sgd" else 1e-2)
     graphdef, state = init_state(config.build(seed=0), tx)
-    plan = StepPlan(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")),
+    plan = StepSetup(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")),
                     BATCH, accum,
                     precision, tuple(tensor_parallel_rules(model)))
     runner = build_mode(mode, plan)
@@ -136,7 +136,7 @@ def test_accumulation_in_the_transformer():
 
 
 def test_data_parallel_modes_split_the_batch_over_the_data_axis():
-    plan = StepPlan(*_plan_parts(), mesh=wb.parse_mesh("data=8"), global_batch=64)
+    plan = StepSetup(*_plan_parts(), mesh=wb.parse_mesh("data=8"), global_batch=64)
     for mode in DATA_PARALLEL_MODES:
         expected = 1 if mode == "single" else 8
         assert build_mode(mode, plan).data_parallel_size == expected, mode
@@ -151,7 +151,7 @@ def _plan_parts():
 def test_fsdp_shards_parameters_and_optimizer_state():
     tx = make_optimizer("adam", 1e-3)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=64), tx)
-    mode = build_mode("fsdp", StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), 64))
+    mode = build_mode("fsdp", StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), 64))
     placed = mode.place_state(state)
     kernel = placed.params["hidden2"]["kernel"][...]
     mu = placed.opt_state.inner_state[0].mu["hidden2"]["kernel"][...]
@@ -164,7 +164,7 @@ def test_fsdp_shards_parameters_and_optimizer_state():
 def test_tensor_parallel_splits_the_hidden_layers_over_model():
     tx = make_optimizer("sgd", 0.1)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=64), tx)
-    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64,
+    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64,
                     tp_rules=tuple(tensor_parallel_rules("mlp")))
     placed = build_mode("tp", plan).place_state(state)
     assert placed.params["hidden1"]["kernel"][...].addressable_shards[0].data.shape == (64, 32)  # columns
@@ -189,7 +189,7 @@ BAD_PLANS = [
 
 @pytest.mark.parametrize("mode,changes,message", BAD_PLANS)
 def test_bad_combinations_are_refused_before_compiling(mode, changes, message):
-    plan = StepPlan(*_plan_parts(), **{"mesh": wb.parse_mesh("data=8"), "global_batch": 64, **changes})
+    plan = StepSetup(*_plan_parts(), **{"mesh": wb.parse_mesh("data=8"), "global_batch": 64, **changes})
     with pytest.raises(wb.WorkbenchError, match=message.replace("(", r"\(")):
         build_mode(mode, plan)
 
@@ -197,19 +197,19 @@ def test_bad_combinations_are_refused_before_compiling(mode, changes, message):
 def test_tensor_parallelism_needs_a_splittable_layer():
     tx = make_optimizer("sgd", 0.1)
     graphdef, _ = init_state(wb.training.build_model("linear"), tx)
-    plan = StepPlan(graphdef, wb.training.model_class("linear").loss, tx, wb.parse_mesh("model=2"), 64, tp_rules=())
+    plan = StepSetup(graphdef, wb.training.model_class("linear").loss, tx, wb.parse_mesh("model=2"), 64, tp_rules=())
     with pytest.raises(wb.WorkbenchError, match="no splittable layer"):
         build_mode("tp", plan)
 
 
 def test_single_accepts_any_mesh_and_ignores_its_size():
-    plan = StepPlan(*_plan_parts(), mesh=wb.parse_mesh("data=4,model=2"), global_batch=64)
+    plan = StepSetup(*_plan_parts(), mesh=wb.parse_mesh("data=4,model=2"), global_batch=64)
     assert build_mode("single", plan).mesh.size == 1
 
 
 def test_unknown_mode_lists_the_modes():
     with pytest.raises(wb.WorkbenchError, match="choose one of single, simulated, dp"):
-        build_mode("ddp", StepPlan(*_plan_parts()))
+        build_mode("ddp", StepSetup(*_plan_parts()))
 
 
 def _state_bytes_per_device(placed) -> int:
@@ -223,8 +223,8 @@ def test_every_compiled_step_donates_its_state(mode):
     the old one, as production steps do, so no device holds both. The caller's host state survives."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
-    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")), BATCH,
-                    tp_rules=tuple(tensor_parallel_rules("mlp")))
+    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")),
+                     BATCH, tp_rules=tuple(tensor_parallel_rules("mlp")))
     runner = build_mode(mode, plan)
     placed, batch = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
     for diagnostics in (False, True):
@@ -242,7 +242,7 @@ def test_simulated_update_donates_the_state():
     that writes the new state, aliases the whole state."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
-    plan = StepPlan(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH)
+    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH)
     runner = build_mode("simulated", plan)
     placed, shards = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
     sums = jax.eval_shape(runner._shard_sums, placed, shards[0])

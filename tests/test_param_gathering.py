@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 import workbench as wb
-from workbench.training.modes import StepPlan, build_mode
+from workbench.training.modes import StepSetup, build_mode
 from workbench.training.modes.core import init_state
 from workbench.training.modes.param_gathering import layer_bytes, layer_paths, owning_layer
 
@@ -61,7 +61,7 @@ def test_layers_are_list_elements_at_any_depth_and_other_children():
 def _train(mode: str, module: nnx.Module, steps: int = 3):
     tx = optax.sgd(0.1)
     graphdef, state = init_state(module, tx)
-    runner = build_mode(mode, StepPlan(graphdef, regression_loss, tx, wb.parse_mesh("data=8"), 64))
+    runner = build_mode(mode, StepSetup(graphdef, regression_loss, tx, wb.parse_mesh("data=8"), 64))
     rng = np.random.default_rng(0)
     state = runner.place_state(state)
     losses = []
@@ -93,13 +93,13 @@ class TiedLM(nnx.Module):
 def test_weights_read_outside_their_layer_are_refused_with_the_fix():
     tx = optax.sgd(0.1)
     graphdef, state = init_state(TiedLM(nnx.Rngs(0)), tx)
-    plan = StepPlan(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
+    plan = StepSetup(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
     runner = build_mode("fsdp", plan)
     tokens = np.zeros((8, 4), np.int32)
     batch = runner.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)})
     with pytest.raises(wb.WorkbenchError, match="'embed/embedding' was read outside its own call.*fsdp-whole-tree"):
         runner.step(runner.place_state(state), batch)
-    fix = build_mode("fsdp-whole-tree", runner.plan)  # the fix the message names trains it
+    fix = build_mode("fsdp-whole-tree", runner.setup)  # the fix the message names trains it
     batch = {"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}
     _, metrics = fix.step(fix.place_state(state), fix.place_batch(batch))
     assert np.isfinite(float(metrics["loss"]))
@@ -113,7 +113,7 @@ def _train_lm(mode: str, precision: str = "fp32", steps: int = 2):
     # 64 words: 3 tiles, the last padded
     model = wb.training.build_model("transformer", seed=0, loss_tile=24, **LM_OPTIONS)
     graphdef, state = init_state(model, tx)
-    runner = build_mode(mode, StepPlan(graphdef, wb.training.model_class("transformer").loss, tx,
+    runner = build_mode(mode, StepSetup(graphdef, wb.training.model_class("transformer").loss, tx,
                                        wb.parse_mesh("data=8"), 16,
                                        precision=precision))
     rng = np.random.default_rng(0)

@@ -16,8 +16,8 @@ import workbench as wb
 from workbench.layout import mesh as mesh_module
 from workbench.training import modes as modes_module
 from workbench.training.config import ResolvedConfig, resolve_config
-from workbench.training.modes import StepPlan
-from workbench.training.step import check_mesh_for_training
+from workbench.training.modes import StepSetup
+from workbench.training.step import validate_mesh_for_training
 
 
 def _count(monkeypatch, function, when=lambda *args: True) -> list[tuple]:
@@ -77,7 +77,7 @@ def test_a_plan_parses_its_mesh_and_resolves_its_mode_once(monkeypatch):
 
 def test_the_resolved_record_holds_the_parsed_mesh_and_the_classes():
     resolved = wb.TrainConfig(model="mlp", mode="dp-tp", mesh=" data=4 , model=2").resolved()
-    assert resolved.config == wb.TrainConfig(model="mlp", mode="dp-tp", mesh="data=4 , model=2").checked()
+    assert resolved.config == wb.TrainConfig(model="mlp", mode="dp-tp", mesh="data=4 , model=2").validated()
     assert resolved.config.mesh == "data=4,model=2" and resolved.mesh_shape == wb.parse_mesh("data=4,model=2")
     assert resolved.mode_class is wb.training.mode_class("dp-tp")
     assert resolved.model_class is wb.training.model_class("mlp")
@@ -89,7 +89,7 @@ def test_the_resolved_record_holds_the_parsed_mesh_and_the_classes():
 def test_a_bad_config_is_refused_with_the_same_words_when_resolved_or_checked():
     for bad in (wb.TrainConfig(mode="ddp"), wb.TrainConfig(mesh="data=x"), wb.TrainConfig(model="gpt")):
         with pytest.raises(wb.WorkbenchError) as checked:
-            bad.checked()
+            bad.validated()
         with pytest.raises(wb.WorkbenchError) as resolved:
             bad.resolved()
         assert str(checked.value) == str(resolved.value) and str(checked.value)
@@ -97,17 +97,17 @@ def test_a_bad_config_is_refused_with_the_same_words_when_resolved_or_checked():
 
 def test_a_step_plan_takes_a_parsed_mesh_never_text():
     with pytest.raises(wb.WorkbenchError, match=r"pass parse_mesh\('data=8'\)"):
-        StepPlan(None, None, None, "data=8", 64)
-    assert StepPlan(None, None, None, wb.parse_mesh("data=8"), 64).mesh.size == 8
+        StepSetup(None, None, None, "data=8", 64)
+    assert StepSetup(None, None, None, wb.parse_mesh("data=8"), 64).mesh.size == 8
 
 
 def test_checking_a_mesh_for_training_builds_no_mesh(monkeypatch):
     built = _count(monkeypatch, mesh_module.build_mesh)
-    check_mesh_for_training(wb.TrainConfig(mode="dp", mesh="data=8", batch=64))
+    validate_mesh_for_training(wb.TrainConfig(mode="dp", mesh="data=8", batch=64))
     with pytest.raises(wb.MeshError, match="needs 16 devices but JAX has"):
-        check_mesh_for_training(wb.TrainConfig(mode="dp", mesh="data=16", batch=64))
+        validate_mesh_for_training(wb.TrainConfig(mode="dp", mesh="data=16", batch=64))
     with pytest.raises(wb.MeshError, match="needs 8 devices but 4 were given: pass exactly 8 devices"):
-        check_mesh_for_training(wb.TrainConfig(mode="dp", mesh="data=8", batch=64), jax.devices()[:4])
+        validate_mesh_for_training(wb.TrainConfig(mode="dp", mesh="data=8", batch=64), jax.devices()[:4])
     assert built == []
 
 

@@ -209,3 +209,17 @@ def test_a_name_that_left_the_top_tier_still_resolves_and_says_where_it_lives():
         assert value is getattr(importlib.import_module(f"workbench.{layer}"), name)
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         wb.no_such_name  # noqa: B018
+
+
+def test_a_renamed_name_still_resolves_under_its_old_name_and_says_the_new_one():
+    assert wb.renamed.RENAMED  # every entry is checked at every tier that exports its new name
+    for old, new in wb.renamed.RENAMED.items():
+        homes = [module for module in (wb.training, wb.training.modes, wb.analysis) if new in vars(module)]
+        assert homes, f"{new} is exported nowhere"
+        for module in homes:
+            with pytest.warns(DeprecationWarning, match=rf"{module.__name__}\.{old} was renamed {new}"):
+                assert getattr(module, old) is getattr(module, new)
+        with pytest.warns(DeprecationWarning, match=rf"workbench\.{old} was renamed {new}: use workbench\.\w+\.{new}"):
+            assert getattr(wb, old) is getattr(homes[0], new)
+    with pytest.raises(AttributeError, match="'workbench.training' has no attribute 'no_such_name'"):
+        wb.training.no_such_name  # noqa: B018

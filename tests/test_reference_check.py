@@ -12,7 +12,7 @@ from jax import lax
 import workbench as wb
 from workbench.cli.main import main
 from workbench.errors import WorkbenchError
-from workbench.training.modes import DATA_PARALLEL_MODES, FAULTS, StepPlan, build_mode, modes_supporting
+from workbench.training.modes import DATA_PARALLEL_MODES, FAULTS, StepSetup, build_mode, modes_supporting
 from workbench.training.modes.core import init_state
 from workbench.training.modes.dp_shard_map import ShardMapDataParallel
 from workbench.analysis.reference_check import reference_check, run_check
@@ -94,7 +94,7 @@ class _UsersShardMapStep(ShardMapDataParallel):
     def _local_sums(self, params, other, shard):
         from workbench.training.modes.base import step_sums
 
-        sums = step_sums(self.plan, params, other, shard)
+        sums = step_sums(self.setup, params, other, shard)
         return {"grads": lax.pmean(sums["grads"], "data"), "metrics": lax.pmean(sums["metrics"], "data"),
                 "weight": lax.pmean(sums["weight"], "data")}
 
@@ -120,7 +120,7 @@ def test_a_users_own_buggy_step_is_diagnosed_from_measurements():
     model = wb.training.model_config_for_data("mlp", dataset, **SMALL).build(seed=0)
     tx = wb.training.make_optimizer("adam", 1e-3)
     graphdef, state = init_state(model, tx)
-    users = _UsersShardMapStep(StepPlan(graphdef, type(model).loss, tx, wb.parse_mesh("data=4"), 32))
+    users = _UsersShardMapStep(StepSetup(graphdef, type(model).loss, tx, wb.parse_mesh("data=4"), 32))
     assert users.faults == ()
     report = reference_check(users, state, list(itertools.islice(dataset.batches(32, seed=0), 3)))
     assert report.grad_scale == pytest.approx(4.0, rel=1e-5)
@@ -135,14 +135,14 @@ def test_bad_fault_requests_are_refused_before_compiling():
     with pytest.raises(WorkbenchError, match="at least 3"):
         _check("dp", steps=2)
     with pytest.raises(WorkbenchError, match="skip-sync"):
-        wb.TrainConfig(mode="dp", faults=("skip-sync",)).checked()
+        wb.TrainConfig(mode="dp", faults=("skip-sync",)).validated()
 
 
 def test_faults_are_off_unless_asked_for():
-    assert wb.TrainConfig().checked().faults == ()
-    plan = StepPlan(None, None, None)
+    assert wb.TrainConfig().validated().faults == ()
+    plan = StepSetup(None, None, None)
     assert plan.faults == ()
-    assert build_mode("dp", StepPlan(None, None, None, wb.parse_mesh("data=4"), 32)).faults == ()
+    assert build_mode("dp", StepSetup(None, None, None, wb.parse_mesh("data=4"), 32)).faults == ()
 
 
 def test_check_cli_json_contract_and_exit_status(capsys):

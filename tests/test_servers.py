@@ -9,7 +9,7 @@ import pytest
 
 from workbench.cli.main import main
 from workbench.errors import WorkbenchError
-from workbench.servers import HOST, Classroom, app_launch, checked_port, free_port, lab_launch, project_notebooks
+from workbench.servers import HOST, Classroom, app_launch, validated_port, free_port, lab_launch, project_notebooks
 
 
 def test_lab_launch_is_loopback_with_a_token_kept_out_of_argv(monkeypatch, tmp_path):
@@ -42,10 +42,10 @@ def test_ports_are_checked():
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(WorkbenchError, match=f"port {port} is in use on 127.0.0.1: choose another with --port"):
-            checked_port(port)
-    assert 0 < free_port() < 65536 and checked_port(0) > 0
+            validated_port(port)
+    assert 0 < free_port() < 65536 and validated_port(0) > 0
     with pytest.raises(WorkbenchError, match="port 70000 is not a TCP port"):
-        checked_port(70000)
+        validated_port(70000)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 import workbench as wb
-from workbench.training.modes import StepPlan, build_mode
+from workbench.training.modes import StepSetup, build_mode
 from workbench.training.modes.core import init_state
 from workbench.training.sync_diagnostics import noise_scale, replica_divergence, sync_report
 from workbench.training.trainer import Trainer
@@ -20,7 +20,7 @@ def _setup(mode_name: str, mesh: str = "data=8", batch_size: int = 64):
     tx = wb.training.make_optimizer("sgd", 0.1)
     model = config.build(seed=0)
     graphdef, state = init_state(model, tx)
-    mode = build_mode(mode_name, StepPlan(graphdef, type(model).loss, tx, wb.parse_mesh(mesh), batch_size))
+    mode = build_mode(mode_name, StepSetup(graphdef, type(model).loss, tx, wb.parse_mesh(mesh), batch_size))
     batch = next(dataset.batches(batch_size, seed=0))
     return mode, mode.place_state(state), batch, model
 

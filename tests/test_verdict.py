@@ -41,7 +41,7 @@ def _outcome(action) -> str | None:
 def test_what_the_verdict_lets_through_trains_and_what_it_refuses_nothing_runs(config):
     verdict = wb.training_verdict(config)
     trained = _outcome(lambda: build_step(config))  # what Start and Check build before anything runs
-    verified = _outcome(lambda: wb.analysis.check_verifiable(config, "cpu"))
+    verified = _outcome(lambda: wb.analysis.validate_verifiable(config, "cpu"))
 
     assert verdict.level in ("ok", "warning", "plan", "error")
     if verdict.trains:
@@ -89,7 +89,7 @@ def test_model_options_the_data_contradicts_are_planned_and_verified_but_never_t
     config = wb.TrainConfig(model="transformer", data="text", model_options={"vocab": 1024}, mesh="data=8", batch=64)
     verdict = wb.training_verdict(config)
     assert verdict.level == "plan" and "vocab=1024 does not fit data 'text'" in verdict.message
-    assert wb.analysis.check_verifiable(config, "cpu").model_options == {"vocab": 1024}
+    assert wb.analysis.validate_verifiable(config, "cpu").model_options == {"vocab": 1024}
     with pytest.raises(wb.WorkbenchError, match="vocab=1024 does not fit data 'text'"):
         build_step(config)
     other_kind = wb.training_verdict(wb.TrainConfig(model="transformer", data="digits", mesh="data=8"))
@@ -115,7 +115,7 @@ def test_every_tab_shows_the_same_verdict_and_only_ok_gets_a_tick(mesh, mode, ba
         for status in (bench.mode_selector.status, bench.inspector.status):
             assert status.last is None or status.last[0] != "ok", status.last
     verify_refuses = bench.inspector.verification.verify_button.disabled
-    refusal = _outcome(lambda: wb.analysis.check_verifiable(bench.selection._config(), "cpu"))
+    refusal = _outcome(lambda: wb.analysis.validate_verifiable(bench.selection._config(), "cpu"))
     assert verify_refuses == (refusal is not None)
     assert verify_refuses or expected.level != "error"
     bench.close()

@@ -21,7 +21,7 @@ import pytest
 
 import workbench as wb
 from workbench.analysis.compile_target import (
-    CPU_DEVICE_LIMIT, INSTALL_LIBTPU, check_target, fitting_mesh, libtpu_installed, parse_target,
+    CPU_DEVICE_LIMIT, INSTALL_LIBTPU, validate_target, fitting_mesh, libtpu_installed, parse_target,
 )
 from workbench.analysis.compiled_step import CompiledStep, read_compiled_step
 from workbench.analysis.hlo_sources import SourceTables, op_source
@@ -186,13 +186,13 @@ def test_unknown_targets_list_the_known_names():
 
 def test_a_mesh_of_the_wrong_size_for_the_topology_names_one_that_fits():
     with pytest.raises(MeshError, match=r"512 devices but TPU topology v5e:4x4 has 16: plan on --mesh data=2,model=8"):
-        check_target(parse_target("tpu:v5e:4x4"), MeshShape(("data", "model"), (64, 8)))
+        validate_target(parse_target("tpu:v5e:4x4"), MeshShape(("data", "model"), (64, 8)))
     assert str(fitting_mesh(MeshShape(("data", "model"), (64, 8)), 512)) == "data=64,model=8"
     assert str(fitting_mesh(MeshShape(("model",), (4,)), 16)) == "model=16"
 
 
 def test_more_cpu_devices_than_xla_compiles_for_is_refused_with_a_mesh_that_works():
-    check_target(parse_target("cpu"), MeshShape(("data",), (CPU_DEVICE_LIMIT,)))
+    validate_target(parse_target("cpu"), MeshShape(("data",), (CPU_DEVICE_LIMIT,)))
     with pytest.raises(WorkbenchError,
                        match=r"4,096 devices; XLA:CPU compiles for at most 2,048.*--mesh data=256,model=8"):
         wb.plan_training("mlp", {}, "data=512,model=8", "dp-tp", verify="cpu")

@@ -332,7 +332,7 @@ class VerifyPanel(widgets.VBox):
     def _judge(self) -> None:
         """Say now what a click would refuse (the engine's own check, nothing started), and disable the button."""
         try:
-            wb.analysis.check_verifiable(self.selection.resolved_config(), self.target.value.strip() or "cpu")
+            wb.analysis.validate_verifiable(self.selection.resolved_config(), self.target.value.strip() or "cpu")
         except wb.WorkbenchError as error:
             self.readiness.value = level_html(f"Verify refuses this: {error}", "error")
             self.verify_button.disabled = True

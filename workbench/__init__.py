@@ -62,6 +62,7 @@ from .views import tiling_picture as tiling_picture
 from .views import tree_table as tree_table
 from .views import _FIGURES  # the plotly figures and their modules, imported on first use (see __getattr__)
 from .views.profile_text import profile_text as profile_text
+from .renamed import RENAMED
 
 # Data parallelism by hand, as the workshop writes it.
 from .training import create_data_parallel_sharding as create_data_parallel_sharding
@@ -127,12 +128,12 @@ __all__ = [
 
 
 # Names that were on the top tier before the two tiers (2026-11) and now live only in a layer: a user's script
-# that reads ``wb.StepPlan`` keeps working, told once where the name lives now. Checked by tests/test_public_api.py.
+# that reads ``wb.StepSetup`` keeps working, told once where the name lives now. Checked by tests/test_public_api.py.
 _MOVED_TO_A_LAYER = {
     "training": (
         "AbstractStep BuiltStep CheckpointError CustomModel DATASETS DATA_PARALLEL_MODES Dataset FAULTS LayoutChange "
         "MODELS MODES MeshFit MeshFix ModelConfig NonFiniteError OPTIMIZERS ProcessGroup ProcessShare ProfileCapture "
-        "ProfileError Run RunFollower RunWriter StepPlan SyncReport TrainEvent TrainState TrainerBusyError "
+        "ProfileError Run RunFollower RunWriter StepSetup SyncReport TrainEvent TrainState TrainerBusyError "
         "abstract_model build_abstract_step build_mode build_model dataset_options describe_modes "
         "has_tensor_parallel_layers loss_fn make_optimizer mean_of_gradient_trees mode_class model_class model_config "
         "model_config_for_data noise_scale param_count parse_data_options parse_model_options shard_model_state "
@@ -140,7 +141,7 @@ _MOVED_TO_A_LAYER = {
     "analysis": (
         "CheckReport CommLedger CompiledStep GPU_CHIPS HARDWARE Hardware MemoryComparison ModelLayout "
         "PLAN_ACCURACY_FROM_BYTES PlanComparison ProfileReport Timeline TraceFormatError TrainingPlan TrainingVerdict "
-        "VerificationJob check_across_processes check_verifiable collective_time default_data gpu_targets_for "
+        "VerificationJob check_across_processes validate_verifiable collective_time default_data gpu_targets_for "
         "group_spans_hosts hardware ledger_table parse_byte_size read_timeline standard_rules start_verification "
         "theoretical_collectives topologies_for verify_plan verify_step"),
     "layout": (
@@ -166,4 +167,9 @@ def __getattr__(name: str):
         warnings.warn(f"workbench.{name} moved to workbench.{layer}.{name}: import it from there",
                       DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(f".{layer}", __name__), name)
+    if name in RENAMED:  # renamed after it left the top tier: say both
+        new = RENAMED[name]
+        warnings.warn(f"workbench.{name} was renamed {new}: use workbench.{_MOVED[new]}.{new}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(f".{_MOVED[new]}", __name__), new)
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")

@@ -130,7 +130,7 @@ def configure_cpu_devices() -> DeviceSetup:
         except RuntimeError:
             # The backend already started (JAX was used before workbench was imported).
             _setup = DeviceSetup(requested, False, "JAX had already started")
-            check_device_count()  # the backend is up, so counting devices costs nothing now
+            warn_if_devices_missing()  # the backend is up, so counting devices costs nothing now
     return _setup
 
 
@@ -165,7 +165,7 @@ def workbench_threads_setting() -> str | None:
     return str(setup.threads) if setup is not None and setup.threads is not None else None
 
 
-def check_device_count() -> None:
+def warn_if_devices_missing() -> None:
     """Warn once if JAX has fewer CPU devices than the workbench asked for, saying how to get more."""
     global _warned
     setup = _setup or configure_cpu_devices()
@@ -241,7 +241,7 @@ def describe_devices() -> dict:
         >>> describe_devices()["count"]
         8
     """
-    check_device_count()
+    warn_if_devices_missing()
     devices = jax.devices()
     return {
         "backend": jax.default_backend(),

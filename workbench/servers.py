@@ -53,7 +53,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def checked_port(port: int) -> int:
+def validated_port(port: int) -> int:
     """``port`` if it is free on 127.0.0.1 (0 picks a free one); WorkbenchError naming it otherwise."""
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise WorkbenchError(f"port {port!r} is not a TCP port: use a number from 1024 to 65535, or 0 for any free one")
@@ -100,7 +100,7 @@ def lab_launch(port: int = 8888, open_browser: bool = True, notebook_dir: str | 
 
     ``extra`` are further ``--Class.trait=value`` options for Jupyter (e.g. what a test needs).
     """
-    port = checked_port(port)
+    port = validated_port(port)
     token = _new_token()
     folder = _directory(notebook_dir)
     argv = (sys.executable, "-m", "jupyterlab", f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}",
@@ -173,7 +173,7 @@ def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = Fal
     started ahead (:class:`Classroom`)."""
     if importlib.util.find_spec("voila") is None:
         raise WorkbenchError("voila is not installed: run 'make lab' (or pip install -e .) to install it")
-    port = checked_port(port)
+    port = validated_port(port)
     token = _token(required=not no_token)
     notebook = app_notebook()
     argv = (sys.executable, "-m", "voila", str(notebook), f"--Voila.ip={HOST}", f"--port={port}",
@@ -195,5 +195,5 @@ def run_server(launch: Launch, what: str) -> None:
     os.execve(launch.argv[0], list(launch.argv), {**os.environ, **launch.env})
 
 
-__all__ = ["HOST", "Classroom", "Launch", "app_launch", "app_notebook", "checked_port", "free_port", "lab_launch",
+__all__ = ["HOST", "Classroom", "Launch", "app_launch", "app_notebook", "validated_port", "free_port", "lab_launch",
            "project_notebooks", "run_server"]

@@ -6,6 +6,7 @@ ones a user reaches for first are also on ``workbench`` itself (``wb.plan_traini
 ``wb.reference_check``, since re-exporting them here would hide their modules.
 """
 
+from ..renamed import renamed_attribute
 from .compile_target import INSTALL_LIBTPU as INSTALL_LIBTPU
 from .compile_target import libtpu_installed as libtpu_installed
 from .compile_target import topologies_for as topologies_for
@@ -45,7 +46,7 @@ from .verdict import TrainingVerdict as TrainingVerdict
 from .verdict import training_verdict as training_verdict
 from .verification import VerificationJob as VerificationJob
 from .verification import VerifySettings as VerifySettings
-from .verification import check_verifiable as check_verifiable
+from .verification import validate_verifiable as validate_verifiable
 from .verification import start_plan_verification as start_plan_verification
 from .verification import start_verification as start_verification
 from .verification import verify_plan as verify_plan
@@ -63,7 +64,7 @@ __all__ = [
     "GPU_CHIPS", "gpu_compiler_problem", "gpu_targets_for",
     "INSTALL_LIBTPU", "libtpu_installed", "topologies_for",
     # checking a plan with the compiler
-    "VerificationJob", "VerifySettings", "check_verifiable", "start_plan_verification", "start_verification",
+    "VerificationJob", "VerifySettings", "validate_verifiable", "start_plan_verification", "start_verification",
     "verify_plan", "verify_step",
     "CompiledStep", "MemoryComparison", "PLAN_ACCURACY_FROM_BYTES", "PlanComparison",
     # the reference check against one device
@@ -71,3 +72,8 @@ __all__ = [
     # profiles
     "ProfileReport", "read_profile", "Timeline", "TraceFormatError", "read_timeline",
 ]
+
+
+def __getattr__(name: str):
+    """An old name (see ``workbench.renamed``): its new value, with a DeprecationWarning."""
+    return renamed_attribute(__name__, name, globals())

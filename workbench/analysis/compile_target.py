@@ -2,7 +2,7 @@
 GPUs through XLA:GPU's deviceless compile (:mod:`.gpu_target`).
 
 :func:`parse_target` reads ``"cpu"``, ``"tpu:v5p:8x8x8"`` or ``"gpu:h100:512"`` into a :class:`CompileTarget`, and
-:func:`check_target` judges it against the planned mesh before any process starts: too many CPU devices,
+:func:`validate_target` judges it against the planned mesh before any process starts: too many CPU devices,
 an unknown TPU generation or GPU, libtpu or the CUDA plugin missing, or a chip count that differs from the
 mesh's each raise one :class:`~workbench.errors.WorkbenchError` saying what to do. A target names its hardware preset
 (:data:`~workbench.analysis.cost_model.HARDWARE`), so the plan prices what the compiler compiled for.
@@ -166,7 +166,7 @@ def mesh_mismatch(mesh: MeshShape, target: CompileTarget, devices: int) -> MeshE
     )
 
 
-def check_target(target: CompileTarget, mesh: MeshShape) -> None:
+def validate_target(target: CompileTarget, mesh: MeshShape) -> None:
     """Raise a WorkbenchError now, before any child process, when ``target`` cannot compile for ``mesh``.
 
     The CPU compiler takes up to :data:`CPU_DEVICE_LIMIT` devices; a TPU topology's chip count must equal
@@ -174,7 +174,7 @@ def check_target(target: CompileTarget, mesh: MeshShape) -> None:
     them), and it needs libtpu.
 
     Example:
-        >>> check_target(parse_target("cpu"), MeshShape(("data",), (4096,)))  # doctest: +ELLIPSIS
+        >>> validate_target(parse_target("cpu"), MeshShape(("data",), (4096,)))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         workbench.errors.WorkbenchError: ...at most 2,048 simulated devices...
@@ -200,6 +200,6 @@ def check_target(target: CompileTarget, mesh: MeshShape) -> None:
 
 
 __all__ = [
-    "CPU_DEVICE_LIMIT", "INSTALL_LIBTPU", "TOPOLOGY_SHAPES", "TPU_GENERATIONS", "CompileTarget", "check_target",
+    "CPU_DEVICE_LIMIT", "INSTALL_LIBTPU", "TOPOLOGY_SHAPES", "TPU_GENERATIONS", "CompileTarget", "validate_target",
     "fitting_mesh", "libtpu_installed", "mesh_mismatch", "parse_target", "topologies_for",
 ]

@@ -19,7 +19,7 @@ from ..errors import WorkbenchError
 from ..layout.mesh import MeshShape
 from ..training.config import ResolvedConfig, TrainConfig
 from ..training.models import model_class
-from ..training.step import CustomModel, check_compiles_ahead
+from ..training.step import CustomModel, validate_compiles_ahead
 from .compiler_rules import CompilerRules
 from .planned_model import PlannedModel
 from .step_memory import NotSimulated, StepMemory, planned_step_memory
@@ -40,7 +40,7 @@ def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, bat
                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
                      compiler: CompilerRules) -> tuple[StepMemory | None, str | None]:
     try:
-        check_compiles_ahead(declared)
+        validate_compiles_ahead(declared)
     except WorkbenchError:
         return None, f"mode {declared.name!r} is not one jit program, so there is no single step to simulate"
     if custom_rules is not None:

@@ -36,9 +36,9 @@ from ..layout.tree_layout import layout_tree
 from ..training.config import make_optimizer
 from ..training.modes import PRECISIONS, mesh_fit, mode_class
 from ..training.modes.base import placement_argument
-from ..training.step import check_compiles_ahead
+from ..training.step import validate_compiles_ahead
 from .byte_size import parse_byte_size
-from .compile_target import check_target, parse_target
+from .compile_target import validate_target, parse_target
 from .compiler_rules import compiler_rules
 from .cost_model import DEFAULT_UTILISATION, Hardware, compute_time
 from .cost_model import hardware as lookup_hardware
@@ -255,8 +255,8 @@ def _optimizer_for_shapes(name: str) -> Any:
 def _check_verifiable(settings: Any, mesh: MeshShape, declared: type, model: Any, rules: Any) -> None:
     """Bad ``verify`` input, before anything is planned: the target against the mesh, a mode that is not one
     program, your own model or rules."""
-    check_compiles_ahead(declared)
-    check_target(settings.target, mesh)
+    validate_compiles_ahead(declared)
+    validate_target(settings.target, mesh)
     if not isinstance(model, str):
         raise WorkbenchError("verify compiles the workbench's own step, which cannot rebuild your module in another "
                              "process: verify a registered model of similar size, or drop verify")

@@ -45,7 +45,7 @@ import jax
 import numpy as np
 import optax
 
-from ..training.config import ResolvedConfig, TrainConfig, check_positive
+from ..training.config import ResolvedConfig, TrainConfig, validate_positive
 from ..training.models import model_class
 from ..training.step import build_step
 from .findings import Finding
@@ -55,7 +55,7 @@ from .process_check import ProcessCheckReport, check_across_processes
 from ..training.process_share import host_values
 from ..errors import WorkbenchError
 from ..layout.mesh import parse_mesh
-from ..training.modes import StepPlan, build_mode
+from ..training.modes import StepSetup, build_mode
 from ..training.modes.base import ParallelMode, step_sums
 from ..training.modes.core import TrainState, means
 from ..training.modes.faults import FAULTS
@@ -185,14 +185,14 @@ def _collective_json(collective: Collective) -> dict[str, Any]:
 class _Replay:
     """One-device re-implementations of a correct step and of each fault, from the same arithmetic."""
 
-    def __init__(self, plan: StepPlan, shards: int, first_process_rows: slice | None = None):
-        self.plan, self.shards, self.first_process_rows = plan, shards, first_process_rows
-        self.grads = jax.jit(lambda params, other, batch: means(step_sums(plan, params, other, batch))["grads"])
-        self.init = jax.jit(plan.optimizer.init)
+    def __init__(self, setup: StepSetup, shards: int, first_process_rows: slice | None = None):
+        self.setup, self.shards, self.first_process_rows = setup, shards, first_process_rows
+        self.grads = jax.jit(lambda params, other, batch: means(step_sums(setup, params, other, batch))["grads"])
+        self.init = jax.jit(setup.optimizer.init)
 
         def update(params, opt_state, grads, scale):
             grads = jax.tree.map(lambda g: g * scale, grads)
-            updates, opt_state = plan.optimizer.update(grads, opt_state, params)
+            updates, opt_state = setup.optimizer.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state
 
         self.update = jax.jit(update)
@@ -222,7 +222,7 @@ class _Replay:
         return out
 
 
-def fault_trajectories(plan: StepPlan, replicas: int, state: TrainState, batches: Sequence[Any],
+def fault_trajectories(setup: StepSetup, replicas: int, state: TrainState, batches: Sequence[Any],
                        first_process_rows: slice | None = None) -> dict:
     """Fault name -> the parameters after each step (flattened) if the step had that fault.
 
@@ -230,10 +230,10 @@ def fault_trajectories(plan: StepPlan, replicas: int, state: TrainState, batches
     ``same-shard`` is replayed only across processes: ``first_process_rows`` are the rows process 0 loads.
 
     Example:
-        >>> fault_trajectories(plan, 4, state, batches)["optimizer-reset"][0].shape  # doctest: +SKIP
+        >>> fault_trajectories(setup, 4, state, batches)["optimizer-reset"][0].shape  # doctest: +SKIP
         (104458,)
     """
-    replay = _Replay(plan, replicas, first_process_rows)
+    replay = _Replay(setup, replicas, first_process_rows)
     summed = replay.trajectory("psum", state, batches)
     out = {}
     for fault in FAULTS:
@@ -396,8 +396,8 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
                     ledger: bool = True) -> CheckReport:
     """Check ``mode`` against ``single`` for ``len(batches)`` steps (see the module docstring).
 
-    ``state`` is the host state to start from (``init_state(model, mode.plan.optimizer)``), ``batches``
-    at least :data:`MIN_STEPS` global NumPy batches of ``mode.plan.global_batch`` rows. ``ledger`` adds
+    ``state`` is the host state to start from (``init_state(model, mode.setup.optimizer)``), ``batches``
+    at least :data:`MIN_STEPS` global NumPy batches of ``mode.setup.global_batch`` rows. ``ledger`` adds
     the compiled step's collectives (for modes that compile one program per step).
 
     Example:
@@ -406,9 +406,9 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
         >>> from workbench.training.models import build_model, model_class
         >>> from workbench.training.modes.core import init_state
         >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
-        >>> plan = StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
+        >>> setup = StepSetup(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
         >>> batches = list(itertools.islice(load_dataset("digits").batches(64, seed=0), MIN_STEPS))
-        >>> report = reference_check(build_mode("dp", plan), state, batches)
+        >>> report = reference_check(build_mode("dp", setup), state, batches)
         >>> report.verdict, round(report.grad_scale, 6)
         ('ok', 1.0)
     """
@@ -418,7 +418,7 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
             f"the reference check needs at least {MIN_STEPS} batches (steps), got {len(batches)}: a fault in "
             "the optimizer state only shows from the second update on"
         )
-    reference = build_mode("single", dataclasses.replace(mode.plan, faults=()))
+    reference = build_mode("single", dataclasses.replace(mode.setup, faults=()))
     sync = sync_report(mode, mode.place_state(state), mode.batch_share().take(batches[0]))
     applied, observed, divergence = _run(mode, state, batches)
     expected_norm, expected, _ = _run(reference, state, batches)
@@ -429,9 +429,9 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     diffs = tuple(float(np.max(np.abs(o - e), initial=0.0)) for o, e in zip(observed, expected, strict=True))
     reference_rms = max(_rms(b - a) for a, b in zip([start, *expected], expected, strict=False))
     rms_diffs = tuple(_rms(o - e) for o, e in zip(observed, expected, strict=True))
-    bf16 = mode.plan.precision == "bf16"
+    bf16 = mode.setup.precision == "bf16"
     across = jax.process_count() > 1 and not mode.batch_share(0).whole
-    replays = fault_trajectories(mode.plan, max(1, mode.data_parallel_size), state, batches,
+    replays = fault_trajectories(mode.setup, max(1, mode.data_parallel_size), state, batches,
                                  mode.batch_share(0).rows if across else None)
     residuals = {fault: _max_diff(observed, path, rms=bf16) for fault, path in replays.items()}
     scale = applied / expected_norm if expected_norm > 0 else math.inf
@@ -446,11 +446,11 @@ def reference_check(mode: ParallelMode, state: TrainState, batches: Sequence[Any
     )
     return CheckReport(
         mode=mode.name,
-        mesh=dict(mode.plan.mesh.axes),
+        mesh=dict(mode.setup.mesh.axes),
         steps=len(batches),
-        precision=mode.plan.precision,
-        accum=mode.plan.accum,
-        batch=mode.plan.global_batch,
+        precision=mode.setup.precision,
+        accum=mode.setup.accum,
+        batch=mode.setup.global_batch,
         problems=tuple(f for f in found if f is not None),
         grad_scale=scale,
         grad_norm=applied,
@@ -476,7 +476,7 @@ def check_built_step(built, *, steps: int | None = None, ledger: bool = True) ->
         'ok'
     """
     steps = MIN_STEPS if steps is None else steps
-    check_positive("steps", steps, "--steps 3", integer=True)
+    validate_positive("steps", steps, "--steps 3", integer=True)
     if steps < MIN_STEPS:
         raise WorkbenchError(f"steps={steps} is too few: the reference check needs at least {MIN_STEPS}, "
                              "e.g. --steps 3")
@@ -519,7 +519,7 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True,
     if isinstance(across, ResolvedConfig):  # resolved where it entered: how many processes is its config's
         across = across.config
     if getattr(across, "processes", 1) > 1 and jax.process_count() == 1:  # its own processes, on this machine
-        return check_across_processes(across.checked(), steps=steps)
+        return check_across_processes(across.validated(), steps=steps)
     if hasattr(config, "build") and callable(config.build):  # a Trainer: exactly the step it trains
         config = config.build()
     built = config if hasattr(config, "mode") and hasattr(config, "first_batches") else build_step(config)

@@ -19,7 +19,7 @@ from ..errors import WorkbenchError
 from ..training.config import ResolvedConfig
 from ..training.models import MODELS, model_config, tensor_parallel_rules
 from ..training.modes import MeshFix, mesh_fit
-from ..training.modes.base import StepPlan
+from ..training.modes.base import StepSetup
 
 LEVELS = ("ok", "warning", "plan", "error")
 
@@ -73,7 +73,7 @@ def _step_refusal(resolved: ResolvedConfig) -> TrainingVerdict | None:
     elif declared.state_placement == "tensor-parallel":
         tp_rules = (("your own model", "its rules"),)  # your module brings its rules: the trainer checks them
     try:
-        declared.check(StepPlan(None, None, None, mesh, config.batch, config.accum, tp_rules=tp_rules))
+        declared.validate(StepSetup(None, None, None, mesh, config.batch, config.accum, tp_rules=tp_rules))
     except WorkbenchError as error:
         unit = declared.batch_parts(mesh) * config.accum
         fixes = batch_fixes(config.batch, unit) if config.batch % unit else (MeshFix("use mode dp", mode="dp"),)

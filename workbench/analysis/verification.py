@@ -42,8 +42,8 @@ from ..child_processes import REAP_TIMEOUT_S, child_environment, stop_process_gr
 from ..errors import VerificationError, WorkbenchError
 from ..training.config import TrainConfig, resolve_config
 from ..training.models import MODELS
-from ..training.step import check_compiles_ahead
-from .compile_target import CompileTarget, check_target, parse_target
+from ..training.step import validate_compiles_ahead
+from .compile_target import CompileTarget, validate_target, parse_target
 from .compiled_step import CompiledStep
 from .cost_model import hardware as lookup_hardware
 from .gpu_target import DEVICELESS_XLA_FLAGS, gpu_compiler_dir
@@ -305,14 +305,14 @@ def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None 
     return VerificationJob(resolved, parse_target(settings.target), seq_len, settings.timeout, settings.on_progress)
 
 
-def check_verifiable(config: Any, target: Any = "cpu") -> Any:
+def validate_verifiable(config: Any, target: Any = "cpu") -> Any:
     """``config`` checked for compiling its step for ``target``, or the WorkbenchError that
     :func:`start_verification` would raise: what nothing runs (:func:`~workbench.training_verdict`: a batch
     that does not split, a mode the mesh cannot carry), a mode that is not one jit program, a target the
     mesh does not fit. Nothing is started.
 
     Example:
-        >>> check_verifiable(TrainConfig(mode="simulated", mesh="data=8"), "cpu")
+        >>> validate_verifiable(TrainConfig(mode="simulated", mesh="data=8"), "cpu")
         Traceback (most recent call last):
         ...
         workbench.errors.WorkbenchError: mode 'simulated' (...) is not one jit program over a mesh, so its step ...
@@ -321,13 +321,13 @@ def check_verifiable(config: Any, target: Any = "cpu") -> Any:
 
 
 def _verifiable(config: Any, target: Any) -> Any:
-    """:func:`check_verifiable`, returning the :class:`~workbench.training.config.ResolvedConfig` it checked."""
+    """:func:`validate_verifiable`, returning the :class:`~workbench.training.config.ResolvedConfig` it checked."""
     resolved = resolve_config(config)
     refused = refusal(resolved)  # the verdict's error level: a batch that does not split fails here, not in the child
     if refused is not None:
         raise WorkbenchError(refused.message)
-    check_compiles_ahead(resolved.mode_class)
-    check_target(parse_target(target), resolved.mesh_shape)
+    validate_compiles_ahead(resolved.mode_class)
+    validate_target(parse_target(target), resolved.mesh_shape)
     return resolved
 
 

@@ -124,11 +124,11 @@ def _claim_cpu_share(config: Any) -> None:
         return
     try:
         jax.config.update("jax_num_cpu_devices", config.mesh_shape.size // config.processes)
-    except RuntimeError:  # the backend already started: check_devices says what to do
+    except RuntimeError:  # the backend already started: validate_devices says what to do
         pass
 
 
-def check_devices(config: Any) -> None:
+def validate_devices(config: Any) -> None:
     """WorkbenchError unless the processes together have exactly the mesh's devices (each process then holds
     its share: a process outside the mesh would load no rows and wait in the others' collectives)."""
     size, count, processes = config.mesh_shape.size, jax.device_count(), jax.process_count()
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     local = args.watch_parent or args.coordinator.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
     join(args.coordinator, args.processes, args.process_id, bind_loopback=local)
     try:
-        check_devices(config)
+        validate_devices(config)
     except WorkbenchError as error:  # every process finds the same: each says it in one line, and they end together
         print(f"error: {error}", file=sys.stderr, flush=True)
         jax.distributed.shutdown()

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import AbstractMesh, AxisType
 
 from ..errors import MeshError
-from ..devices import check_device_count, more_devices_hint
+from ..devices import warn_if_devices_missing, more_devices_hint
 
 AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Words the spec parser reads as "not sharded": an axis with one of these names could not be named.
@@ -183,7 +183,7 @@ def build_mesh(mesh: Any, *, axis_types: str | Sequence[str] = "explicit", devic
     shape = parse_mesh(mesh)
     types = _axis_types(axis_types, len(shape.names))
     if devices is None:
-        check_device_count()
+        warn_if_devices_missing()
         devices = jax.devices()
         if shape.size != len(devices):
             raise MeshError(
@@ -193,16 +193,16 @@ def build_mesh(mesh: Any, *, axis_types: str | Sequence[str] = "explicit", devic
                 f"{more_devices_hint(shape.size)}"
             )
     devices = list(devices)
-    check_device_list(shape, devices)
+    validate_device_list(shape, devices)
     grid = np.array(devices, dtype=object).reshape(shape.sizes)
     return jax.sharding.Mesh(grid, shape.names, axis_types=types)
 
 
-def check_device_list(shape: MeshShape, devices: Sequence[Any]) -> None:
+def validate_device_list(shape: MeshShape, devices: Sequence[Any]) -> None:
     """MeshError unless ``devices`` are exactly the ``shape.size`` devices a mesh of ``shape`` is laid over.
 
     Example:
-        >>> check_device_list(parse_mesh("data=8"), ["a device"] * 4)
+        >>> validate_device_list(parse_mesh("data=8"), ["a device"] * 4)
         Traceback (most recent call last):
         ...
         workbench.errors.MeshError: mesh data=8 needs 8 devices but 4 were given: pass exactly 8 devices

@@ -4,6 +4,7 @@ Every public name of the layer, re-exported from the module that owns it (``wb.t
 user reaches for first are also on ``workbench`` itself (``wb.Trainer``).
 """
 
+from ..renamed import renamed_attribute
 from .checkpoints import CheckpointError as CheckpointError
 from .checkpoints import checkpoint_steps as checkpoint_steps
 from .checkpoints import latest_checkpoint as latest_checkpoint
@@ -46,7 +47,7 @@ from .modes import FAULTS as FAULTS
 from .modes import MODES as MODES
 from .modes import MeshFit as MeshFit
 from .modes import MeshFix as MeshFix
-from .modes import StepPlan as StepPlan
+from .modes import StepSetup as StepSetup
 from .modes import TrainState as TrainState
 from .modes import build_mode as build_mode
 from .modes import describe_modes as describe_modes
@@ -87,7 +88,7 @@ __all__ = [
     "model_class", "model_config", "model_config_for_data", "param_count", "parse_model_options",
     "tensor_parallel_rules",
     # the parallel modes and the step they build
-    "MODES", "DATA_PARALLEL_MODES", "FAULTS", "MeshFit", "MeshFix", "StepPlan", "TrainState",
+    "MODES", "DATA_PARALLEL_MODES", "FAULTS", "MeshFit", "MeshFix", "StepSetup", "TrainState",
     "build_mode", "describe_modes", "mesh_fit", "mode_class",
     "AbstractStep", "BuiltStep", "CustomModel", "build_abstract_step", "build_step",
     # data parallelism by hand (the workshop's pieces)
@@ -103,3 +104,8 @@ __all__ = [
     "ProcessGroup", "ProcessShare",
     "ProfileCapture", "ProfileError", "ProfileRequest",
 ]
+
+
+def __getattr__(name: str):
+    """An old name (see ``workbench.renamed``): its new value, with a DeprecationWarning."""
+    return renamed_attribute(__name__, name, globals())

@@ -284,12 +284,12 @@ def _unreadable(run_path: Path, step: int, error: Exception) -> CheckpointError:
                            f"({type(error).__name__}: {str(error)[:200]}): {fix}")
 
 
-def check_matches(info: CheckpointInfo, target: Any, what: str = "this run's model and optimizer") -> None:
+def validate_matches(info: CheckpointInfo, target: Any, what: str = "this run's model and optimizer") -> None:
     """CheckpointError naming the first leaves that differ, unless ``target`` has the saved state's
     structure, shapes and dtypes.
 
     Example:
-        >>> check_matches(latest_checkpoint("runs/mlp-dp"), abstract_state)  # doctest: +SKIP
+        >>> validate_matches(latest_checkpoint("runs/mlp-dp"), abstract_state)  # doctest: +SKIP
     """
     differences = signature_differences(info.meta["state"], state_signature(target))
     if differences:
@@ -307,12 +307,12 @@ FIXED_ON_RESUME = ("model", "data", "model_options", "data_options", "optimizer"
                    "drop_remainder")
 
 
-def check_resumable(info: CheckpointInfo, config: Any) -> None:
+def validate_resumable(info: CheckpointInfo, config: Any) -> None:
     """CheckpointError unless a run with ``config`` (a TrainConfig) can continue from ``info``: the same
     model, data and optimizer settings (:data:`FIXED_ON_RESUME`), and more steps than were done.
 
     Example:
-        >>> check_resumable(latest_checkpoint("runs/mlp-dp"), TrainConfig(model="cnn"))  # doctest: +SKIP
+        >>> validate_resumable(latest_checkpoint("runs/mlp-dp"), TrainConfig(model="cnn"))  # doctest: +SKIP
         Traceback (most recent call last):
         workbench.training.checkpoints.CheckpointError: ...
     """
@@ -342,7 +342,7 @@ def restore_state(info: CheckpointInfo, target: Any) -> Any:
     """
     import orbax.checkpoint as ocp
 
-    check_matches(info, target)
+    validate_matches(info, target)
     manager = _manager(info.run_path, read_only=True)
     try:
         restored = manager.restore(info.step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))
@@ -354,8 +354,8 @@ def restore_state(info: CheckpointInfo, target: Any) -> Any:
 
 
 __all__ = [
-    "CHECKPOINTS_FOLDER", "CheckpointError", "CheckpointInfo", "CheckpointWriter", "FIXED_ON_RESUME", "check_matches",
-    "check_resumable", "checkpoint_meta",
+    "CHECKPOINTS_FOLDER", "CheckpointError", "CheckpointInfo", "CheckpointWriter", "FIXED_ON_RESUME",
+    "validate_matches", "validate_resumable", "checkpoint_meta",
     "checkpoint_steps", "checkpoints_folder", "latest_checkpoint", "read_meta", "restore_state",
     "signature_differences",
     "state_signature",

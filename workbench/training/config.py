@@ -6,7 +6,7 @@ widgets, and it is what ``runs/<name>/config.json`` stores, so a run can be repe
 new one reuses the compiled step; why only it: docs/design/learning-rate-in-state.md.
 
 Example:
-    >>> config = TrainConfig(model="mlp", data="digits", mode="dp", steps=300).checked()
+    >>> config = TrainConfig(model="mlp", data="digits", mode="dp", steps=300).validated()
     >>> config.optimizer, config.lr
     ('adam', 0.001)
 """
@@ -27,7 +27,7 @@ from ..layout.mesh import MeshShape, parse_mesh
 from .data import DATASETS
 from .models import MODELS, model_class
 from .modes import MODES, PRECISIONS, mode_class
-from .modes.faults import check_faults
+from .modes.faults import validate_faults
 
 if TYPE_CHECKING:  # annotations only: the modes and models import this module
     from .models import RegisteredModel
@@ -54,7 +54,7 @@ def with_learning_rate_in_state(inner: optax.GradientTransformation, lr: float) 
 
     Example:
         >>> tx = with_learning_rate_in_state(optax.sgd(1.0), 0.5)
-        >>> tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.zeros(2)}))[0]["w"]  # doctest: +SKIP
+        >>> tx.update({"w": jnp.ones(2)}, tx.init({"w": jnp.zeros(2)}))[0]["w"]
         Array([-0.5, -0.5], dtype=float32)
     """
 
@@ -75,16 +75,16 @@ def make_optimizer(name: str, lr: float) -> optax.GradientTransformation:
     """Optimizer ``name`` (sgd, adam, adamw with optax's defaults) at learning rate ``lr``, held in its state.
 
     Example:
-        >>> make_optimizer("adam", 1e-3).init({"w": jnp.zeros(2)}).learning_rate  # doctest: +SKIP
+        >>> make_optimizer("adam", 1e-3).init({"w": jnp.zeros(2)}).learning_rate
         Array(0.001, dtype=float32)
     """
     if name not in _OPTAX:
         raise WorkbenchError(f"unknown optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
-    check_positive("lr", lr, "1e-3")
+    validate_positive("lr", lr, "1e-3")
     return with_learning_rate_in_state(_OPTAX[name](learning_rate=1.0), float(lr))
 
 
-def check_positive(what: str, value: Any, example: str, *, integer: bool = False, allow_zero: bool = False) -> Any:
+def validate_positive(what: str, value: Any, example: str, *, integer: bool = False, allow_zero: bool = False) -> Any:
     """``value`` if it is a (whole, with ``integer``) number > 0 (>= 0 with ``allow_zero``), else a
     WorkbenchError naming it and giving ``example``."""
     kinds = (int,) if integer else (int, float)
@@ -96,18 +96,18 @@ def check_positive(what: str, value: Any, example: str, *, integer: bool = False
     return value
 
 
-def check_processes(processes: Any, mode: Any, mesh: MeshShape, batch: int, faults: tuple) -> int:
+def validate_processes(processes: Any, mode: Any, mesh: MeshShape, batch: int, faults: tuple) -> int:
     """``processes`` if ``mode`` (a mode class) can train across that many processes on ``mesh``, else a
     WorkbenchError naming what does not fit and what would.
 
     Example:
         >>> from workbench.training.modes import mode_class
-        >>> check_processes(3, mode_class("dp"), parse_mesh("data=8"), 64, ())
+        >>> validate_processes(3, mode_class("dp"), parse_mesh("data=8"), 64, ())
         Traceback (most recent call last):
         ...
         workbench.errors.WorkbenchError: processes=3 does not divide the 8 devices of mesh data=8 (each process ...
     """
-    check_positive("processes", processes, "2", integer=True)
+    validate_positive("processes", processes, "2", integer=True)
     if processes == 1:
         if "same-shard" in faults:
             raise WorkbenchError("fault 'same-shard' needs several processes (one process loads the whole batch): "
@@ -181,7 +181,7 @@ class TrainConfig:
     model_options: dict = dataclasses.field(default_factory=dict)
     data_options: dict = dataclasses.field(default_factory=dict)
 
-    def checked(self) -> TrainConfig:
+    def validated(self) -> TrainConfig:
         """This config with the mesh normalised, or a WorkbenchError naming the first bad field."""
         return self.resolved().config
 
@@ -202,18 +202,18 @@ class TrainConfig:
             if value not in choices and not (field == "model" and str(value).startswith("custom:")):
                 raise WorkbenchError(f"unknown {field} {value!r}: choose one of {', '.join(choices)}")
         for field, example in (("steps", "300"), ("batch", "256"), ("accum", "1"), ("log_every", "10")):
-            check_positive(field, getattr(self, field), example, integer=True)
-        check_positive("eval_every", self.eval_every, "100 (0: only at the end)", integer=True, allow_zero=True)
-        check_positive("sync_every", self.sync_every, "50 (0: never)", integer=True, allow_zero=True)
-        check_positive("seed", self.seed, "0", integer=True, allow_zero=True)
-        check_positive("checkpoint_every", self.checkpoint_every, "100 (0: no checkpoints)", integer=True,
+            validate_positive(field, getattr(self, field), example, integer=True)
+        validate_positive("eval_every", self.eval_every, "100 (0: only at the end)", integer=True, allow_zero=True)
+        validate_positive("sync_every", self.sync_every, "50 (0: never)", integer=True, allow_zero=True)
+        validate_positive("seed", self.seed, "0", integer=True, allow_zero=True)
+        validate_positive("checkpoint_every", self.checkpoint_every, "100 (0: no checkpoints)", integer=True,
                        allow_zero=True)
-        check_positive("keep_checkpoints", self.keep_checkpoints, "3", integer=True)
-        check_positive("lr", self.lr, "1e-3")
+        validate_positive("keep_checkpoints", self.keep_checkpoints, "3", integer=True)
+        validate_positive("lr", self.lr, "1e-3")
         declared = mode_class(self.mode)
-        faults = check_faults(self.faults, self.mode, declared.supported_faults, declared.fault_reasons)
+        faults = validate_faults(self.faults, self.mode, declared.supported_faults, declared.fault_reasons)
         mesh = parse_mesh(self.mesh)
-        check_processes(self.processes, declared, mesh, self.batch, faults)
+        validate_processes(self.processes, declared, mesh, self.batch, faults)
         config = dataclasses.replace(self, mesh=str(mesh), lr=float(self.lr), faults=faults)
         model = None if str(self.model).startswith("custom:") else model_class(self.model)
         return ResolvedConfig(config, mesh, declared, model)

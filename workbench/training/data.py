@@ -231,7 +231,7 @@ class Dataset:
         statistics once its training loss falls below this.
 
         Example:
-            >>> round(load_dataset("text").unigram_entropy(), 1)  # doctest: +SKIP
+            >>> round(load_dataset("text").unigram_entropy(), 1)
             3.1
         """
         if self.kind != "language" or self.vocab_size is None:  # a language data set has a vocabulary

@@ -2,7 +2,7 @@
 
 On simulated CPU devices every device's buffers live in the host's memory, so a batch of a billion examples
 fails deep inside NumPy ("Unable to allocate 238 GiB") after seconds of work. The trainer refuses a batch whose host
-copies do not fit (:func:`check_batch_fits_host`); the verdict (:mod:`workbench.analysis.verdict`) adds the
+copies do not fit (:func:`validate_batch_fits_host`); the verdict (:mod:`workbench.analysis.verdict`) adds the
 step's own memory on every simulated device, so whatever the trainer refuses, the verdict never calls ✓.
 
 Example:
@@ -65,12 +65,12 @@ def largest_batch_within(budget: int, fixed: float, per_example: float, unit: in
     return max(0, int((budget - fixed) // per_example) // unit * unit)
 
 
-def check_batch_fits_host(batch: int, example_bytes: int, unit: int, available: int | None = None) -> None:
+def validate_batch_fits_host(batch: int, example_bytes: int, unit: int, available: int | None = None) -> None:
     """WorkbenchError, with the largest batch (a multiple of ``unit``) that fits, when this host cannot hold
     :data:`HOST_BATCH_COPIES` global batches of ``batch`` examples of ``example_bytes`` each.
 
     Example:
-        >>> check_batch_fits_host(10**9, 260, 8, available=16 * 2**30)
+        >>> validate_batch_fits_host(10**9, 260, 8, available=16 * 2**30)
         Traceback (most recent call last):
         ...
         workbench.errors.WorkbenchError: a global batch of 1,000,000,000 needs about 484.3 GiB ... at most 26,430,560
@@ -85,5 +85,5 @@ def check_batch_fits_host(batch: int, example_bytes: int, unit: int, available: 
                              f"{fits:,}")
 
 
-__all__ = ["HOST_BATCH_COPIES", "USABLE_FRACTION", "available_host_memory", "batch_bytes", "check_batch_fits_host",
+__all__ = ["HOST_BATCH_COPIES", "USABLE_FRACTION", "available_host_memory", "batch_bytes", "validate_batch_fits_host",
            "devices_share_host_memory", "largest_batch_within"]

@@ -28,10 +28,10 @@ from typing import Any
 
 from ..child_processes import child_environment, stop_process_group
 from ..errors import WorkbenchError
-from ..servers import HOST, checked_port
+from ..servers import HOST, validated_port
 from .config import ResolvedConfig, TrainConfig, resolve_config
 from .models import model_config
-from .modes import StepPlan
+from .modes import StepSetup
 from .runs import SUMMARY_FILE, RunWriter, load_run
 
 STOP_GRACE_S = 5.0  # after a stop request, how long the processes have to agree and exit before being killed
@@ -44,12 +44,12 @@ class ProcessGroupError(WorkbenchError):
     """A run across processes could not start (e.g. its coordinator port is taken)."""
 
 
-def check_before_start(config: TrainConfig | ResolvedConfig) -> None:
+def validate_before_start(config: TrainConfig | ResolvedConfig) -> None:
     """Everything about ``config`` that can be refused without devices or data (the mode on the mesh, the batch
     split, the model's options and tensor-parallel rules), so no process starts only to fail.
 
     Example:
-        >>> check_before_start(TrainConfig(mode="dp", mesh="data=8", batch=62, processes=2))
+        >>> validate_before_start(TrainConfig(mode="dp", mesh="data=8", batch=62, processes=2))
         Traceback (most recent call last):
         ...
         workbench.errors.WorkbenchError: global batch 62 does not split into 8 parts over 'data' (8 equal parts): ...
@@ -60,7 +60,7 @@ def check_before_start(config: TrainConfig | ResolvedConfig) -> None:
     if resolved.model_class is None:
         raise WorkbenchError(f"model {config.model!r} is not a registered model: processes train registered ones")
     rules = tuple(resolved.model_class.tensor_parallel_rules(options=options))
-    resolved.mode_class.check(StepPlan(None, None, None, resolved.mesh_shape, config.batch, config.accum,
+    resolved.mode_class.validate(StepSetup(None, None, None, resolved.mesh_shape, config.batch, config.accum,
                                        config.precision, rules, config.faults))
 
 
@@ -87,13 +87,13 @@ class ProcessGroup:
                  port: int | None = None, final_params: str | os.PathLike | None = None, task: str = "train",
                  check_steps: int | None = None, resume: Any = None):
         resolved = resolve_config(config)
-        check_before_start(resolved)
+        validate_before_start(resolved)
         config = resolved.config
         if config.processes < 2:
             raise ProcessGroupError(f"a process group needs processes >= 2, got {config.processes}: train in this "
                                     "process with Trainer(config) instead")
         try:
-            self.port = checked_port(0 if port is None else port)
+            self.port = validated_port(0 if port is None else port)
         except WorkbenchError as error:
             raise ProcessGroupError(f"coordinator {error}") from None
         self.config, self.task, self._check_steps = config, task, check_steps
@@ -240,4 +240,4 @@ class ProcessGroup:
                 stop_process_group(process)
 
 
-__all__ = ["CHECK_FILE", "ProcessGroup", "ProcessGroupError", "STOP_GRACE_S", "check_before_start"]
+__all__ = ["CHECK_FILE", "ProcessGroup", "ProcessGroupError", "STOP_GRACE_S", "validate_before_start"]

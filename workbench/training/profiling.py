@@ -49,7 +49,7 @@ class ProfileError(WorkbenchError):
     """A profile that cannot be taken: nothing runs, one is being taken, bad steps, or the capture failed."""
 
 
-def check_profile_steps(steps: Any) -> int:
+def validate_profile_steps(steps: Any) -> int:
     """``steps`` as an int in 1..:data:`MAX_PROFILE_STEPS`, else a :class:`ProfileError` naming it."""
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= MAX_PROFILE_STEPS:
         raise ProfileError(f"profile steps={steps!r} must be a whole number from 1 to {MAX_PROFILE_STEPS}: a few "
@@ -344,5 +344,5 @@ def profile_folders(run_path: str | Path) -> list[Path]:
 
 
 __all__ = ["CAPTURE_FILE", "Capture", "MAX_PROFILE_STEPS", "PROFILE_FOLDER", "ProfileCapture", "ProfileError",
-           "ProfileRequest", "check_profile_steps", "live_bytes_by_device", "memory_figures", "profile_folders",
+           "ProfileRequest", "validate_profile_steps", "live_bytes_by_device", "memory_figures", "profile_folders",
            "read_capture"]

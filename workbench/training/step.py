@@ -28,11 +28,11 @@ from .process_share import ProcessShare
 from ..errors import MeshError, WorkbenchError
 from .config import ResolvedConfig, TrainConfig, make_optimizer, resolve_config
 from .data import Dataset, load_dataset
-from .host_memory import batch_bytes, check_batch_fits_host
+from .host_memory import batch_bytes, validate_batch_fits_host
 from .layer_scopes import module_paths
 from .models import RegisteredModel, abstract_batch, model_config, model_config_for_data
-from .modes import ParallelMode, StepPlan, mode_class, mesh_fit
-from .modes.base import ABSTRACT_DEVICES, ShardedJitMode, check_enough_devices
+from .modes import ParallelMode, StepSetup, mode_class, mesh_fit
+from .modes.base import ABSTRACT_DEVICES, ShardedJitMode, validate_enough_devices
 from .modes.core import LossFn, TrainState, init_state
 
 
@@ -91,7 +91,7 @@ class BuiltStep:
         return list(itertools.islice(self.whole_batches(self.config.seed), count))
 
 
-def check_mesh_for_training(config: TrainConfig | ResolvedConfig, devices: Any = None) -> None:
+def validate_mesh_for_training(config: TrainConfig | ResolvedConfig, devices: Any = None) -> None:
     """The mode x mesh verdict, the batch split and the device count (of ``devices``, else the local ones),
     in that order (the order :func:`workbench.training_verdict` says them in), before any data or model is
     loaded."""
@@ -100,9 +100,9 @@ def check_mesh_for_training(config: TrainConfig | ResolvedConfig, devices: Any =
     fit = mesh_fit(declared, mesh)
     if not fit.ok:
         raise MeshError(fit.message)
-    declared.check_batch_split(StepPlan(None, None, None, mesh, config.batch, config.accum))
+    declared.validate_batch_split(StepSetup(None, None, None, mesh, config.batch, config.accum))
     if not declared.one_device:
-        check_enough_devices(mesh, devices)  # a mesh larger than the machine: says how to get the devices
+        validate_enough_devices(mesh, devices)  # a mesh larger than the machine: says how to get the devices
 
 
 def _data(config: TrainConfig, custom: CustomModel | None):
@@ -150,16 +150,16 @@ def build_step(
     Example:
         >>> config = TrainConfig(mode="fsdp", mesh="data=8", batch=64, precision="bf16", accum=2)  # doctest: +SKIP
         >>> built = build_step(config)  # doctest: +SKIP
-        >>> built.mode.plan.precision, built.mode.plan.accum  # doctest: +SKIP
+        >>> built.mode.setup.precision, built.mode.setup.accum  # doctest: +SKIP
         ('bf16', 2)
     """
     resolved = resolve_config(config)
     config = resolved.config
-    check_mesh_for_training(resolved)
+    validate_mesh_for_training(resolved)
     model_cfg, dataset = _data(config, custom)
     if model_cfg is not None:  # the data set's batches are made here: refuse one this host cannot hold
         unit = resolved.mode_class.batch_parts(resolved.mesh_shape) * config.accum
-        check_batch_fits_host(config.batch, batch_bytes(abstract_batch(model_cfg, 1)), unit)
+        validate_batch_fits_host(config.batch, batch_bytes(abstract_batch(model_cfg, 1)), unit)
     if custom is not None and custom.initial is not None:  # your own module (its initial split)
         graphdef, params = custom.initial
         model, loss, tp_rules = nnx.merge(graphdef, params), _own_loss(custom), custom.tp_rules
@@ -202,9 +202,9 @@ def _mode(resolved: ResolvedConfig, graphdef: Any, state: TrainState, loss: Loss
            str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules, devices)
     modes = {} if modes is None else modes
     if key not in modes:
-        plan = StepPlan(graphdef, loss, optimizer, resolved.mesh_shape, config.batch, config.accum, config.precision,
+        setup = StepSetup(graphdef, loss, optimizer, resolved.mesh_shape, config.batch, config.accum, config.precision,
                         tp_rules, config.faults, devices)
-        modes[key] = resolved.mode_class(plan)
+        modes[key] = resolved.mode_class(setup)
     return modes[key]
 
 
@@ -226,7 +226,7 @@ class AbstractStep:
         return self.mode.compile_step(self.state, self.batch)
 
 
-def check_compiles_ahead(mode: str | type[ParallelMode]) -> None:
+def validate_compiles_ahead(mode: str | type[ParallelMode]) -> None:
     """WorkbenchError unless mode ``mode`` (a name, or its class once resolved) is one jit program over a mesh,
     whose step can be compiled ahead of time for abstract inputs (``simulated`` loops in Python, ``dp-pmap``
     maps over local devices)."""
@@ -267,9 +267,9 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
     """
     resolved = resolve_config(config)
     config = resolved.config
-    check_compiles_ahead(resolved.mode_class)
+    validate_compiles_ahead(resolved.mode_class)
     devices = tuple(devices) if devices is not None and devices != ABSTRACT_DEVICES else devices
-    check_mesh_for_training(resolved, devices)
+    validate_mesh_for_training(resolved, devices)
     optimizer = make_optimizer(config.optimizer, config.lr)
     if custom is not None:
         if custom.module is None:
@@ -282,7 +282,7 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
         loss, tp_rules = _registered_loss_and_rules(resolved.model_class, model_cfg)
         graphdef, state = jax.eval_shape(lambda: init_state(model_cfg.build(seed=config.seed), optimizer))
         batch = abstract_batch(model_cfg, config.batch, seq_len)
-    # check_compiles_ahead refused every mode that is not one jit program over a mesh.
+    # validate_compiles_ahead refused every mode that is not one jit program over a mesh.
     mode = cast(ShardedJitMode, _mode(resolved, graphdef, state, loss, tp_rules, optimizer, None, devices))
     batch = _with_shardings(batch, jax.tree.map(mode.batch_sharding, batch))
     layers = tuple(module_paths(nnx.merge(graphdef, state.params, state.other)))
@@ -290,6 +290,6 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
 
 
 __all__ = [
-    "AbstractStep", "BuiltStep", "CustomModel", "build_abstract_step", "build_step", "check_compiles_ahead",
-    "check_mesh_for_training",
+    "AbstractStep", "BuiltStep", "CustomModel", "build_abstract_step", "build_step", "validate_compiles_ahead",
+    "validate_mesh_for_training",
 ]

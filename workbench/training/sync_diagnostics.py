@@ -11,11 +11,11 @@ Example:
     >>> from workbench.training.data import load_dataset
     >>> from workbench.training.models import build_model, model_class
     >>> from workbench.layout import parse_mesh
-    >>> from workbench.training.modes import StepPlan, build_mode
+    >>> from workbench.training.modes import StepSetup, build_mode
     >>> from workbench.training.modes.core import init_state
     >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
-    >>> plan = StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
-    >>> mode = build_mode("dp", plan)
+    >>> setup = StepSetup(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
+    >>> mode = build_mode("dp", setup)
     >>> state, batch = mode.place_state(state), next(load_dataset("digits").batches(64, seed=0))
     >>> report = sync_report(mode, state, batch)
     >>> round(report.synced_grad_norm, 2), report.replica_divergence
@@ -160,11 +160,11 @@ def state_divergence(mode: ParallelMode, state: TrainState) -> float:
         >>> import optax
         >>> from workbench.training.models import build_model, model_class
         >>> from workbench.layout import parse_mesh
-        >>> from workbench.training.modes import StepPlan, build_mode
+        >>> from workbench.training.modes import StepSetup, build_mode
         >>> from workbench.training.modes.core import init_state
         >>> graphdef, state = init_state(build_model("mlp"), optax.sgd(0.1))
-        >>> plan = StepPlan(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
-        >>> mode = build_mode("dp", plan)
+        >>> setup = StepSetup(graphdef, model_class("mlp").loss, optax.sgd(0.1), parse_mesh("data=8"), 64)
+        >>> mode = build_mode("dp", setup)
         >>> state_divergence(mode, mode.place_state(state))
         0.0
     """
@@ -181,8 +181,8 @@ def _all_replicas(mode: ParallelMode, replicas: int, flat: np.ndarray, weights: 
     mesh = getattr(mode, "mesh", None)  # replicas in several processes are devices of a mesh
     if mesh is None:
         raise WorkbenchError(f"mode {mode.name!r} has no mesh, so its replicas cannot be gathered across processes")
-    own = batch_share(mesh, mode.batch_axis, mode.plan.global_batch)
-    first = own.rows.start * replicas // mode.plan.global_batch
+    own = batch_share(mesh, mode.batch_axis, mode.setup.global_batch)
+    first = own.rows.start * replicas // mode.setup.global_batch
     flats, weightss, firsts = multihost_utils.process_allgather((flat, weights, np.int32(first)))
     every_flat, every_weight = np.zeros((replicas, flat.shape[1]), flat.dtype), np.zeros(replicas, weights.dtype)
     # Processes holding the same rows agree.
@@ -204,9 +204,9 @@ def sync_report(mode: ParallelMode, state: TrainState, batch: dict[str, Any]) ->
     device = jax.local_devices()[0]
     params, other = jax.device_put(plain.params, device), jax.device_put(plain.other, device)
     rows = len(jax.tree.leaves(batch)[0])
-    mine = replicas * rows // mode.plan.global_batch  # the replicas whose rows this process holds
+    mine = replicas * rows // mode.setup.global_batch  # the replicas whose rows this process holds
     shards = jax.tree.map(lambda x: np.asarray(x).reshape(mine, -1, *np.shape(x)[1:]), batch)
-    replica_gradients = _replica_gradients_fn(mode.plan.graphdef, mode.plan.loss, mode.plan.precision)
+    replica_gradients = _replica_gradients_fn(mode.setup.graphdef, mode.setup.loss, mode.setup.precision)
     grads, weights = replica_gradients(params, other, shards)
     flat = jax.vmap(_flat)(grads)  # (this process's replicas, parameters)
     if mine < replicas:

@@ -54,11 +54,11 @@ import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, check_resumable, checkpoint_meta
+from .checkpoints import CheckpointError, CheckpointInfo, CheckpointWriter, validate_resumable, checkpoint_meta
 from .checkpoints import checkpoint_steps, checkpoints_folder, latest_checkpoint, restore_state
 from .process_group import ProcessGroup
 from .process_share import host_values
-from .profiling import Capture, ProfileCapture, ProfileError, ProfileRequest, check_profile_steps
+from .profiling import Capture, ProfileCapture, ProfileError, ProfileRequest, validate_profile_steps
 from ..errors import RunError, WorkbenchError
 from .events import TrainEvent as TrainEvent
 from .events import deliver
@@ -194,7 +194,7 @@ class Trainer:
                                   "pass it again, "
                                   "with its loss and batches: Trainer.resuming(run, model=..., loss=..., batches=...)")
         trainer = cls(TrainConfig.from_json(info.config), run_root=str(info.run_path.parent), **own, **settings)
-        check_resumable(info, trainer.config)
+        validate_resumable(info, trainer.config)
         trainer._resume_from = info
         return trainer
 
@@ -348,7 +348,7 @@ class Trainer:
             >>> report.timeline.steps[0].collective_share  # doctest: +SKIP
             0.38
         """
-        steps = check_profile_steps(steps)
+        steps = validate_profile_steps(steps)
         with self._lock:
             if not self.is_active:
                 raise ProfileError(f"no run to profile ({self._status}): start a run, then profile it while it trains "
@@ -396,7 +396,7 @@ class Trainer:
         self._release_processes()
         resumed, self._resume_from = self._resume_from, None  # the processes continue it; a later run starts afresh
         if resumed is not None:
-            check_resumable(resumed, self.config)
+            validate_resumable(resumed, self.config)
         group = ProcessGroup(self._resolved, self.run_root, name, port=self.coordinator_port, resume=resumed)
         follower = RunFollower(group.path, stopper=group.stop, silent_after=FOLLOWER_SILENT_S)
         follower.subscribe(self._relay)
@@ -437,12 +437,12 @@ class Trainer:
         if steps is not None:
             self.config = dataclasses.replace(config, steps=steps)
             config = self.config
-        self._profile = ProfileRequest(check_profile_steps(profile)) if profile is not None else None
+        self._profile = ProfileRequest(validate_profile_steps(profile)) if profile is not None else None
         built = self.build()  # raises on a bad combination, before anything is written
         self._release_processes()  # this run trains here: stop, pause and wait act on it, not on an earlier group
         dataset, resumed, state = built.dataset, self._resume_from, built.state
         if resumed is not None:  # read before the run folder changes: a foreign checkpoint changes nothing
-            check_resumable(resumed, config)
+            validate_resumable(resumed, config)
             state = self._restored_state(built.mode, state, resumed)
         record = {
             **config.to_json(),
@@ -752,7 +752,7 @@ class _Loop:
         values = jax.device_get([metrics for _, metrics in self.pending])
         self.pending = []
         self.in_flight.clear()  # every step up to here has run
-        self.check_finite(steps, values)
+        self.validate_finite(steps, values)
         record = {"step": steps[-1], "loss": float(np.mean([v["loss"] for v in values]))}
         if "grad_norm" in values[-1]:
             record["grad_norm"] = float(values[-1]["grad_norm"])
@@ -767,7 +767,7 @@ class _Loop:
         self.trainer._emit("metrics", steps[-1], **{k: v for k, v in record.items() if k != "step"})
         self.restart_interval()
 
-    def check_finite(self, steps: list[int], values: list[dict]) -> None:
+    def validate_finite(self, steps: list[int], values: list[dict]) -> None:
         """NonFiniteError at the first step whose loss or gradient norms are not finite.
 
         It names the first non-finite gradient when that step computed gradient norms (a logging

@@ -15,14 +15,16 @@
 Every mode computes the same update as ``single`` on the same global batch (tested to 1e-5).
 
 Example:
-    >>> mode = build_mode("dp", StepPlan(graphdef, loss_fn, optax.sgd(0.1), parse_mesh("data=8"), 64))  # doctest: +SKIP
+    >>> setup = StepSetup(graphdef, loss_fn, optax.sgd(0.1), parse_mesh("data=8"), 64)  # doctest: +SKIP
+    >>> mode = build_mode("dp", setup)  # doctest: +SKIP
     >>> state, metrics = mode.step(mode.place_state(state), mode.place_batch(batch))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+from ...renamed import renamed_attribute
 from ...layout.mesh import MODEL_AXIS
-from .base import ParallelMode, StepPlan, check_declaration
+from .base import ParallelMode, StepSetup, validate_declaration
 from .core import PRECISIONS, TrainState
 from .declaration import CollectiveNeed, MeshFit, MeshFix
 from .dp import DataParallel
@@ -49,7 +51,7 @@ _REGISTRY = register(  # in menu order
     DataTensorParallel,
 )
 for _cls in _REGISTRY.values():
-    check_declaration(_cls)  # a mode that leaves a fact undeclared fails at import, naming it
+    validate_declaration(_cls)  # a mode that leaves a fact undeclared fails at import, naming it
 
 MODES: tuple[str, ...] = tuple(_REGISTRY)
 # The modes that split only the batch (and perhaps the state) over 'data': no layer is split.
@@ -57,6 +59,11 @@ DATA_PARALLEL_MODES: tuple[str, ...] = tuple(name for name, cls in _REGISTRY.ite
 
 __all__ = [
     "DATA_PARALLEL_MODES", "FAULTS", "CollectiveNeed", "Fault", "MODES", "MeshFit", "MeshFix", "PRECISIONS",
-    "ParallelMode", "StepPlan", "TrainState", "build_mode", "describe_modes", "mesh_fit", "mode_class",
+    "ParallelMode", "StepSetup", "TrainState", "build_mode", "describe_modes", "mesh_fit", "mode_class",
     "modes_supporting",
 ]
+
+
+def __getattr__(name: str):
+    """An old name (see ``workbench.renamed``): its new value, with a DeprecationWarning."""
+    return renamed_attribute(__name__, name, globals())

@@ -4,7 +4,7 @@ A mode class *declares* its facts as class attributes (see :class:`ParallelMode`
 uses, where the batch and the state go, how gradients are combined, the collectives of a step and the
 teaching faults it can carry. Everything else asks the class: the mesh and batch checks below, the
 planner, the ledger's theory, the widgets and the reference check. A built mode (from a
-:class:`StepPlan`) then places state and batches, runs steps and reports its layout.
+:class:`StepSetup`) then places state and batches, runs steps and reports its layout.
 
 :class:`ShardedJitMode` implements a built mode for modes that are one ``jax.jit`` with shardings.
 
@@ -28,13 +28,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..process_share import ProcessShare, batch_share, global_arrays
 from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...devices import local_devices_text, more_devices_hint
-from ...layout.mesh import DATA_AXIS, MeshShape, abstract_mesh, build_mesh, check_device_list
+from ...layout.mesh import DATA_AXIS, MeshShape, abstract_mesh, build_mesh, validate_device_list
 from ...layout.rules import RuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
-from .core import (TrainState, accumulate, as_per_device, check_precision, finish_step, mean_loss_and_grads, means,
+from .core import (TrainState, accumulate, as_per_device, validate_precision, finish_step, mean_loss_and_grads, means,
                    weighted_sums)
 from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, example_shape, fit_mesh
-from .faults import FAULTS, check_faults
+from .faults import FAULTS, validate_faults
 from .registry import mesh_fit
 
 PLACEMENTS = ("replicate", "shard", "tensor-parallel")
@@ -49,7 +49,7 @@ GRADIENT_SYNCS = ("none", "loop", "compiler", "shard_map", "pmap")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class StepPlan:
+class StepSetup:
     """Everything that decides a mode's compiled step.
 
     Attributes:
@@ -79,27 +79,27 @@ class StepPlan:
     devices: tuple | None = None
 
     def __post_init__(self):
-        if not isinstance(self.mesh, MeshShape):  # parsed where it entered, once: a plan holds the record
-            raise WorkbenchError(f"StepPlan.mesh must be a MeshShape, not {type(self.mesh).__name__} {self.mesh!r}: "
+        if not isinstance(self.mesh, MeshShape):  # parsed where it entered, once: a setup holds the record
+            raise WorkbenchError(f"StepSetup.mesh must be a MeshShape, not {type(self.mesh).__name__} {self.mesh!r}: "
                                  f"pass parse_mesh({self.mesh!r})")
 
 
-def check_batch(plan: StepPlan, parts: int, what: str) -> None:
+def validate_batch(setup: StepSetup, parts: int, what: str) -> None:
     """WorkbenchError unless the global batch splits into ``accum`` microbatches of ``parts`` equal shares."""
-    if isinstance(plan.accum, bool) or not isinstance(plan.accum, int) or plan.accum < 1:
-        raise WorkbenchError(f"accum={plan.accum!r} must be a whole number >= 1 (microbatches per step): "
+    if isinstance(setup.accum, bool) or not isinstance(setup.accum, int) or setup.accum < 1:
+        raise WorkbenchError(f"accum={setup.accum!r} must be a whole number >= 1 (microbatches per step): "
                              "use 1 for none")
-    unit = parts * plan.accum
-    if plan.global_batch % unit:
-        nearest = nearest_multiples(plan.global_batch, unit)
-        split = f"{plan.accum} microbatches x {what}" if plan.accum > 1 else what
+    unit = parts * setup.accum
+    if setup.global_batch % unit:
+        nearest = nearest_multiples(setup.global_batch, unit)
+        split = f"{setup.accum} microbatches x {what}" if setup.accum > 1 else what
         raise WorkbenchError(
-            f"global batch {plan.global_batch} does not split into {split} ({unit} equal parts): "
+            f"global batch {setup.global_batch} does not split into {split} ({unit} equal parts): "
             f"use a batch of {nearest} (a multiple of {unit})"
         )
 
 
-# ``StepPlan.devices`` for a mode built over an abstract mesh of any size: its step can be traced (e.g. to
+# ``StepSetup.devices`` for a mode built over an abstract mesh of any size: its step can be traced (e.g. to
 # simulate its memory, :mod:`workbench.analysis.step_memory`), not compiled or run.
 ABSTRACT_DEVICES = "abstract"
 
@@ -115,18 +115,18 @@ def training_mesh(shape: MeshShape, devices: Any = None) -> Mesh | jax.sharding.
         return abstract_mesh(shape, axis_types="auto")
     if devices is not None:
         return build_mesh(shape, axis_types="auto", devices=list(devices))
-    check_enough_devices(shape)
+    validate_enough_devices(shape)
     return build_mesh(shape, axis_types="auto", devices=jax.devices()[: shape.size])
 
 
-def check_enough_devices(shape: MeshShape, devices: Any = None) -> None:
+def validate_enough_devices(shape: MeshShape, devices: Any = None) -> None:
     """MeshError unless :func:`training_mesh` can lay ``shape`` over ``devices`` (exactly ``shape.size`` given),
     or over the first ``shape.size`` local devices (None); an abstract mesh (``ABSTRACT_DEVICES``) has any size.
     The messages are the ones building the mesh gives, without building it."""
     if isinstance(devices, str) and devices == ABSTRACT_DEVICES:
         return
     if devices is not None:
-        check_device_list(shape, devices)
+        validate_device_list(shape, devices)
         return
     if shape.size > len(jax.devices()):
         raise MeshError(
@@ -167,10 +167,11 @@ def host_copy(state: Any) -> Any:
     return jax.tree.map(copy, state)
 
 
-def step_sums(plan: StepPlan, params: Any, other: Any, batch: Any) -> dict[str, Any]:
+def step_sums(setup: StepSetup, params: Any, other: Any, batch: Any) -> dict[str, Any]:
     """Weighted gradient and metric sums over the ``accum`` microbatches of ``batch`` (see :mod:`.core`)."""
     return accumulate(
-        lambda micro: weighted_sums(plan.graphdef, plan.loss, plan.precision, params, other, micro), batch, plan.accum
+        lambda micro: weighted_sums(setup.graphdef, setup.loss, setup.precision, params, other, micro),
+        batch, setup.accum,
     )
 
 
@@ -219,11 +220,11 @@ class ParallelMode(abc.ABC):
     supported_faults: ClassVar[tuple[str, ...]] = ("optimizer-reset", "same-shard")
     fault_reasons: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, plan: StepPlan):
-        check_precision(plan.precision)
-        self.faults = check_faults(plan.faults, self.name, self.supported_faults, self.fault_reasons)
-        self.plan = dataclasses.replace(plan, faults=self.faults) if self.faults != plan.faults else plan
-        self.check(self.plan)
+    def __init__(self, setup: StepSetup):
+        validate_precision(setup.precision)
+        self.faults = validate_faults(setup.faults, self.name, self.supported_faults, self.fault_reasons)
+        self.setup = dataclasses.replace(setup, faults=self.faults) if self.faults != setup.faults else setup
+        self.validate(self.setup)
 
     # --- derived from the declaration ----------------------------------------------------------------
 
@@ -239,30 +240,30 @@ class ParallelMode(abc.ABC):
         return mesh.axis_size(cls.batch_axis) if cls.batch_axis else 1
 
     @classmethod
-    def check(cls, plan: StepPlan) -> None:
-        """Raise a WorkbenchError (before anything is compiled) if this mode cannot run ``plan``."""
-        fit = mesh_fit(cls, plan.mesh)  # the registry knows which mode to offer instead
+    def validate(cls, setup: StepSetup) -> None:
+        """Raise a WorkbenchError (before anything is compiled) if this mode cannot run ``setup``."""
+        fit = mesh_fit(cls, setup.mesh)  # the registry knows which mode to offer instead
         if not fit.ok:
             raise MeshError(fit.message)
-        if cls.state_placement == "tensor-parallel" and not plan.tp_rules:
+        if cls.state_placement == "tensor-parallel" and not setup.tp_rules:
             raise WorkbenchError(
                 f"mode {cls.name!r} splits layers over the 'model' axis, but this model has no splittable layer pair "
                 "(a single linear layer has none): choose mlp, cnn or transformer, or a data-parallel mode"
             )
-        cls.check_batch_split(plan)
+        cls.validate_batch_split(setup)
 
     @classmethod
-    def check_batch_split(cls, plan: StepPlan) -> None:
-        """WorkbenchError unless ``plan``'s global batch splits into its microbatches of this mode's parts."""
-        parts = cls.batch_parts(plan.mesh)
+    def validate_batch_split(cls, setup: StepSetup) -> None:
+        """WorkbenchError unless ``setup``'s global batch splits into its microbatches of this mode's parts."""
+        parts = cls.batch_parts(setup.mesh)
         where = "1 device" if cls.batch_axis is None and cls.one_device else (
             "the whole batch on each device" if cls.batch_axis is None else f"{parts} parts over {cls.batch_axis!r}")
-        check_batch(plan, parts, where)
+        validate_batch(setup, parts, where)
 
     @property
     def data_parallel_size(self) -> int:
         """How many parts each global batch is split into across devices (1: not split)."""
-        return self.batch_parts(self.plan.mesh)
+        return self.batch_parts(self.setup.mesh)
 
     def replica_devices(self) -> list[list[int]] | None:
         """The ids of the devices that hold each replica's rows of the batch, in replica order (replica ``r`` is
@@ -277,8 +278,8 @@ class ParallelMode(abc.ABC):
             >>> g, loss, tx = nnx.graphdef(abstract_model("mlp")), model_class("mlp").loss, optax.sgd(0.1)
             >>> from workbench.layout import parse_mesh
             >>> rules = tuple(model_class("mlp").tensor_parallel_rules())  # split hidden1 and hidden2 over 'model'
-            >>> plan = StepPlan(g, loss, tx, parse_mesh("data=4,model=2"), 64, tp_rules=rules)
-            >>> build_mode("dp-tp", plan).replica_devices()
+            >>> setup = StepSetup(g, loss, tx, parse_mesh("data=4,model=2"), 64, tp_rules=rules)
+            >>> build_mode("dp-tp", setup).replica_devices()
             [[0, 1], [2, 3], [4, 5], [6, 7]]
         """
         mesh = getattr(self, "mesh", None)
@@ -320,17 +321,17 @@ class ParallelMode(abc.ABC):
             >>> from workbench.training.modes import build_mode
             >>> g, loss, tx = nnx.graphdef(abstract_model("mlp")), model_class("mlp").loss, optax.sgd(0.1)
             >>> from workbench.layout import parse_mesh
-            >>> mode = build_mode("dp", StepPlan(g, loss, tx, parse_mesh("data=8"), 256))
+            >>> mode = build_mode("dp", StepSetup(g, loss, tx, parse_mesh("data=8"), 256))
             >>> mode.batch_share().rows  # one process: every row
             slice(0, 256, None)
         """
         mesh = getattr(self, "mesh", None)
         if mesh is None:  # computes on one device, in one process: the whole batch
-            return ProcessShare(0, 1, slice(0, self.plan.global_batch), self.plan.global_batch)
+            return ProcessShare(0, 1, slice(0, self.setup.global_batch), self.setup.global_batch)
         if "same-shard" in self.faults:  # the fault: every process loads the rows of process 0
-            own = batch_share(mesh, self.batch_axis, self.plan.global_batch, process_index)
-            return dataclasses.replace(own, rows=batch_share(mesh, self.batch_axis, self.plan.global_batch, 0).rows)
-        return batch_share(mesh, self.batch_axis, self.plan.global_batch, process_index)
+            own = batch_share(mesh, self.batch_axis, self.setup.global_batch, process_index)
+            return dataclasses.replace(own, rows=batch_share(mesh, self.batch_axis, self.setup.global_batch, 0).rows)
+        return batch_share(mesh, self.batch_axis, self.setup.global_batch, process_index)
 
     def _global_leading(self, local_rows: int) -> int:
         """The global batch size whose process part has ``local_rows`` rows (eval batches are as large)."""
@@ -384,7 +385,7 @@ class ParallelMode(abc.ABC):
         """
 
 
-def check_declaration(cls: type[ParallelMode]) -> None:
+def validate_declaration(cls: type[ParallelMode]) -> None:
     """TypeError naming what a mode class leaves undeclared or declares wrongly (checked at registration)."""
     missing = [a for a in ("name", "summary", "sharded", "axes", "mesh_example") if not hasattr(cls, a)]
     problems = [f"declares no {a}" for a in missing]
@@ -416,17 +417,17 @@ class ShardedJitMode(ParallelMode):
     a subclass may override :meth:`compute_params` (what the forward pass uses) or ``_step_fn``.
     """
 
-    def __init__(self, plan: StepPlan):
-        super().__init__(plan)
-        self.mesh = self.build_mesh(plan)
+    def __init__(self, setup: StepSetup):
+        super().__init__(setup)
+        self.mesh = self.build_mesh(setup)
         self._steps: dict[bool, Any] = {}  # diagnostics -> compiled step
         self._eval = None
 
-    def build_mesh(self, plan: StepPlan) -> Mesh | jax.sharding.AbstractMesh:
-        return training_mesh(plan.mesh, plan.devices)
+    def build_mesh(self, setup: StepSetup) -> Mesh | jax.sharding.AbstractMesh:
+        return training_mesh(setup.mesh, setup.devices)
 
     def state_layout(self, state: TrainState) -> TreeLayout:
-        placement = placement_argument(self.state_placement, self.plan.tp_rules)
+        placement = placement_argument(self.state_placement, self.setup.tp_rules)
         return layout_tree(state, self.mesh, placement, data_axis=DATA_AXIS)
 
     def state_shardings(self, state: TrainState) -> Any:
@@ -456,12 +457,12 @@ class ShardedJitMode(ParallelMode):
 
     def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
         params = self.compute_params(state.params)
-        if self.plan.accum == 1:  # the loss's own mean over the sharded batch is exact: no weighting needed
-            result = mean_loss_and_grads(self.plan.graphdef, self.plan.loss, self.plan.precision, params,
+        if self.setup.accum == 1:  # the loss's own mean over the sharded batch is exact: no weighting needed
+            result = mean_loss_and_grads(self.setup.graphdef, self.setup.loss, self.setup.precision, params,
                                          state.other, batch)
         else:
             result = means(self._accumulated_sums(params, state.other, batch))
-        return finish_step(self.plan.optimizer, state, result, diagnostics, self.faults)
+        return finish_step(self.setup.optimizer, state, result, diagnostics, self.faults)
 
     def _compiled_step(self, state: TrainState, diagnostics: bool):
         if diagnostics not in self._steps:
@@ -483,11 +484,11 @@ class ShardedJitMode(ParallelMode):
         manual over ``data`` only (other axes, e.g. ``model``, stay the compiler's), and one psum follows.
         """
         if DATA_AXIS not in self.batch_spec or self.mesh.shape.get(DATA_AXIS, 1) == 1:
-            return step_sums(self.plan, params, other, batch)
+            return step_sums(self.setup, params, other, batch)
 
         def local(params, other, shard):
             params = as_per_device(params, DATA_AXIS)  # local gradients, summed once below
-            return jax.lax.psum(step_sums(self.plan, params, other, shard), DATA_AXIS)
+            return jax.lax.psum(step_sums(self.setup, params, other, shard), DATA_AXIS)
 
         return jax.shard_map(
             local, mesh=self.mesh, in_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec(DATA_AXIS)),
@@ -506,7 +507,7 @@ class ShardedJitMode(ParallelMode):
             def evaluate(state, batch):
                 params = self.compute_params(state.params)
                 return weighted_sums(
-                    self.plan.graphdef, self.plan.loss, self.plan.precision, params, state.other, batch,
+                    self.setup.graphdef, self.setup.loss, self.setup.precision, params, state.other, batch,
                     with_grads=False,
                 )
 

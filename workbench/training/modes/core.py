@@ -273,7 +273,7 @@ def first_non_finite(params: Any, grads_finite, params_finite=()) -> str | None:
     return None
 
 
-def check_precision(precision: str) -> str:
+def validate_precision(precision: str) -> str:
     """``precision`` if it is one of :data:`PRECISIONS`, else a WorkbenchError saying which are."""
     if precision not in PRECISIONS:
         raise WorkbenchError(

@@ -130,7 +130,7 @@ def reshaped_mesh(axes: tuple[str, ...], devices: int, example: str) -> str:
 
 @functools.cache
 def example_shape(example: str) -> MeshShape:
-    """A mode's declared ``mesh_example``, read once (at registration, :func:`~.base.check_declaration`): it is
+    """A mode's declared ``mesh_example``, read once (at registration, :func:`~.base.validate_declaration`): it is
     a constant of the class, not input, and is asked each time a mesh is judged.
 
     Example:

@@ -27,7 +27,7 @@ from ..process_share import global_arrays
 from ...errors import MeshError
 from ...layout.mesh import build_mesh
 from ...layout.tree_layout import TreeLayout, layout_tree
-from .base import DATA_AXIS, ParallelMode, StepPlan, step_sums
+from .base import DATA_AXIS, ParallelMode, StepSetup, step_sums
 from .core import TrainState, finish_step, means, weighted_sums
 from .dp import GRADIENT_ALL_REDUCE
 
@@ -50,8 +50,8 @@ class PmapDataParallel(ParallelMode):
         "vma-double-count": "pmap does not pre-sum gradients (no check_vma): the trap needs shard_map",
     }
 
-    def __init__(self, plan: StepPlan):
-        super().__init__(plan)
+    def __init__(self, setup: StepSetup):
+        super().__init__(setup)
         size = self.data_parallel_size
         if size > len(jax.devices()):  # pmap's own error for this is a cryptic squeeze
             raise MeshError(
@@ -71,20 +71,20 @@ class PmapDataParallel(ParallelMode):
         self._eval = jax.pmap(self._local_eval, axis_name=DATA_AXIS, devices=self.devices, out_axes=None)
 
     def _local_step(self, state: TrainState, shard: Any, diagnostics: bool):
-        sums = step_sums(self.plan, state.params, state.other, shard)  # this device's local gradient
+        sums = step_sums(self.setup, state.params, state.other, shard)  # this device's local gradient
         if "skip-sync" in self.faults:  # the fault: no all-reduce, each replica keeps its local gradient
-            state, metrics = finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)
+            state, metrics = finish_step(self.setup.optimizer, state, means(sums), diagnostics, self.faults)
             return state, lax.pmean(metrics, DATA_AXIS)  # the replicas now report different values: log their mean
         # Mean of w*g over mean of w: means() divides. The psum fault sums the gradients instead.
         reduce_grads = lax.psum if "psum" in self.faults else lax.pmean
         sums = {"grads": reduce_grads(sums["grads"], DATA_AXIS), "metrics": lax.pmean(sums["metrics"], DATA_AXIS),
                 "weight": lax.pmean(sums["weight"], DATA_AXIS)}
-        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)
+        return finish_step(self.setup.optimizer, state, means(sums), diagnostics, self.faults)
 
     def _local_eval(self, state: TrainState, shard: Any):
-        sums = weighted_sums(
-            self.plan.graphdef, self.plan.loss, self.plan.precision, state.params, state.other, shard, with_grads=False
-        )
+        setup = self.setup
+        sums = weighted_sums(setup.graphdef, setup.loss, setup.precision, state.params, state.other, shard,
+                             with_grads=False)
         return lax.psum(sums, DATA_AXIS)
 
     def _on_devices(self, stacked: Any) -> Any:

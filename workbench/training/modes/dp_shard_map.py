@@ -49,7 +49,7 @@ class ShardMapDataParallel(ShardedJitMode):
     def _local_sums(self, params: Any, other: Any, shard: Any) -> dict[str, Any]:
         if "vma-double-count" not in self.faults:
             params = as_per_device(params, DATA_AXIS)  # lax.pcast: local gradients, not pre-summed (see above)
-        sums = step_sums(self.plan, params, other, shard)
+        sums = step_sums(self.setup, params, other, shard)
         if "psum" in self.faults:
             grads = lax.psum(sums["grads"], DATA_AXIS)  # the fault: a sum of N gradients, not their mean
         elif "vma-double-count" in self.faults:
@@ -70,4 +70,4 @@ class ShardMapDataParallel(ShardedJitMode):
             out_specs=PartitionSpec(),
             check_vma=True,
         )(state.params, state.other, batch)
-        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)
+        return finish_step(self.setup.optimizer, state, means(sums), diagnostics, self.faults)

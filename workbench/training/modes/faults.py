@@ -1,7 +1,7 @@
 """Teaching faults: the classic data-parallel bugs, written into the modes so a workshop can watch them.
 
 Each fault is the mistake exactly as it is commonly written, switched on per run
-(``StepPlan(..., faults=("psum",))``, ``TrainConfig(faults=[...])``, ``workbench train --inject psum``).
+(``StepSetup(..., faults=("psum",))``, ``TrainConfig(faults=[...])``, ``workbench train --inject psum``).
 No fault is ever on unless asked for. A mode lists the faults that make sense in it
 (``supported_faults``); asking for another raises before anything compiles.
 
@@ -120,13 +120,13 @@ FAULTS: dict[str, Fault] = {
 }
 
 
-def check_faults(
+def validate_faults(
     faults: Iterable[str], mode: str, supported: Iterable[str], reasons: Mapping[str, str] | None = None
 ) -> tuple[str, ...]:
     """``faults`` as a tuple, or a WorkbenchError naming the unknown or unsupported one and the fix.
 
     Example:
-        >>> check_faults(["psum"], "dp", ("optimizer-reset",), {"psum": "it has no hand-written gradient reduction"})
+        >>> validate_faults(["psum"], "dp", ("optimizer-reset",), {"psum": "it has no hand-written gradient reduction"})
         Traceback (most recent call last):
         ...
         workbench.errors.WorkbenchError: fault 'psum' does not apply to mode 'dp' (it has no hand-written ...

@@ -49,20 +49,20 @@ class FullyShardedDataParallel(ShardedStateMode):
     )
 
     def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any) -> dict[str, Any]:
-        plan = self.plan
-        layers = layer_paths(nnx.merge(plan.graphdef, shards, other))  # traced once, with the step
-        bf16 = plan.precision == "bf16"
+        setup = self.setup
+        layers = layer_paths(nnx.merge(setup.graphdef, shards, other))  # traced once, with the step
+        bf16 = setup.precision == "bf16"
         prepare = (lambda params: cast_floats(params, jnp.bfloat16)) if bf16 else (lambda params: params)
 
         def sums_of(micro):
             micro = cast_floats(micro, jnp.bfloat16) if bf16 else micro
 
             def objective(params):
-                value, aux = plan.loss(layered_model(plan.graphdef, params, other, dims, layers, prepare), micro)
+                value, aux = setup.loss(layered_model(setup.graphdef, params, other, dims, layers, prepare), micro)
                 return value.astype(jnp.float32), aux
 
             # The gradients come out of the layers' reduce-scatters summed over devices (and whole leaves'
             # through shard_map's psum for replicated inputs).
             return weighted_sums_of(objective, shards, micro)
 
-        return accumulate(sums_of, batch_shard, plan.accum)  # a reduce-scatter per microbatch
+        return accumulate(sums_of, batch_shard, setup.accum)  # a reduce-scatter per microbatch

@@ -43,7 +43,7 @@ class WholeTreeShardedDataParallel(ShardedStateMode):
         full = gather(shards, dims)  # 1. all-gather
         # 2. local gradients: gathered (and whole) leaves must be per-device before grad, or
         # JAX would sum them over devices already (the shard_map trap; see dp_shard_map.py).
-        sums = step_sums(self.plan, as_per_device(full, DATA_AXIS), other, batch_shard)
+        sums = step_sums(self.setup, as_per_device(full, DATA_AXIS), other, batch_shard)
         grads = jax.tree.map(  # 3. reduce-scatter (psum for whole leaves)
             lambda g, d: lax.psum(g, DATA_AXIS) if d == WHOLE
             else lax.psum_scatter(g, DATA_AXIS, scatter_dimension=d, tiled=True),

@@ -17,7 +17,7 @@ from ...errors import WorkbenchError
 from ...layout.mesh import parse_mesh
 
 if TYPE_CHECKING:
-    from .base import ParallelMode, StepPlan
+    from .base import ParallelMode, StepSetup
     from .declaration import MeshFit
 
 _REGISTRY: dict[str, type[ParallelMode]] = {}
@@ -38,14 +38,14 @@ def mode_class(name: str) -> type[ParallelMode]:
     return _REGISTRY[name]
 
 
-def build_mode(name: str, plan: StepPlan) -> ParallelMode:
-    """Mode ``name`` for ``plan``, checked: a bad combination raises here, before anything compiles.
+def build_mode(name: str, setup: StepSetup) -> ParallelMode:
+    """Mode ``name`` for ``setup``, checked: a bad combination raises here, before anything compiles.
 
     Example:
-        >>> build_mode("tp", StepPlan(g, loss, tx, parse_mesh("data=8"), 64))  # doctest: +SKIP
+        >>> build_mode("tp", StepSetup(g, loss, tx, parse_mesh("data=8"), 64))  # doctest: +SKIP
         MeshError: mode 'tp' needs a mesh axis 'model', but mesh data=8 has data: use e.g. --mesh model=8
     """
-    return mode_class(name)(plan)
+    return mode_class(name)(setup)
 
 
 def mesh_fit(mode: str | type[ParallelMode], mesh) -> MeshFit:

@@ -71,4 +71,4 @@ class ShardedStateMode(ShardedJitMode):
             check_vma=True,
         )(state.params, state.other, batch)
         # Updates each shard in place.
-        return finish_step(self.plan.optimizer, state, means(sums), diagnostics, self.faults)
+        return finish_step(self.setup.optimizer, state, means(sums), diagnostics, self.faults)

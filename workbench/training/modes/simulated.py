@@ -19,7 +19,7 @@ from typing import Any
 
 import jax
 from ...layout.tree_layout import TreeLayout, layout_tree
-from .base import DATA_AXIS, ParallelMode, StepPlan, host_copy, single_device_mesh, step_sums
+from .base import DATA_AXIS, ParallelMode, StepSetup, host_copy, single_device_mesh, step_sums
 from .core import TrainState, add_sums, finish_step, means, weighted_sums
 
 
@@ -42,24 +42,24 @@ class SimulatedDataParallel(ParallelMode):
         "same-shard": "it runs in one process, which loads the whole batch",
     }
 
-    def __init__(self, plan: StepPlan):
-        super().__init__(plan)
+    def __init__(self, setup: StepSetup):
+        super().__init__(setup)
         self.shards = self.data_parallel_size
         self.device = jax.devices()[0]
         # What one simulated device computes: weighted gradient sums of its shard.
-        self._shard_sums = jax.jit(lambda state, shard: step_sums(plan, state.params, state.other, shard))
+        self._shard_sums = jax.jit(lambda state, shard: step_sums(setup, state.params, state.other, shard))
         self._add = jax.jit(add_sums)  # one call per shard, not one per leaf
         # The psum fault: the loop's total is divided by one shard's weight, not all N: N times the mean.
         grad_scale = float(self.shards) if "psum" in self.faults else 1.0
         self._update = jax.jit(
             lambda state, sums, diagnostics: finish_step(
-                plan.optimizer, state, _scaled_grads(means(sums), grad_scale), diagnostics, self.faults
+                setup.optimizer, state, _scaled_grads(means(sums), grad_scale), diagnostics, self.faults
             ),
             static_argnames="diagnostics", donate_argnums=0,  # the new state reuses the old one's buffers
         )
         self._eval = jax.jit(
             lambda state, batch: weighted_sums(
-                plan.graphdef, plan.loss, plan.precision, state.params, state.other, batch, with_grads=False
+                setup.graphdef, setup.loss, setup.precision, state.params, state.other, batch, with_grads=False
             )
         )
 

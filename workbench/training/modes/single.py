@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from jax.sharding import AbstractMesh, Mesh
 
-from .base import ShardedJitMode, StepPlan, single_device_mesh
+from .base import ShardedJitMode, StepSetup, single_device_mesh
 
 _ONE_DEVICE = "it computes on one device, so there is nothing to synchronise"
 
@@ -30,6 +30,6 @@ class SingleDevice(ShardedJitMode):
     fault_reasons = {"skip-sync": _ONE_DEVICE, "psum": _ONE_DEVICE, "vma-double-count": _ONE_DEVICE,
                      "per-shard-update": "it does not split the batch into shards", "same-shard": _ONE_DEVICE}
 
-    def build_mesh(self, plan: StepPlan) -> Mesh | AbstractMesh:
+    def build_mesh(self, setup: StepSetup) -> Mesh | AbstractMesh:
         # A one-device mesh keeps the code path of the other jit modes; nothing is split.
-        return single_device_mesh(plan.devices)
+        return single_device_mesh(setup.devices)
