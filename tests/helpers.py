@@ -13,6 +13,8 @@ from flax import nnx
 
 import workbench as wb
 from widgets.common import Selection
+from workbench.layout.mesh import MODEL_AXIS
+from workbench.training.modes import mode_class
 
 
 def poll(condition, timeout: float = 60.0, interval: float = 0.01) -> bool:
@@ -94,3 +96,18 @@ class TableRows(HTMLParser):
     def handle_data(self, data):
         if self._cell is not None:
             self._cell.append(data)
+
+
+def mode_mesh(mode: str, model_width: int = 2) -> str:
+    """The mesh the tests run ``mode`` on, from the axes the mode declares: 8 devices over ``data``, or a
+    ``model`` axis ``model_width`` wide for a mode that splits layers (``dp-tp`` keeps 4 data positions).
+    A mode added to the registry joins every matrix built on it.
+
+    Example:
+        >>> [mode_mesh(mode) for mode in ("dp", "tp", "dp-tp")]
+        ['data=8', 'model=2', 'data=4,model=2']
+    """
+    axes = mode_class(mode).axes
+    if MODEL_AXIS not in axes:
+        return "data=8"
+    return f"data=4,{MODEL_AXIS}=2" if len(axes) > 1 else f"{MODEL_AXIS}={model_width}"

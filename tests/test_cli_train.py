@@ -7,13 +7,12 @@ import json
 import pytest
 
 import workbench as wb
+from helpers import mode_mesh
 from workbench.cli.main import main
+from workbench.training.modes import MODES
 from workbench.training.runs import load_run
 
-MODE_MESHES = [
-    ("single", "data=8"), ("simulated", "data=8"), ("dp", "data=8"), ("dp-shard-map", "data=8"),
-    ("dp-pmap", "data=8"), ("fsdp", "data=8"), ("tp", "model=2"), ("dp-tp", "data=4,model=2"),
-]
+MODE_MESHES = [(mode, mode_mesh(mode)) for mode in MODES]  # every registered mode
 
 
 def train(capsys, tmp_path, *argv):

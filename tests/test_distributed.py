@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from helpers import mode_mesh
 from workbench.child_processes import child_environment, stop_process_group
 from workbench.cli.main import main
 from workbench.servers import free_port
@@ -27,10 +28,9 @@ from workbench.training.modes import MODES, mode_class
 from workbench.training.process_group import ProcessGroup, ProcessGroupError
 from workbench.training.process_share import ProcessShare, batch_share
 
-# Every mode that computes on more than one device trains across processes: a new mode joins the matrix (and
-# names its mesh in MESHES if it needs a model axis).
+# Every mode that computes on more than one device trains across processes, on the mesh its axes ask for (tp over
+# all 8 devices, so each process holds half of every split layer): a new mode joins the matrix.
 PROCESS_MODES = tuple(name for name in MODES if not mode_class(name).one_device)
-MESHES = {"tp": "model=8", "dp-tp": "data=4,model=2"}
 # fsdp reduce-scatters each gradient across the processes: 1024 x 1024 float32 weights are 4 MiB each, the
 # size at which gloo's psum_scatter was reported to go wrong on rank 0.
 OPTIONS = {"fsdp": {"hidden": 1024}, "fsdp-whole-tree": {"hidden": 1024}}
@@ -42,7 +42,7 @@ ENDED_WITHIN_S = 20.0  # a killed worker's peers, and a stopped run, end within 
 
 
 def _config(mode: str = "dp", **changes) -> wb.TrainConfig:
-    fields = dict(model="mlp", data="digits", mode=mode, mesh=MESHES.get(mode, "data=8"), steps=6, batch=64,
+    fields = dict(model="mlp", data="digits", mode=mode, mesh=mode_mesh(mode, model_width=8), steps=6, batch=64,
                   log_every=3, eval_every=0, sync_every=3, model_options=OPTIONS.get(mode, {}), processes=2)
     return wb.TrainConfig(**{**fields, **changes})
 

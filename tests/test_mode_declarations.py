@@ -7,18 +7,18 @@ import jax
 import pytest
 
 import workbench as wb
+from helpers import mode_mesh
 from workbench.training.modes import MODES, mode_class
 from workbench.training.modes.base import ParallelMode, validate_declaration
 from workbench.training.step import build_step
 
-MESHES = {"tp": "model=2", "dp-tp": "data=4,model=2"}
 SMALL = {"transformer": {"d_model": 32, "n_layers": 1, "n_heads": 2}, "mlp": {"hidden": 32}, "cnn": {}, "linear": {}}
 PAIRS = [(mode, model) for mode in MODES for model in SMALL
          if not (mode_class(mode).state_placement == "tensor-parallel" and model == "linear")]
 
 
 def _config(mode: str, model: str, **changes) -> wb.TrainConfig:
-    fields = {"model": model, "data": wb.analysis.default_data(model), "mode": mode, "mesh": MESHES.get(mode, "data=8"),
+    fields = {"model": model, "data": wb.analysis.default_data(model), "mode": mode, "mesh": mode_mesh(mode),
               "batch": 16, "model_options": SMALL[model], **changes}
     return wb.TrainConfig(**fields)
 

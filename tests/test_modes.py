@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from helpers import mode_mesh
 from workbench.training.data import load_dataset
 from workbench.training.models import model_config_for_data, tensor_parallel_rules
 from workbench.training.modes import DATA_PARALLEL_MODES, MODES, StepSetup, build_mode
@@ -40,7 +41,6 @@ CASES = {  # model -> (data, data options, model options): small, so 32 combinat
         {"d_model": 32, "n_heads": 4, "n_layers": 1},
     ),
 }
-MESHES = {"tp": "model=2", "dp-tp": "data=4,model=2"}
 
 
 @functools.cache
@@ -59,7 +59,7 @@ def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precisi
     config = model_config_for_data(model, load_dataset(data, **data_options), **model_options)
     tx = make_optimizer(optimizer, 0.1 if optimizer == "sgd" else 1e-2)
     graphdef, state = init_state(config.build(seed=0), tx)
-    plan = StepSetup(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")),
+    plan = StepSetup(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(mode_mesh(mode)),
                     BATCH, accum,
                     precision, tuple(tensor_parallel_rules(model)))
     runner = build_mode(mode, plan)
@@ -223,7 +223,7 @@ def test_every_compiled_step_donates_its_state(mode):
     the old one, as production steps do, so no device holds both. The caller's host state survives."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
-    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(MESHES.get(mode, "data=8")),
+    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(mode_mesh(mode)),
                      BATCH, tp_rules=tuple(tensor_parallel_rules("mlp")))
     runner = build_mode(mode, plan)
     placed, batch = runner.place_state(state), runner.place_batch(_batches("mlp")[0])

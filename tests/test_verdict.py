@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.analysis.verdict import batch_fixes, mesh_within
+from workbench.training.modes import MODES  # every registered mode
 from workbench.training.modes.base import ShardedJitMode
 from workbench.training.step import build_step
 from widgets import Workbench
 
-MODES = ("single", "simulated", "dp", "dp-pmap", "fsdp", "tp", "dp-tp")
 MESHES = ("data=8", "data=4,model=2", "model=8", "data=3", "data=16", "data=512")
 BATCHES = (64, 100)
 COMBINATIONS = [

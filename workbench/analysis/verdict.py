@@ -64,11 +64,11 @@ def training_verdict(config: TrainConfig | ResolvedConfig, *, devices: int | Non
         resolved = resolve_config(config)  # once: everything below takes the parsed mesh and the mode's class
     except WorkbenchError as error:
         return TrainingVerdict("error", str(error))
-    refused = refusal(resolved)
+    declared, mesh = resolved.mode_class, resolved.mesh_shape
+    fit = mesh_fit(declared, mesh)  # judged once, here: the refusal and the notes below share it
+    refused = refusal(resolved, fit)
     if refused is not None:
         return refused
-    declared, mesh = resolved.mode_class, resolved.mesh_shape
-    fit = mesh_fit(declared, mesh)
     notes = (fit.message,) if fit.level == "warning" else ()
     devices = len(jax.devices()) if devices is None else devices
     if not declared.one_device and mesh.size > devices:

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import WorkbenchError
 from ..training.config import ResolvedConfig
 from ..training.models import MODELS, model_config, tensor_parallel_rules
-from ..training.modes import MeshFix, mesh_fit
+from ..training.modes import MeshFit, MeshFix, mesh_fit
 from ..training.modes.base import StepSetup
 
 LEVELS = ("ok", "warning", "plan", "error")
@@ -50,10 +50,11 @@ class TrainingVerdict:
                 "fixes": [dataclasses.asdict(fix) for fix in self.fixes], "notes": list(self.notes)}
 
 
-def refusal(resolved: ResolvedConfig) -> TrainingVerdict | None:
+def refusal(resolved: ResolvedConfig, fit: MeshFit | None = None) -> TrainingVerdict | None:
     """The ``error`` verdict on ``resolved`` (a :class:`~workbench.training.config.ResolvedConfig`): the mode
-    against the mesh, then the mode's own check of the batch and the model; None when nothing refuses it."""
-    fit = mesh_fit(resolved.mode_class, resolved.mesh_shape)
+    against the mesh (``fit``, where the caller judged it already), then the mode's own check of the batch and the
+    model; None when nothing refuses it."""
+    fit = mesh_fit(resolved.mode_class, resolved.mesh_shape) if fit is None else fit
     if not fit.ok:
         return TrainingVerdict("error", fit.message, fit.fixes)
     try:
