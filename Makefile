@@ -55,8 +55,8 @@ typecheck: $(LINT_STAMP)
 # the suite's compiles and its waits on child processes and the browser overlap. TEST_WORKERS=0 runs it in one
 # process; `$(PY) -m pytest tests/test_x.py` runs one file without workers.
 # Two tiers: `make test` is every test but the end-to-end tier (marked e2e: the real browser, each notebook run in a
-# Jupyter kernel, the modes trained across worker processes), which takes as long again; `make test-e2e` runs that
-# tier, `make test-all` both in one run. CI runs both.
+# Jupyter kernel, training across worker processes, each mode trained to the accuracy bar from the CLI), which takes
+# about as long again; `make test-e2e` runs that tier, `make test-all` both in one run. CI runs both.
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)

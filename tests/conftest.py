@@ -6,7 +6,7 @@ import os
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("WORKBENCH_CPU_DEVICES", "8")
 
-import workbench  # noqa: F401  (configures the devices before JAX starts)
+import workbench as wb  # first: configures the devices before JAX starts
 
 import contextlib
 import pathlib
@@ -42,6 +42,16 @@ def _listening_addresses(port: int) -> set[str]:
                     # An IPv4 address mapped into IPv6 (::ffff:a.b.c.d) is that IPv4 address.
                     found.add(address[-8:] if address.startswith(IPV4_MAPPED) else address)
     return found
+
+
+@pytest.fixture
+def resolutions(monkeypatch):
+    """Every config the code under test resolves (:meth:`TrainConfig.resolved`, spied on): a list that grows.
+    ``monkeypatch.undo()`` in the test stops counting."""
+    seen = []
+    resolved = wb.TrainConfig.resolved
+    monkeypatch.setattr(wb.TrainConfig, "resolved", lambda config: seen.append(config) or resolved(config))
+    return seen
 
 
 @pytest.fixture

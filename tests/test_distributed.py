@@ -59,9 +59,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-# dp stays in `make test` (one run across processes in the everyday suite); the other modes are the e2e tier.
-@pytest.mark.parametrize("mode", [mode if mode == "dp" else pytest.param(mode, marks=pytest.mark.e2e)
-                                  for mode in PROCESS_MODES])
+# Worker processes that train are the e2e tier (`make test-e2e`); what is refused before anything starts, and the
+# shares of rows, stay in `make test`.
+@pytest.mark.e2e
+@pytest.mark.parametrize("mode", PROCESS_MODES)
 def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     config = _config(mode, sync_every=3 if mode in SYNCED else 0)
     group = ProcessGroup(config, tmp_path, "two", final_params=tmp_path / "params.npz")
@@ -96,6 +97,7 @@ def test_every_mode_trains_across_two_processes_like_one(mode, tmp_path):
     assert _records(group.path, "sync_replica_divergence") == [(3, 0.0), (6, 0.0)]
 
 
+@pytest.mark.e2e
 def test_a_killed_worker_fails_the_run_in_bounded_time_and_leaves_nothing_behind(tmp_path, listening_addresses):
     group = ProcessGroup(_config("dp", steps=100_000, log_every=5, sync_every=0), tmp_path, "killed")
     deadline = time.monotonic() + 120

@@ -122,7 +122,8 @@ def test_tensor_parallel_rules_never_split_the_layer_axis():
 
 
 def test_the_scanned_transformer_trains_exactly_in_fsdp():
-    report = wb.run_check("fsdp", model="transformer", mesh="data=8", optimizer="sgd", steps=3,
+    # Exactness only (ledger=False): test_fsdp_gathers_a_stack_one_layer_per_iteration counts the gathers.
+    report = wb.run_check("fsdp", model="transformer", mesh="data=8", optimizer="sgd", steps=3, ledger=False,
                           model_options={"n_layers": 3, "scan_layers": True})
     assert not report.problems, report.problems
     assert abs(report.grad_scale - 1) < 1e-5

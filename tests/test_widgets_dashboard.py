@@ -226,11 +226,8 @@ def test_a_pair_the_trainer_refuses_is_shown_and_start_and_check_refuse_it_with_
     assert selection.mesh == "model=8" and dashboard.verdict.fit.level == "ok" and dashboard.verdict.fix_labels == []
 
 
-def test_start_and_check_each_resolve_the_selection_once(make_dashboard, monkeypatch):
+def test_start_and_check_each_resolve_the_selection_once(make_dashboard, resolutions):
     dashboard = make_dashboard(dp_selection(steps=5))
-    resolutions = []
-    resolved = wb.TrainConfig.resolved
-    monkeypatch.setattr(wb.TrainConfig, "resolved", lambda config: resolutions.append(config) or resolved(config))
     for _ in range(2):  # the first Start makes the trainer, the second sets the kept one's config
         resolutions.clear()
         dashboard.start()
@@ -438,6 +435,7 @@ def test_start_while_watching_stops_watching_not_the_watched_run(make_dashboard,
     assert wb.load_run("still-going", tmp_path).status == "finished"
 
 
+@pytest.mark.e2e  # worker processes that train: the e2e tier
 def test_a_run_across_two_processes_is_shown_live_and_stop_ends_every_process(make_dashboard):
     dashboard = make_dashboard(dp_selection(steps=100_000, processes=2))
     dashboard.start()

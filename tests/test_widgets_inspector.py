@@ -155,7 +155,7 @@ def test_show_device_lists_each_arrays_slice_and_a_click_on_the_grid_does_the_sa
     assert "data=1, model=0" in inspector.device_panel.value
 
 
-def test_memory_bars_match_the_engine_then_the_compiler_estimate_is_added():
+def test_memory_bars_match_the_engine_then_the_compiler_estimate_is_added(resolutions, monkeypatch):
     inspector = ShardingInspector(Selection())  # mlp, data=8, dp
     predicted = inspector.model_layout.bytes_per_device()
 
@@ -164,7 +164,10 @@ def test_memory_bars_match_the_engine_then_the_compiler_estimate_is_added():
     assert [list(bar.y) for bar in bars] == [[predicted[name]] * 8 for name in ("params", "opt_state", "batch")]
     assert list(bars[0].x) == [str(d) for d in range(8)]
 
+    resolutions.clear()  # counted from here: the click
     inspector.compile_button.click()
+    assert len(resolutions) == 1  # the click resolves the selection once; the compile takes the record
+    monkeypatch.undo()
 
     assert inspector.status.last[0] == "ok", inspector.status.last
     memory = inspector.ledger.memory

@@ -39,20 +39,25 @@ def shown(widget) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", widget.value))
 
 
-def test_verify_compiles_a_mesh_larger_than_the_machine_in_the_background_then_marks_it_stale():
+def test_verify_compiles_a_mesh_larger_than_the_machine_in_the_background_then_marks_it_stale(resolutions, monkeypatch):
     selection = Selection(**SMALL)
     inspector = ShardingInspector(selection)
     panel = inspector.verification  # hosted by the Inspect tab
     assert panel.target.options == ("cpu", *wb.analysis.topologies_for(16), *wb.analysis.gpu_targets_for(16))
     assert {"tpu:v5e:4x4", "gpu:h100:16"} <= set(panel.target.options)
 
+    resolutions.clear()  # counted from here: the click
     panel.verify_button.click()
+    # The click resolves the selection once: its staleness key, the compile's check and the plan take the record.
+    assert len(resolutions) == 1
 
     job = panel.job
     assert panel.running and not job.done  # the click came back while the child compiles
     assert panel.verify_button.disabled and not panel.cancel_button.disabled
     assert "⏳" in shown(panel.progress)
     plan = panel.wait(WAIT_S)
+    assert len(resolutions) == 2  # and once more at the end: has the selection moved on while it compiled?
+    monkeypatch.undo()
 
     assert job.done and not panel.running and plan is panel.plan
     assert not panel.verify_button.disabled and panel.cancel_button.disabled

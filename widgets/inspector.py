@@ -283,7 +283,7 @@ class ShardingInspector(widgets.VBox):
         with no single compiled step."""
         layout = self._shown_layout("estimate")
         self.status.show("compiling one training step for the compiler's estimate…", "info")
-        ledger = wb.ledger_for_config(self.selection.train_config())
+        ledger = wb.ledger_for_config(self.selection.resolved_config())  # resolved once, here
         if ledger.memory is None:
             self.status.show("the compiler gave no memory estimate on this backend", "warning")
             return

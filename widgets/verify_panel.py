@@ -180,11 +180,11 @@ class VerifyPanel(widgets.VBox):
         """
         if self.running:
             raise wb.WorkbenchError("a compile is already running: wait for it, or Cancel it first")
-        resolved = self.selection.resolved_config()  # once: the compile's check takes the record as it is
+        resolved = self.selection.resolved_config()  # once: the key, the compile's check and the plan take it
         config = resolved.config
         target = self.target.value.strip() or "cpu"
         settings = wb.VerifySettings(target) if self.timeout is None else wb.VerifySettings(target, self.timeout)
-        key = self._selection_key()
+        key = self._selection_key(config)
         job = wb.analysis.start_verification(resolved, settings.target, timeout=settings.timeout,
                                              on_progress=lambda _text: self._show_progress())
         self.job, self._cancelled = job, False
@@ -192,7 +192,7 @@ class VerifyPanel(widgets.VBox):
         self.status.show(f"compiling the {config.mode} step of {config.model} on {config.mesh} for {job.target} "
                          "in a child process; the kernel stays free", "info")
         self._show_progress()
-        self._watcher = threading.Thread(target=guarded(self.status)(self._watch), args=(job, config, key),
+        self._watcher = threading.Thread(target=guarded(self.status)(self._watch), args=(job, resolved, key),
                                          name="workbench-verify-panel", daemon=True)
         self._watcher.start()
 
@@ -226,21 +226,24 @@ class VerifyPanel(widgets.VBox):
 
     # --- the background side ----------------------------------------------------------------------------
 
-    def _watch(self, job: wb.analysis.VerificationJob, config: wb.TrainConfig, key: tuple) -> None:
+    def _watch(self, job: wb.analysis.VerificationJob, resolved: wb.training.ResolvedConfig, key: tuple) -> None:
         """Plan the same step while the child compiles, tick the elapsed seconds, then show the outcome."""
         planned: wb.analysis.TrainingPlan | Exception
         try:
-            planned = self._plan(config, job)
+            planned = self._plan(resolved, job)
         except Exception as error:  # noqa: BLE001 - shown with the outcome; the compile goes on
             planned = error
         while not job.done and not self._closing.wait(TICK_S):
             self._show_progress()
         self._finish(job, planned, key)
 
-    def _plan(self, config: wb.TrainConfig, job: wb.analysis.VerificationJob) -> wb.analysis.TrainingPlan:
-        """The engine's analytic plan of the step ``job`` compiles (the mode's standard specs: what is compiled)."""
+    def _plan(self, resolved: wb.training.ResolvedConfig,
+              job: wb.analysis.VerificationJob) -> wb.analysis.TrainingPlan:
+        """The engine's analytic plan of the step ``job`` compiles (the mode's standard specs: what is compiled),
+        on the mesh the click resolved (a record: not parsed again)."""
+        config = resolved.config
         return wb.plan_training(
-            config.model, dict(config.model_options), config.mesh, config.mode, optimizer=config.optimizer,
+            config.model, dict(config.model_options), resolved.mesh_shape, config.mode, optimizer=config.optimizer,
             hardware=job.target.hardware or self.chip.value, global_batch=config.batch,
             precision=config.precision, compiler=job.target.kind,
         )
@@ -313,14 +316,15 @@ class VerifyPanel(widgets.VBox):
         color = LEVEL_STYLES["info"][0]
         self.progress.value = f'<span style="color:{color}">⏳ {html.escape(text)} · {job.elapsed:.0f} s</span>'
 
-    def _selection_key(self) -> tuple:
-        """What the shown result depends on: the compiled fields of the config, the rules, target and chip
-        (:data:`NO_KEY` for a selection that has no valid config)."""
+    def _selection_key(self, config: wb.TrainConfig | None = None) -> tuple:
+        """What the shown result depends on: the compiled fields of the config (``config``, where the caller
+        resolved the selection already), the rules, target and chip (:data:`NO_KEY` for a selection that has no
+        valid config)."""
         try:
-            config = self.selection.train_config().to_json()
+            fields = (self.selection.train_config() if config is None else config).to_json()
         except wb.WorkbenchError:
             return NO_KEY
-        compiled = {name: config[name] for name in COMPILED_FIELDS}
+        compiled = {name: fields[name] for name in COMPILED_FIELDS}
         return (json.dumps(compiled, sort_keys=True, default=str), json.dumps(self.selection.rules, default=str),
                 self.target.value.strip().lower() or "cpu", self.chip.value)
 
@@ -346,11 +350,11 @@ class VerifyPanel(widgets.VBox):
 
     def _mark_stale(self) -> None:
         plan = self.plan
-        if plan is None or not self.is_stale:
+        now = self._selection_key() if plan is not None else NO_KEY  # the selection as it is now, read once
+        if plan is None or now == self._shown_key:
             self.stale.value = ""
             return
         compiled, _ = _verified(plan)
-        now = self._selection_key()
         changed = [what for what, before, after in zip(("the selection", "the rules", "the target", "the chip"),
                                                         self._shown_key, now, strict=True) if before != after]
         note = (f"Stale: the figures below are for {plan.model} in {plan.mode} on {plan.mesh}, batch "

@@ -13,14 +13,15 @@ Example:
 
 from __future__ import annotations
 
-from ..training.config import TrainConfig
+from ..training.config import ResolvedConfig, TrainConfig
 from ..training.step import build_step
 from .ledger import CommLedger, ledger_for_mode
 
 
-def ledger_for_config(config: TrainConfig) -> CommLedger:
+def ledger_for_config(config: TrainConfig | ResolvedConfig) -> CommLedger:
     """Compile ``config``'s training step (built as the trainer builds it) and return its
-    :class:`~workbench.analysis.ledger.CommLedger`.
+    :class:`~workbench.analysis.ledger.CommLedger`. ``config`` may be the record a widget or the CLI resolved
+    where it entered (:meth:`~workbench.TrainConfig.resolved`): it is not checked again.
 
     Raises a WorkbenchError for a bad config, or for a mode whose step is several programs
     (``simulated``: a Python loop has no single compiled step).
