@@ -51,22 +51,23 @@ lint: $(LINT_STAMP) typecheck
 typecheck: $(LINT_STAMP)
 	$(VENV)/bin/pyright --pythonpath $(PY)
 
-# Two workers, each taking whole test files (so a file's module fixtures are built once): on a 2-core machine
-# the suite's compiles and its waits on child processes and the browser overlap. TEST_WORKERS=0 runs it in one
+# pytest-xdist workers, each taking whole test files (so a file's module fixtures are built once). On a 2-core
+# machine three workers keep both cores busy while a worker waits on a child process or a poll (measured with an
+# empty compilation cache: 194% CPU and 10 m 42 s with three, 174% and 11 to 12 minutes with two); the e2e tier
+# keeps two, since each of its tests also runs a browser, a kernel or worker processes. TEST_WORKERS=0 runs in one
 # process; `$(PY) -m pytest tests/test_x.py` runs one file without workers.
 # Two tiers: `make test` is every test but the end-to-end tier (marked e2e: the real browser, each notebook run in a
 # Jupyter kernel, training across worker processes, each mode trained to the accuracy bar from the CLI), which takes
-# about as long again; `make test-e2e` runs that tier, `make test-all` both in one run. CI runs both.
-TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+# about as long again; `make test-e2e` runs that tier, `make test-all` both, one after the other. CI runs both.
+TEST_WORKERS ?= 3
+E2E_WORKERS ?= 2
 test: $(STAMP)
-	$(PYTEST) -m "not e2e"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not e2e"
 
 test-e2e: $(STAMP)
-	$(PYTEST) -m e2e
+	$(PY) -m pytest -n $(E2E_WORKERS) --dist loadfile -m e2e
 
-test-all: $(STAMP)
-	$(PYTEST)
+test-all: test test-e2e
 
 # The newest stack the pins allow, beside the oldest (.venv: Python 3.11, JAX 0.10.2): Python 3.13 resolves JAX 0.12,
 # flax 0.12.12, optax 0.2.8, orbax 0.12.8 into .venv-newest, and every test runs there too. NEWEST_PYTHON picks the
