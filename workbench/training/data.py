@@ -230,9 +230,9 @@ class Dataset:
         It is the loss of the best model that ignores context: a language model beats unigram
         statistics once its training loss falls below this.
 
-        Example:
-            >>> round(load_dataset("text").unigram_entropy(), 1)
-            3.1
+        Example (the corpus is this Python's own standard library: 3.14 nats on 3.11, 3.16 on 3.13):
+            >>> 3.0 < load_dataset("text").unigram_entropy() < 3.3
+            True
         """
         if self.kind != "language" or self.vocab_size is None:  # a language data set has a vocabulary
             raise WorkbenchError(
