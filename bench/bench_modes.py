@@ -218,9 +218,9 @@ def measure(name: str, mesh: str, workload: str) -> dict:
 
     # The mode, as the trainer builds it (make_optimizer: adam with its learning rate in the state).
     graphdef, state = init_state(model, make_optimizer("adam", LEARNING_RATE))
-    plan = StepSetup(graphdef, loss_fn, make_optimizer("adam", LEARNING_RATE), parse_mesh(mesh), global_batch, 1,
-                     "fp32", tuple(tensor_parallel_rules(model_name)))
-    mode = build_mode(name, plan)
+    setup = StepSetup(graphdef, loss_fn, make_optimizer("adam", LEARNING_RATE), parse_mesh(mesh), global_batch, 1,
+                      "fp32", tuple(tensor_parallel_rules(model_name)))
+    mode = build_mode(name, setup)
     mode_batches = _mode_batches(mode, name, host_batches)
     mode_state = mode.place_state(state)
 

@@ -43,9 +43,9 @@ def _setup():
 def ledger(mode_name: str, mesh: str = "data=8"):
     """(ledger, mode, placed state) of one compiled step of the digits mlp with Adam."""
     graphdef, state, tx, batch = _setup()
-    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(mesh), BATCH, 1, "fp32",
-                    tuple(tensor_parallel_rules("mlp")))
-    mode = build_mode(mode_name, plan)
+    setup = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(mesh), BATCH, 1, "fp32",
+                      tuple(tensor_parallel_rules("mlp")))
+    mode = build_mode(mode_name, setup)
     placed = mode.place_state(state)
     return ledger_for_mode(mode, placed, mode.place_batch(batch)), mode, placed
 
@@ -138,8 +138,8 @@ def test_fsdp_holds_one_layer_of_gathered_parameters_at_a_time():
     batch = {"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}
     temps = {}
     for name in ("fsdp", "fsdp-whole-tree"):
-        plan = StepSetup(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
-        mode = build_mode(name, plan)
+        setup = StepSetup(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
+        mode = build_mode(name, setup)
         compiled = mode.compile_step(mode.place_state(state), mode.place_batch(batch))
         temps[name] = compiled.memory_analysis().temp_size_in_bytes
     whole = float_param_bytes(state.params)
@@ -153,8 +153,8 @@ def test_accumulation_synchronises_once_per_step(mode_name):
     # fsdp reduce-scatters each microbatch's gradients inside the loop, by design: a device then only
     # ever accumulates its own 1/8 of them (ZeRO-3), as it only ever holds one layer of them whole.
     graphdef, state, tx, batch = _setup()
-    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH, 4)
-    mode = build_mode(mode_name, plan)
+    setup = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH, 4)
+    mode = build_mode(mode_name, setup)
     result = ledger_for_mode(mode, mode.place_state(state), mode.place_batch(batch))
     per_step = 4 if mode_name == "fsdp" else 1
     gradient_reductions = [c for c in result.collectives

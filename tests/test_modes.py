@@ -59,10 +59,10 @@ def train(mode: str, model: str, optimizer: str = "sgd", accum: int = 1, precisi
     config = model_config_for_data(model, load_dataset(data, **data_options), **model_options)
     tx = make_optimizer(optimizer, 0.1 if optimizer == "sgd" else 1e-2)
     graphdef, state = init_state(config.build(seed=0), tx)
-    plan = StepSetup(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(mode_mesh(mode)),
-                    BATCH, accum,
-                    precision, tuple(tensor_parallel_rules(model)))
-    runner = build_mode(mode, plan)
+    setup = StepSetup(graphdef, wb.training.model_class(model).loss, tx, wb.parse_mesh(mode_mesh(mode)),
+                      BATCH, accum,
+                      precision, tuple(tensor_parallel_rules(model)))
+    runner = build_mode(mode, setup)
     state = runner.place_state(state)
     losses = []
     for batch in _batches(model):
@@ -136,13 +136,13 @@ def test_accumulation_in_the_transformer():
 
 
 def test_data_parallel_modes_split_the_batch_over_the_data_axis():
-    plan = StepSetup(*_plan_parts(), mesh=wb.parse_mesh("data=8"), global_batch=64)
+    setup = StepSetup(*_setup_parts(), mesh=wb.parse_mesh("data=8"), global_batch=64)
     for mode in DATA_PARALLEL_MODES:
         expected = 1 if mode == "single" else 8
-        assert build_mode(mode, plan).data_parallel_size == expected, mode
+        assert build_mode(mode, setup).data_parallel_size == expected, mode
 
 
-def _plan_parts():
+def _setup_parts():
     tx = make_optimizer("sgd", 0.1)
     graphdef, _ = init_state(wb.training.build_model("mlp", hidden=16), tx)
     return graphdef, wb.training.model_class("mlp").loss, tx
@@ -164,9 +164,9 @@ def test_fsdp_shards_parameters_and_optimizer_state():
 def test_tensor_parallel_splits_the_hidden_layers_over_model():
     tx = make_optimizer("sgd", 0.1)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=64), tx)
-    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64,
-                    tp_rules=tuple(tensor_parallel_rules("mlp")))
-    placed = build_mode("tp", plan).place_state(state)
+    setup = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("model=2"), 64,
+                      tp_rules=tuple(tensor_parallel_rules("mlp")))
+    placed = build_mode("tp", setup).place_state(state)
     assert placed.params["hidden1"]["kernel"][...].addressable_shards[0].data.shape == (64, 32)  # columns
     assert placed.params["hidden2"]["kernel"][...].addressable_shards[0].data.shape == (32, 64)  # rows
     assert placed.params["output"]["kernel"][...].sharding.is_fully_replicated
@@ -189,27 +189,27 @@ BAD_PLANS = [
 
 @pytest.mark.parametrize("mode,changes,message", BAD_PLANS)
 def test_bad_combinations_are_refused_before_compiling(mode, changes, message):
-    plan = StepSetup(*_plan_parts(), **{"mesh": wb.parse_mesh("data=8"), "global_batch": 64, **changes})
+    setup = StepSetup(*_setup_parts(), **{"mesh": wb.parse_mesh("data=8"), "global_batch": 64, **changes})
     with pytest.raises(wb.WorkbenchError, match=message.replace("(", r"\(")):
-        build_mode(mode, plan)
+        build_mode(mode, setup)
 
 
 def test_tensor_parallelism_needs_a_splittable_layer():
     tx = make_optimizer("sgd", 0.1)
     graphdef, _ = init_state(wb.training.build_model("linear"), tx)
-    plan = StepSetup(graphdef, wb.training.model_class("linear").loss, tx, wb.parse_mesh("model=2"), 64, tp_rules=())
+    setup = StepSetup(graphdef, wb.training.model_class("linear").loss, tx, wb.parse_mesh("model=2"), 64, tp_rules=())
     with pytest.raises(wb.WorkbenchError, match="no splittable layer"):
-        build_mode("tp", plan)
+        build_mode("tp", setup)
 
 
 def test_single_accepts_any_mesh_and_ignores_its_size():
-    plan = StepSetup(*_plan_parts(), mesh=wb.parse_mesh("data=4,model=2"), global_batch=64)
-    assert build_mode("single", plan).mesh.size == 1
+    setup = StepSetup(*_setup_parts(), mesh=wb.parse_mesh("data=4,model=2"), global_batch=64)
+    assert build_mode("single", setup).mesh.size == 1
 
 
 def test_unknown_mode_lists_the_modes():
     with pytest.raises(wb.WorkbenchError, match="choose one of single, simulated, dp"):
-        build_mode("ddp", StepSetup(*_plan_parts()))
+        build_mode("ddp", StepSetup(*_setup_parts()))
 
 
 def _state_bytes_per_device(placed) -> int:
@@ -223,9 +223,9 @@ def test_every_compiled_step_donates_its_state(mode):
     the old one, as production steps do, so no device holds both. The caller's host state survives."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
-    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(mode_mesh(mode)),
-                     BATCH, tp_rules=tuple(tensor_parallel_rules("mlp")))
-    runner = build_mode(mode, plan)
+    setup = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh(mode_mesh(mode)),
+                      BATCH, tp_rules=tuple(tensor_parallel_rules("mlp")))
+    runner = build_mode(mode, setup)
     placed, batch = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
     for diagnostics in (False, True):
         memory = runner.compile_step(placed, batch, diagnostics=diagnostics).memory_analysis()
@@ -242,8 +242,8 @@ def test_simulated_update_donates_the_state():
     that writes the new state, aliases the whole state."""
     tx = make_optimizer("adam", 1e-2)
     graphdef, state = init_state(wb.training.build_model("mlp", hidden=32), tx)
-    plan = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH)
-    runner = build_mode("simulated", plan)
+    setup = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=8"), BATCH)
+    runner = build_mode("simulated", setup)
     placed, shards = runner.place_state(state), runner.place_batch(_batches("mlp")[0])
     sums = jax.eval_shape(runner._shard_sums, placed, shards[0])
     memory = runner._update.lower(placed, sums, diagnostics=False).compile().memory_analysis()

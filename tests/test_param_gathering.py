@@ -93,8 +93,8 @@ class TiedLM(nnx.Module):
 def test_weights_read_outside_their_layer_are_refused_with_the_fix():
     tx = optax.sgd(0.1)
     graphdef, state = init_state(TiedLM(nnx.Rngs(0)), tx)
-    plan = StepSetup(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
-    runner = build_mode("fsdp", plan)
+    setup = StepSetup(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh("data=8"), 8)
+    runner = build_mode("fsdp", setup)
     tokens = np.zeros((8, 4), np.int32)
     batch = runner.place_batch({"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)})
     with pytest.raises(wb.WorkbenchError, match="'embed/embedding' was read outside its own call.*fsdp-whole-tree"):

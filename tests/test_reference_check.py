@@ -140,8 +140,8 @@ def test_bad_fault_requests_are_refused_before_compiling():
 
 def test_faults_are_off_unless_asked_for():
     assert wb.TrainConfig().validated().faults == ()
-    plan = StepSetup(None, None, None)
-    assert plan.faults == ()
+    setup = StepSetup(None, None, None)
+    assert setup.faults == ()
     assert build_mode("dp", StepSetup(None, None, None, wb.parse_mesh("data=4"), 32)).faults == ()
 
 
