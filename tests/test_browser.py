@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 
 import psutil
 import pytest
@@ -270,7 +271,14 @@ def _tab(root, title: str) -> None:
 
 
 def _shot(target, name: str) -> None:
-    target.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+    """A screenshot for whoever reads the run (an artifact, not a proof): one that times out waiting for a live
+    plot to settle is reported as a warning, never a failure."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        target.screenshot(path=str(ARTIFACTS / f"{name}.png"), timeout=30_000)
+    except PlaywrightTimeout as error:
+        warnings.warn(f"screenshot {name} not taken: {str(error).splitlines()[0]}", stacklevel=2)
 
 
 # --- the tests -----------------------------------------------------------------------------------
@@ -455,7 +463,7 @@ def test_workbench_app_serves_the_widgets_without_code_and_draws_everything(brow
             page.wait_for_function("(n) => { const h = document.querySelector('.js-plotly-plot.wb-loss-figure, "
                                    ".wb-loss-figure .js-plotly-plot'); return h.data[0].x.length > n; }",
                                    arg=first, timeout=60_000)
-            page.locator(".wb-profile").click()
+            page.locator(".wb-profile").click(timeout=90_000)  # the page is busy drawing the live run
             page.wait_for_function("() => { const h = document.querySelector('.js-plotly-plot.wb-profile-timeline, "
                                    ".wb-profile-timeline .js-plotly-plot'); return h && h.data && h.data.length > 0; }",
                                    timeout=120_000)
