@@ -38,6 +38,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 TOKEN = "workbench-browser-test-token"
 SERVER_START_S = 90
 NOTEBOOK_RUN_S = 420  # a bound, not a budget: 01 compiles every layout view; on 2 busy cores that takes minutes
+APP_START_S = 300  # a bound: the app starts a kernel that imports JAX and builds every tab; minutes on 2 busy cores
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -442,7 +443,7 @@ def test_workbench_app_serves_the_widgets_without_code_and_draws_everything(brow
         page.on("pageerror", lambda error: errors.append(str(error)))
         try:
             page.goto(f"http://127.0.0.1:{port}/?token={TOKEN}", timeout=120_000)
-            page.locator(".lm-TabBar-tab", has_text="1 · Mesh").wait_for(timeout=120_000)
+            page.locator(".lm-TabBar-tab", has_text="1 · Mesh").wait_for(timeout=APP_START_S * 1000)
             assert page.locator(".wb-mesh-text").count() == 1
             assert "WORKBENCH_RUN_ROOT" not in page.inner_text("body")  # the widgets only: none of the code shows
             _shot(page, "08-app")

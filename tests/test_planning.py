@@ -279,3 +279,55 @@ def test_the_plan_holds_what_the_mode_declares_it_gathers():
     assert per_layer.transient_params_bytes == 2 * max(sizes.values()) < whole.transient_params_bytes / 2
     gathers = {plan.mode: [c.count for c in plan.collectives if c.kind == "all-gather"] for plan in (whole, per_layer)}
     assert gathers == {"fsdp-whole-tree": [1], "fsdp": [2]}
+
+
+# --- microbatches and tokens ---------------------------------------------------------------------------
+
+
+def test_the_batch_in_tokens_is_the_batch_in_sequences():
+    by_tokens = plan_training("transformer", SMALL_LM, "data=8", "dp", global_batch_tokens=64 * 32, hardware="cpu")
+    by_sequences = plan_training("transformer", SMALL_LM, "data=8", "dp", global_batch=64, hardware="cpu")
+    assert (by_tokens.global_batch, by_tokens.seq_len) == (64, 32)
+    assert by_tokens.to_json()["global_batch_tokens"] == 64 * 32 == by_sequences.to_json()["global_batch_tokens"]
+    assert by_tokens.peak_bytes == by_sequences.peak_bytes
+
+
+@pytest.mark.parametrize("mode, mesh", [("dp", "data=8"), ("fsdp", "data=8"), ("dp-tp", "data=4,model=2")])
+def test_microbatches_keep_the_compute_and_shrink_the_activations(mode, mesh):
+    whole, split = (plan_training("transformer", SMALL_LM, mesh, mode, global_batch=64, accum=accum, hardware="cpu",
+                                  precision="fp32") for accum in (1, 4))
+    assert split.flops_per_device == whole.flops_per_device and split.tokens_per_device == whole.tokens_per_device
+    assert split.microbatch_examples_per_device * 4 == whole.examples_per_device
+    assert split.activation_bytes < whole.activation_bytes and split.accumulator_bytes == whole.grads_bytes
+    assert split.peak_bytes < whole.peak_bytes
+    counts = {(c.kind, c.axes): c.count for c in split.collectives}
+    for collective in whole.collectives:  # the gradient sync once per step; what runs inside a microbatch, 4 times
+        per_microbatch = collective.what.startswith("activations") or mode == "fsdp"
+        assert counts[collective.kind, collective.axes] == collective.count * (4 if per_microbatch else 1)
+
+
+def test_bad_microbatches_and_tokens_name_the_fix():
+    with pytest.raises(WorkbenchError, match="global batch 64 does not split into 3 microbatches over 8 data-parallel "
+                                             "devices: use a batch of 48 or 72"):
+        plan_training("mlp", {}, "data=8", "dp", global_batch=64, accum=3)
+    with pytest.raises(WorkbenchError, match="accum=0 must be a whole number >= 1"):
+        plan_training("mlp", {}, "data=8", "dp", accum=0)
+    with pytest.raises(WorkbenchError, match="not whole sequences of 32 tokens: use 992 or 1024"):
+        plan_training("transformer", SMALL_LM, "data=8", "dp", global_batch_tokens=1000)
+    with pytest.raises(WorkbenchError, match="disagree: give one of --batch and --batch-tokens"):
+        plan_training("transformer", SMALL_LM, "data=8", "dp", global_batch=8, global_batch_tokens=32 * 16)
+    with pytest.raises(WorkbenchError, match="needs the tokens per sequence"):
+        plan_training("mlp", {}, "data=8", "dp", global_batch_tokens=1024)
+
+
+def test_plan_cli_takes_microbatches_and_tokens(capsys):
+    status, out, err = run_cli(capsys, "--model", "transformer", "--config",
+                               "d_model=64,n_layers=2,n_heads=4,vocab=256,max_len=32", "--mesh", "data=8", "--mode",
+                               "fsdp", "--hardware", "cpu",
+                               "--batch-tokens", "4096", "--accum", "2", "--json")
+    result = json.loads(out)
+    assert status == 0 and (result["global_batch"], result["accum"], result["global_batch_tokens"]) == (128, 2, 4096)
+    assert result["microbatch_examples_per_device"] == 8 and result["per_device"]["accumulator_bytes"] > 0
+    status, out, err = run_cli(capsys, "--model", "mlp", "--mesh", "data=8", "--mode", "dp", "--accum", "3",
+                               "--batch", "64")
+    assert status == 2 and err.startswith("error: global batch 64 does not split into 3 microbatches")

@@ -81,6 +81,31 @@ def test_plan_peak_is_within_15_percent_of_the_compilers(model, options, mode, m
     assert plan.memory is not None and 0.85 <= plan.peak_bytes / compiled <= 1.15, (plan.peak_bytes, compiled)
 
 
+# Gradient accumulation: the trainer loops over every microbatch from zero sums, so each microbatch's activations
+# are freed before the next (a loop over all but the first ran once at accum=2, and XLA dropped it: 173 MB of
+# temporaries against 177 MB without accumulation, 92 MB now, for a 4-layer transformer on data=8).
+# The simulation misses part of jit dp's accumulation (a shard_map manual over 'data' around replicated parameters):
+# 0.66 of XLA:CPU's peak at accum 2 and 4. Strict: a fix shows as a pass. Where the activations are small beside the
+# rest (2 layers of 64 tokens) the accumulated steps' simulation errs either way by up to 1.45x (dp-tp): held in
+# bench/bench_step_memory.py, not here.
+ACCUMULATED = {**LM, "n_layers": 4, "max_len": 256}
+
+
+@pytest.mark.parametrize("mode, mesh", [
+    ("fsdp", "data=8"), ("dp-tp", "data=4,model=2"),
+    pytest.param("dp", "data=8", marks=pytest.mark.xfail(reason="simulation: 0.66 of dp's accumulated peak",
+                                                          strict=True)),
+])
+def test_accumulation_frees_each_microbatch_and_the_plan_follows(mode, mesh):
+    peaks = {accum: _compiled_peak(build_abstract_step(TrainConfig(
+        model="transformer", model_options=ACCUMULATED, mode=mode, mesh=mesh, precision="fp32", batch=64, accum=accum,
+        optimizer="adamw"))) for accum in (1, 2)}
+    assert peaks[2] < 0.8 * peaks[1], peaks  # the trainer's accumulation frees each microbatch's activations
+    plan = plan_training("transformer", ACCUMULATED, mesh, mode, hardware="cpu", global_batch=64, accum=2,
+                         precision="fp32")
+    assert plan.memory is not None and 0.85 <= plan.peak_bytes / peaks[2] <= 1.15, (plan.peak_bytes, peaks[2])
+
+
 def test_a_users_own_module_is_simulated_from_an_example_batch():
     plan = plan_training(lambda: OwnMLP(nnx.Rngs(0)), None, "data=8", "dp", hardware="cpu", global_batch=512,
                          loss=own_loss, example_batch=EXAMPLE, precision="fp32")

@@ -244,7 +244,7 @@ class VerifyPanel(widgets.VBox):
         config = resolved.config
         return wb.plan_training(
             config.model, dict(config.model_options), resolved.mesh_shape, config.mode, optimizer=config.optimizer,
-            hardware=job.target.hardware or self.chip.value, global_batch=config.batch,
+            hardware=job.target.hardware or self.chip.value, global_batch=config.batch, accum=config.accum,
             precision=config.precision, compiler=job.target.kind,
         )
 

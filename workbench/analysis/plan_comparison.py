@@ -121,7 +121,8 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
                                               f"plan: {simulated} (gradients, activations, gathered parameters)")),
         ]
     else:
-        transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes
+        transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes + \
+            plan.accumulator_bytes
         rows = [
             ComparedFigure("arguments", "bytes", state, compiled.argument_bytes,
                            "plan: parameters + optimizer state; compiler: the step's inputs, the batch too"),

@@ -58,6 +58,10 @@ def _summary_lines(plan: TrainingPlan) -> list[str]:
     """What is planned: model, mode, mesh, hardware and batch."""
     tokens = "tokens" if plan.seq_len else "examples"
     batch = f"{plan.global_batch:,} " + (f"sequences x {plan.seq_len:,} tokens" if plan.seq_len else "examples")
+    if plan.seq_len:
+        batch += f" = {plan.global_batch * plan.seq_len:,} tokens"
+    if plan.accum > 1:
+        batch += f", in {plan.accum} microbatches"
     return [
         f"plan         {plan.model}, {plan.params:,} parameters, mode {plan.mode}, {plan.optimizer}, {plan.precision}",
         f"mesh         {plan.mesh} ({plan.mesh.size:,} devices, abstract)",
@@ -92,6 +96,8 @@ def _memory_lines(plan: TrainingPlan) -> list[str]:
         rows += [
             ("activations", plan.activation_bytes, activations),
             ("transient params", plan.transient_params_bytes, _transient_words(plan.mode, plan.precision)),
+            *([("accumulator", plan.accumulator_bytes, f"the gradients summed over {plan.accum} microbatches")]
+              if plan.accum > 1 else []),
             ("peak", None, f"not modelled: {plan.memory_caveat}; the state and the rough transients above "
              f"add up to {format_bytes(plan.peak_bytes)}, {verdict}"),
         ]

@@ -62,7 +62,7 @@ class PlannedCollective(CountedCollective):
 def step_collectives(
     mode_cls, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
     block_activation: int | None, n_layers: int, notes: list[str], custom: bool = False,
-    gathered_bytes_per_float: int = 4,
+    gathered_bytes_per_float: int = 4, microbatches: int = 1,
 ) -> tuple[list[PlannedCollective], int]:
     """The mode's declared collectives (:attr:`ParallelMode.collectives`), sized from the layout and
     priced with the ring model, and the per-device gradient bytes synchronised over 'data'.
@@ -71,7 +71,9 @@ def step_collectives(
     bytes); leaves split over the axis, gathered or reduce-scattered whole; a transformer block's
     activations, 4 times per block (2 forward, 2 backward). XLA combines small collectives, so each kind
     is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a gathered float32
-    parameter takes on the wire (2 where the compiler casts to bf16 before gathering: XLA:GPU).
+    parameter takes on the wire (2 where the compiler casts to bf16 before gathering: XLA:GPU). ``microbatches``:
+    a step's microbatches (gradient accumulation): what runs inside each microbatch's forward and backward pass runs
+    that many times (:func:`_per_microbatch`); ``block_activation`` is one microbatch's.
     """
     collectives: list[PlannedCollective] = []
     synced = 0
@@ -88,6 +90,8 @@ def step_collectives(
             nbytes = params_layout.bytes_per_device - split_bytes
         else:  # activations
             nbytes, count = block_activation or 0, 4 * n_layers
+        if _per_microbatch(mode_cls, need.carries):
+            count *= microbatches
         if need.axis == DATA_AXIS and need.carries != "sharded-parameters":
             synced += nbytes
         if nbytes > 0 and group > 1 and count > 0:
@@ -100,6 +104,16 @@ def step_collectives(
         notes.append(f"{len(whole)} parameter(s) have no dimension divisible by data={mesh.axis_size(DATA_AXIS)} "
                      "and stay whole on every device (their gradients are all-reduced)")
     return collectives, synced
+
+
+def _per_microbatch(mode_cls, carries: str) -> bool:
+    """Whether a collective runs in every microbatch of an accumulated step, not once per step: tp's activation
+    all-reduces (inside each block), and a per-layer gathering mode's gathers and reduce-scatters (each layer is
+    gathered where it is used, and its gradients scattered back at once, so a device only ever accumulates its own
+    share: measured in tests/test_comm_ledger.py). A gradient all-reduce, and a whole-tree mode's gather, runs once."""
+    if carries == "activations":
+        return True
+    return mode_cls.parameter_gathering == "per-layer" and carries in ("sharded-parameters", "sharded-gradients")
 
 
 def _split_over(leaf, axis: str) -> bool:

@@ -27,18 +27,18 @@ from .step_memory import NotSimulated, StepMemory, planned_step_memory
 
 def simulated_memory(planned: PlannedModel, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
-                     compiler: CompilerRules) -> tuple[StepMemory | None, str | None]:
+                     compiler: CompilerRules, accum: int = 1) -> tuple[StepMemory | None, str | None]:
     """(the step's simulated :class:`~.step_memory.StepMemory`, None) or (None, why it is not modelled)."""
     try:
         return _simulate_memory(planned, declared, mesh, batch, seq_len, precision, optimizer, custom_rules, loss,
-                                example_batch, compiler)
+                                example_batch, compiler, accum)
     except NotSimulated as reason:
         return None, str(reason)
 
 
 def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
-                     compiler: CompilerRules) -> tuple[StepMemory | None, str | None]:
+                     compiler: CompilerRules, accum: int) -> tuple[StepMemory | None, str | None]:
     try:
         validate_compiles_ahead(declared)
     except WorkbenchError:
@@ -47,7 +47,7 @@ def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, bat
         return None, "the step lays out the mode's own state, not your rule table"
     if planned.registered:
         key = (planned.name, tuple(sorted(planned.options.items())), declared, mesh, batch, seq_len, precision,
-               optimizer, compiler.kind)
+               optimizer, compiler.kind, accum)
         try:
             hash(key)
         except TypeError:  # an option value that cannot be a key: simulate afresh
@@ -59,26 +59,27 @@ def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, bat
     if loss is None and not hasattr(type(planned.abstract), "loss"):
         raise WorkbenchError(f"your {planned.name} has no loss method: pass loss=fn with fn(model, batch) -> "
                              "(loss, aux) to simulate its step")
-    config = step_config(f"custom:{planned.name}", {}, declared, mesh, batch, precision, optimizer, None)
+    config = step_config(f"custom:{planned.name}", {}, declared, mesh, batch, precision, optimizer, None, accum)
     custom = CustomModel(planned.abstract, loss, batches=())
     return planned_step_memory(config, custom=custom, example_batch=example_batch, compiler=compiler), None
 
 
 @functools.lru_cache(maxsize=32)
 def _registered_memory(name: str, options: tuple, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
-                       precision: str, optimizer: str, compiler: str) -> StepMemory:
-    """A registered model's simulated step memory, once per model, options, mode, mesh, batch and precision."""
-    config = step_config(name, dict(options), declared, mesh, batch, precision, optimizer, model_class(name))
+                       precision: str, optimizer: str, compiler: str, accum: int) -> StepMemory:
+    """A registered model's simulated step memory, once per model, options, mode, mesh, batch, precision and
+    microbatch count."""
+    config = step_config(name, dict(options), declared, mesh, batch, precision, optimizer, model_class(name), accum)
     return planned_step_memory(config, seq_len=seq_len, compiler=compiler)
 
 
 def step_config(model: str, options: dict, declared: type, mesh: MeshShape, batch: int, precision: str,
-                optimizer: str, model_cls: type | None) -> ResolvedConfig:
+                optimizer: str, model_cls: type | None, accum: int = 1) -> ResolvedConfig:
     """The step :func:`~.planning.plan_training` simulates, as the resolved record the trainer's would be: built
-    from what the planner has checked and parsed already (mode, mesh, batch, precision, optimizer), not from
-    text again. ``model_cls``: the registered model's class; None for your own."""
+    from what the planner has checked and parsed already (mode, mesh, batch, precision, optimizer, microbatches),
+    not from text again. ``model_cls``: the registered model's class; None for your own."""
     config = TrainConfig(model=model, model_options=options, mode=declared.name, mesh=str(mesh), batch=batch,
-                         precision=precision, optimizer=optimizer)
+                         precision=precision, optimizer=optimizer, accum=accum)
     return ResolvedConfig(config, mesh, declared, model_cls)
 
 

@@ -74,6 +74,8 @@ def plan_training(
     global_batch: int | None = None,
     seq_len: int | None = None,
     precision: str = "bf16",
+    accum: int = 1,
+    global_batch_tokens: int | None = None,
     utilisation: float = DEFAULT_UTILISATION,
     rules: Any = None,
     lint_min_bytes: int = DEFAULT_MIN_BYTES,
@@ -101,10 +103,16 @@ def plan_training(
         hardware: a preset name of :data:`workbench.analysis.cost_model.HARDWARE` or a ``Hardware``;
             default ``tpu-v5p``, or the preset of the TPU topology ``verify`` names.
         device_memory: bytes per device (or text like ``"16GiB"``); default: the hardware's memory.
-        global_batch: examples (sequences) per step over all devices; default
-            ``DEFAULT_EXAMPLES_PER_REPLICA`` (16) per data-parallel replica.
+        global_batch: examples (sequences) per step over all devices and microbatches; default
+            ``DEFAULT_EXAMPLES_PER_REPLICA`` (16) per data-parallel replica (rounded up to whole microbatches).
         seq_len: tokens per sequence for the transformer; default its ``max_len``.
         precision: ``bf16`` (bfloat16 compute, float32 master weights, as the trainer does) or ``fp32``.
+        accum: microbatches per step, as :class:`~workbench.TrainConfig`'s ``accum`` trains them (gradients
+            summed over a ``lax.scan``, one update): a device holds one microbatch's activations at a time and
+            the summed gradients beside them; per-layer gathers and tp's activation all-reduces run once per
+            microbatch, the gradient sync over 'data' once per step.
+        global_batch_tokens: the global batch in tokens instead of sequences: ``global_batch`` is
+            ``global_batch_tokens / seq_len`` (give one of the two).
         utilisation: assumed fraction of peak FLOP/s the maths reaches (MFU).
         rules: your own rule table (a :class:`~workbench.layout.rules.RuleTable` or ``(regex, spec)`` pairs)
             instead of the mode's placement; the mode still decides where the batch goes. A leaf whose
@@ -166,11 +174,12 @@ def plan_training(
     tensor_parallel = declared.state_placement == "tensor-parallel"
     data_size = 1 if declared.one_device else declared.batch_parts(mesh_shape)
     model_size = mesh_shape.axis_size(MODEL_AXIS) if tensor_parallel else 1
-    batch = _batch(global_batch, data_size)
-    examples = batch // data_size
-    n_params = sum(math.prod(leaf.layout.shape) for leaf in params_layout.leaves)  # no second walk of the model
     # Your own model: tokens per sequence only if you say so (then compute counts tokens, not examples).
     seq_len = planned_seq_len(planned, seq_len)
+    batch = _batch(global_batch, global_batch_tokens, seq_len, data_size, accum)
+    examples = batch // data_size
+    microbatch_examples = examples // accum  # what the activations and tp's all-reduces are sized by
+    n_params = sum(math.prod(leaf.layout.shape) for leaf in params_layout.leaves)  # no second walk of the model
     tokens = examples * seq_len if seq_len else examples
     recomputed = declared.parameter_gathering == "per-layer"  # each layer run again in the backward pass
     flops = flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, recomputed)
@@ -181,12 +190,14 @@ def plan_training(
     formula_seq_len = seq_len if planned.transformer_estimates else None
     transformer_formulas = formula_seq_len is not None
     # (B_local, T, d_model) activations summed over 'model' after each row-parallel layer of a block
-    block_activation = examples * formula_seq_len * abstract.d_model * compute_bytes if transformer_formulas else None
+    block_activation = (microbatch_examples * formula_seq_len * abstract.d_model * compute_bytes
+                        if transformer_formulas else None)
     collectives, sync_bytes = step_collectives(
         declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if transformer_formulas else 0,
         notes,
         custom=custom_rules is not None,
         gathered_bytes_per_float=2 if memory_rules.casts_before_gathering and precision == "bf16" else 4,
+        microbatches=accum,
     )
     notes += tensor_parallel_notes(planned, tensor_parallel, model_size)
     bound = bound_by_compute(declared, sync_bytes, data_size, flops, tokens, seq_len, hw, utilisation, notes)
@@ -194,12 +205,13 @@ def plan_training(
     # Memory beside the training state.
     activations = None
     if transformer_formulas:
-        activations = activation_bytes(abstract, examples, formula_seq_len, model_size, compute_bytes, recomputed)
+        activations = activation_bytes(abstract, microbatch_examples, formula_seq_len, model_size, compute_bytes,
+                                       recomputed)
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = transient_params_bytes(declared, params_layout, precision, notes, abstract)
     simulated, caveat = simulated_memory(planned, declared, mesh_shape, batch, seq_len, precision, optimizer,
-                                         custom_rules, loss, example_batch, memory_rules)
+                                         custom_rules, loss, example_batch, memory_rules, accum)
     notes.append(assumption_note(precision, utilisation))
 
     plan = TrainingPlan(
@@ -209,13 +221,13 @@ def plan_training(
         tokens_per_device=tokens, params_layout=params_layout, opt_state_layout=opt_layout, rule_table=table,
         activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
         collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
-        memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind,
+        memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind, accum=accum,
     )
     if settings is None:
         return plan
     # The step the plan describes, from the records read above: the compile checks it without reading text again.
     step = step_config(planned.name, dict(planned.options), declared, mesh_shape, batch, precision, optimizer,
-                       planned.model_class)
+                       planned.model_class, accum)
     return plan.with_compiled(verify_step(step, settings.target, seq_len=seq_len, timeout=settings.timeout,
                                           on_progress=settings.on_progress))
 
@@ -229,20 +241,45 @@ def _check_mesh(mesh: MeshShape, declared: type) -> list[str]:
     return [fit.message] if fit.level == "warning" or "idle" in fit.message else []
 
 
-def _batch(global_batch: int | None, parts: int) -> int:
-    if global_batch is None:
-        return DEFAULT_EXAMPLES_PER_REPLICA * parts
+def _batch(global_batch: int | None, global_batch_tokens: int | None, seq_len: int | None, parts: int,
+           accum: int) -> int:
+    """The global batch in sequences (examples), checked: whole, and split into ``accum`` microbatches of ``parts``
+    equal shares, as the trainer splits it (:meth:`~workbench.training.modes.ParallelMode.validate_batch_split`)."""
+    if isinstance(accum, bool) or not isinstance(accum, int) or accum < 1:
+        raise WorkbenchError(f"accum={accum!r} must be a whole number >= 1 (microbatches per step): use e.g. --accum 4")
+    if global_batch_tokens is not None:
+        global_batch = _sequences(global_batch_tokens, seq_len, global_batch)
+    unit = parts * accum
+    if global_batch is None:  # 16 per replica, rounded up to whole microbatches
+        return -(-DEFAULT_EXAMPLES_PER_REPLICA // accum) * unit
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise WorkbenchError(
-            f"global batch {global_batch!r} must be a whole number >= 1: use e.g. --batch {16 * parts}"
+            f"global batch {global_batch!r} must be a whole number >= 1: use e.g. --batch {16 * unit}"
         )
-    if global_batch % parts:
-        nearest = nearest_multiples(global_batch, parts)
-        raise WorkbenchError(
-            f"global batch {global_batch} does not split over {parts} data-parallel devices: use a batch of {nearest} "
-            f"(a multiple of {parts})"
-        )
+    if global_batch % unit:
+        nearest = nearest_multiples(global_batch, unit)
+        split = f"into {accum} microbatches over" if accum > 1 else "over"
+        raise WorkbenchError(f"global batch {global_batch} does not split {split} {parts} data-parallel devices: use a "
+                             f"batch of {nearest} (a multiple of {unit})")
     return global_batch
+
+
+def _sequences(tokens: int, seq_len: int | None, global_batch: int | None) -> int:
+    """The global batch in sequences that ``tokens`` tokens per step make."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise WorkbenchError(f"global batch of {tokens!r} tokens must be a whole number >= 1: use e.g. "
+                             "--batch-tokens 1048576")
+    if seq_len is None:
+        raise WorkbenchError(f"a global batch of {tokens:,} tokens needs the tokens per sequence: give --seq-len "
+                             "(seq_len=...), or the batch in sequences (--batch)")
+    if tokens % seq_len:
+        nearest = nearest_multiples(tokens, seq_len)
+        raise WorkbenchError(f"a global batch of {tokens:,} tokens is not whole sequences of {seq_len:,} tokens: use "
+                             f"{nearest} tokens (a multiple of seq_len {seq_len})")
+    if global_batch is not None and global_batch != tokens // seq_len:
+        raise WorkbenchError(f"global batch {global_batch} sequences and {tokens:,} tokens ({tokens // seq_len:,} "
+                             f"sequences of {seq_len:,}) disagree: give one of --batch and --batch-tokens")
+    return tokens // seq_len
 
 
 @functools.cache

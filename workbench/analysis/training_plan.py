@@ -33,9 +33,9 @@ class TrainingPlan:
     """A training run planned on an abstract mesh. Build it with :func:`plan_training`.
 
     Byte figures are per device. ``total_bytes`` is the training state (parameters + gradients +
-    optimizer state); ``peak_bytes`` adds the rough transients (``activation_bytes``, None when not
-    estimated, and ``transient_params_bytes``), and ``fits`` compares ``peak_bytes`` with
-    ``device_memory``.
+    optimizer state); ``peak_bytes`` adds the rough transients (``activation_bytes``, one microbatch's and None
+    when not estimated, ``transient_params_bytes`` and ``accumulator_bytes``), and ``fits`` compares ``peak_bytes``
+    with ``device_memory``.
     """
 
     model: str
@@ -67,6 +67,7 @@ class TrainingPlan:
     memory: StepMemory | None = None  # the step's memory, simulated from its jaxpr (None: see memory_caveat)
     memory_caveat: str | None = None  # why the step's memory is not simulated
     compiler: str = "cpu"  # the compile target kind whose rules ``memory`` follows (see .compiler_rules)
+    accum: int = 1  # microbatches per step (gradient accumulation)
 
     @property
     def memory_rules(self) -> CompilerRules:
@@ -93,6 +94,17 @@ class TrainingPlan:
         return self.params_layout.bytes_per_device
 
     @property
+    def accumulator_bytes(self) -> int:
+        """The gradients summed over the microbatches (the accumulation loop's carry, beside each microbatch's own
+        gradients): laid out like them; 0 without accumulation."""
+        return self.grads_bytes if self.accum > 1 else 0
+
+    @property
+    def microbatch_examples_per_device(self) -> int:
+        """Examples (sequences) one device computes at a time: its share of one microbatch."""
+        return self.examples_per_device // self.accum
+
+    @property
     def opt_state_bytes(self) -> int:
         return self.opt_state_layout.bytes_per_device
 
@@ -108,7 +120,7 @@ class TrainingPlan:
         ``total_bytes`` plus rough transients (activations, gathered or cast parameters)."""
         if self.memory is not None:
             return self.memory.peak_bytes
-        return self.total_bytes + (self.activation_bytes or 0) + self.transient_params_bytes
+        return self.total_bytes + (self.activation_bytes or 0) + self.transient_params_bytes + self.accumulator_bytes
 
     @property
     def fits(self) -> bool:
@@ -138,6 +150,7 @@ class TrainingPlan:
             "total_bytes": self.total_bytes,
             "activation_bytes": self.activation_bytes,
             "transient_params_bytes": self.transient_params_bytes,
+            "accumulator_bytes": self.accumulator_bytes,
             "peak_bytes": self.peak_bytes,
             "simulated": None if self.memory is None else self.memory.to_json(),
             "memory_caveat": self.memory_caveat, "memory_compiler": self.memory_rules.name,
@@ -179,8 +192,11 @@ class TrainingPlan:
             "fits": self.fits,
             "global_batch": self.global_batch,
             "seq_len": self.seq_len,
+            "global_batch_tokens": self.global_batch * self.seq_len if self.seq_len else None,
+            "accum": self.accum,
             "data_parallel_size": self.data_parallel_size,
             "examples_per_device": self.examples_per_device,
+            "microbatch_examples_per_device": self.microbatch_examples_per_device,
             "tokens_per_device": self.tokens_per_device,
             "collectives": [c.to_json() for c in self.collectives],
             "predicted_step_comm_s": self.predicted_step_comm_s,

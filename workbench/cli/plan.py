@@ -53,8 +53,12 @@ def add_plan_parser(commands) -> None:
                       help="memory per device, e.g. 16GiB, 80GB (default: the hardware's)")
     plan.add_argument("--batch", type=int, default=None,
                       help="global batch in examples/sequences (default 16 per data-parallel replica)")
+    plan.add_argument("--batch-tokens", type=int, default=None,
+                      help="the global batch in tokens instead (--batch = tokens / --seq-len), e.g. 1048576")
     plan.add_argument("--seq-len", type=int, default=None,
                       help="tokens per sequence (transformer; default its max_len)")
+    plan.add_argument("--accum", type=int, default=1,
+                      help="microbatches per step (gradient accumulation, as train --accum runs it; default 1)")
     plan.add_argument("--utilisation", type=float, default=DEFAULT_UTILISATION,
                       help=f"assumed fraction of peak FLOP/s reached, MFU (default {DEFAULT_UTILISATION})")
     plan.add_argument("--rules", default=None, metavar="FILE",
@@ -90,7 +94,9 @@ def plan_command(args) -> int:
             hardware=args.hardware,
             device_memory=args.device_memory,
             global_batch=args.batch,
+            global_batch_tokens=args.batch_tokens,
             seq_len=args.seq_len,
+            accum=args.accum,
             precision=args.precision,
             utilisation=args.utilisation,
             rules=_read_rules(args.rules) if args.rules else None,

@@ -283,7 +283,8 @@ def _check_vma_enabled() -> bool | None:
 
 
 def varying_axes(value: Any) -> frozenset[str] | None:
-    """The mesh axes a traced value varies over inside ``shard_map``; None if this JAX cannot say.
+    """The mesh axes a traced value (or a ``jax.eval_shape`` result) varies over inside ``shard_map``; None if this
+    JAX cannot say.
 
     JAX 0.10 keeps them in ``jax.typeof(x).mat.varying``; older versions in ``.vma`` or
     ``.manual_axis_type.varying``.
@@ -297,7 +298,7 @@ def varying_axes(value: Any) -> frozenset[str] | None:
         [frozenset({'data'})]
     """
     try:
-        aval = jax.typeof(value)
+        aval = value if isinstance(value, jax.ShapeDtypeStruct) else jax.typeof(value)
     except Exception:  # noqa: BLE001 - a value JAX cannot type: "cannot say", as documented
         return None
     for getter in (

@@ -198,14 +198,26 @@ def accumulate(sums_of: Callable[[Any], dict[str, Any]], batch: Any, k: int) -> 
     if k == 1:
         return sums_of(batch)
     split = microbatches(batch, k)
-    first = jax.tree.map(lambda x: x[0], split)
-    rest = jax.tree.map(lambda x: x[1:], split)
-
-    def body(total, micro):
-        return add_sums(total, sums_of(micro)), None
-
-    total, _ = jax.lax.scan(body, sums_of(first), rest)
+    # One loop over all k microbatches from zero sums, not the first microbatch then a loop over the rest: XLA drops
+    # a loop that runs once, and then schedules accum=2's two microbatches side by side, both sets of activations
+    # live (measured on XLA:CPU, a 4-layer transformer: 173 MB of temporaries against 177 MB without accumulation;
+    # 92 MB from zeros). Adding to zero is exact, so the sums are the same.
+    total, _ = jax.lax.scan(lambda total, micro: (add_sums(total, sums_of(micro)), None),
+                            _zero_sums(sums_of, split), split)
     return total
+
+
+def _zero_sums(sums_of: Callable[[Any], dict[str, Any]], split: Any) -> dict[str, Any]:
+    """Zeros of one microbatch's sums, each varying over the mesh axes its sum varies over inside ``shard_map``
+    (a loop's carry keeps its type: a per-device gradient varies, one shard_map already summed does not)."""
+    shapes = jax.eval_shape(sums_of, jax.tree.map(lambda x: x[0], split))
+
+    def zeros(shape: jax.ShapeDtypeStruct) -> jax.Array:
+        value = jnp.zeros(shape.shape, shape.dtype)
+        axes = tuple(sorted(varying_axes(shape) or ()))
+        return jax.lax.pcast(value, axes, to="varying") if axes else value
+
+    return jax.tree.map(zeros, shapes)
 
 
 def means(sums: dict[str, Any]) -> dict[str, Any]:
