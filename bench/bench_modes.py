@@ -1,12 +1,12 @@
 """Every parallel mode's training step against the smallest hand-written ``jax.jit`` step, side by side.
 
 What is measured: for each mode (``single``, ``simulated``, ``dp``, ``dp-shard-map``, ``dp-pmap``,
-``fsdp-whole-tree``, ``fsdp``, ``tp``, ``dp-tp``) the steady-state wall time of one training step,
+``fsdp-whole-tree``, ``fsdp``, ``tp``, ``dp-tp``, ``fsdp-tp``) the steady-state wall time of one training step,
 ``mode.step(state, batch)``, and of a plain jitted step written here the way a user would write it
 (``nnx.split``, ``jax.value_and_grad``, ``optax.adam``, ``optax.apply_updates``, the state donated as
 the modes' steps donate theirs), for the same model, mesh, batch and layout. Setting: model ``mlp`` fitted to
 ``digits``, global batch 256, Adam at 1e-3, fp32, accum 1; meshes ``data=8`` for the data-parallel modes,
-``model=2`` for ``tp``, ``data=4,model=2`` for ``dp-tp``.
+``model=2`` for ``tp``, ``data=4,model=2`` for ``dp-tp`` and ``fsdp-tp``.
 ``dp`` is measured again on a small ``transformer`` (d_model 64, 2 layers, 4 heads, ``text`` with
 seq_len 64, batch 32) so a bigger step is covered.
 
@@ -88,6 +88,7 @@ CASES = [  # (mode, mesh, workload)
     ("fsdp", "data=8", "mlp"),
     ("tp", "model=2", "mlp"),
     ("dp-tp", "data=4,model=2", "mlp"),
+    ("fsdp-tp", "data=4,model=2", "mlp"),
     ("dp", "data=8", "transformer"),
 ]
 
@@ -179,7 +180,7 @@ def _baseline_placement(mode: Any, name: str, params: Any, opt_state: Any, rest:
     """Baseline params, optimizer state and batches, laid out as ``mode`` lays out its own, in buffers of
     their own (the baseline step donates them, and the model's arrays are the mode's host state too)."""
     params, opt_state = host_copy((params, opt_state))
-    if isinstance(mode, ShardedJitMode):  # single, dp, dp-shard-map, fsdp, tp, dp-tp
+    if isinstance(mode, ShardedJitMode):  # single, dp, dp-shard-map, fsdp, tp, dp-tp, fsdp-tp
         shardings = mode.state_shardings(TrainState(params, opt_state, rest))
         params = jax.device_put(params, shardings.params)
         opt_state = jax.device_put(opt_state, shardings.opt_state)

@@ -135,6 +135,11 @@ def gather(shards: Any, dims: Any, kept: Any = None) -> Any:
         (4,)
     """
     def one(x, dim, spec):
+        if dim == WHOLE and kept is not None and DATA_AXIS not in (varying_axes(x) or ()):
+            # Marked per-device here, in the master weights' dtype, so the transpose (its gradient's sum over
+            # 'data') runs in float32: summed in bfloat16 after the cast, XLA:CPU's AllReducePromotion
+            # aborted on the reduction it was given (JAX 0.10.2, shard_map manual over 'data' alone).
+            return lax.pcast(x, DATA_AXIS, to="varying")
         if dim == WHOLE:
             return x
         if not spec:
