@@ -6,24 +6,21 @@ its largest dimension divisible by the data axis that the model axis leaves unsp
 whole over ``data``; :class:`~workbench.layout.ShardedRuleTable`). A tp-split kernel on
 ``data=4,model=2`` is stored 1/8 per device. The batch is split over ``data``.
 
-The step is ``fsdp``'s (:mod:`.fsdp`), in a ``jax.shard_map`` manual over ``data`` only: ``model`` stays
-the compiler's (Auto), as in ``dp-tp``, so it inserts the all-reduce after each row-parallel layer. Each
-layer gathers its parameters over ``data`` when it is called and again, recomputing the layer, in the
-backward pass, and reduce-scatters its gradients over ``data``; a gather keeps the ``model`` split (it
-runs in a shard_map nested over ``model``, :func:`~.param_gathering.gather` says why), so a device holds
-one layer's ``model`` part at a time.
+The step is ``fsdp``'s (:mod:`.fsdp`: each layer gathered over ``data`` when called and again,
+recomputed, in the backward pass; its gradients reduce-scattered), in a ``jax.shard_map`` manual over
+``data`` only: ``model`` stays the compiler's, which inserts the all-reduce after each row-parallel layer as
+in ``dp-tp``. A gather keeps each leaf's ``model`` split (:func:`~.param_gathering.gather` says how), so a
+device holds one layer's ``model`` part at a time. Why not a plain ``jit`` with both shardings: the compiler
+all-reduced whole gradients and added collective-permutes (measured; docs/design/production-steps.md).
 
-Why not one plain ``jit`` with both shardings: measured on XLA:CPU for the small transformer, the
-compiler all-reduced whole gradients over ``data`` (no reduce-scatter), gathered parameters when it
-liked and added collective-permutes across both axes; ``fsdp`` documents the same for one axis.
+How it relates to the modes it combines: on ``data=N,model=1`` the model axis splits nothing, and the
+layout, the step and the results are ``fsdp``'s (tested); on ``data=N,model=M`` it computes what ``dp-tp``
+computes, storing 1/N of dp-tp's state per device, and moves each layer's ``model`` part over ``data``
+(gathered twice, reduce-scattered once) where ``dp-tp`` all-reduces whole gradients.
 
-How it relates to the other modes:
-
-* ``fsdp``: on ``data=N,model=1`` the model axis splits nothing, so the layout, the step and its
-  results are ``fsdp``'s (tested: the same losses and parameters).
-* ``dp-tp``: the same computation on the same mesh (both equal ``single``); ``fsdp-tp`` stores 1/N of
-  dp-tp's state per device (N = data size) and moves each layer's ``model`` part over ``data``
-  (gathered twice, reduce-scattered once) where ``dp-tp`` all-reduces whole gradients.
+Example:
+    >>> FullyShardedTensorParallel.state_placement, FullyShardedTensorParallel.manual_axes
+    ('shard-tensor-parallel', ('data',))
 """
 
 from __future__ import annotations
