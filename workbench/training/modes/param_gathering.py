@@ -33,6 +33,7 @@ from jax.sharding import PartitionSpec
 from ...errors import WorkbenchError
 from ...layout.mesh import DATA_AXIS
 from ...layout.paths import leaves_with_paths
+from ...layout.specs import entry_axes, spec_entries
 from ..data_parallel import varying_axes
 from ..layer_stack import LAYER_AXIS, is_layer_stack, scan_layers
 
@@ -144,8 +145,9 @@ def gather(shards: Any, dims: Any, kept: Any = None) -> Any:
             return x
         if not spec:
             return lax.all_gather(x, DATA_AXIS, axis=dim, tiled=True)
+        axes = {axis for entry in spec_entries(spec) for axis in entry_axes(entry)}
         return jax.shard_map(lambda part: lax.all_gather(part, DATA_AXIS, axis=dim, tiled=True), in_specs=spec,
-                             out_specs=spec, axis_names=set(_spec_axes(spec)))(x)
+                             out_specs=spec, axis_names=axes)(x)
 
     leaves, treedef = jax.tree.flatten(shards)
     specs = _spec_leaves(kept, len(leaves))
@@ -158,10 +160,6 @@ def _spec_leaves(kept: Any, count: int) -> list[PartitionSpec]:
     if kept is None:
         return [PartitionSpec()] * count
     return jax.tree.leaves(kept, is_leaf=lambda x: isinstance(x, PartitionSpec))
-
-
-def _spec_axes(spec: PartitionSpec) -> list[str]:
-    return [axis for entry in spec if entry is not None for axis in ((entry,) if isinstance(entry, str) else entry)]
 
 
 def _after(values: Any, *deps: Any) -> Any:
