@@ -16,6 +16,7 @@ from ..formatting import format_bytes
 from ..layout.tree_layout import TreeLayout
 from ..layout.mesh import DATA_AXIS
 from ..layout.specs import entry_axes, spec_entries
+from ..training.modes.base import MODEL_SPLIT_PLACEMENTS
 from ..training.modes.param_gathering import layer_bytes, layer_paths, owning_layer
 from .cost_model import ComputeBoundTest, Hardware, compute_bound_test
 from .planned_model import PlannedModel
@@ -79,7 +80,8 @@ def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, 
         own = sizes.pop(None, 0)
         largest, path = max(((size, path) for path, size in sizes.items()), default=(0, None))
         if path is not None:
-            notes.append(f"{declared.name} holds one layer's parameters and gradients whole at a time: the largest "
+            held = "gathered over 'data'" if declared.state_placement in MODEL_SPLIT_PLACEMENTS else "whole"
+            notes.append(f"{declared.name} holds one layer's parameters and gradients {held} at a time: the largest "
                          f"layer, {path!r}, is {format_bytes(largest)}")
         if own:
             notes.append(f"{format_bytes(own)} of parameters belong to no layer of the model and are gathered for "
