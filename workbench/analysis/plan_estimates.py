@@ -14,7 +14,10 @@ from typing import Any
 
 from ..formatting import format_bytes
 from ..layout.tree_layout import TreeLayout
-from ..training.modes.param_gathering import layer_bytes
+from ..layout.mesh import DATA_AXIS
+from ..layout.specs import entry_axes, spec_entries
+from ..training.modes.base import MODEL_SPLIT_PLACEMENTS
+from ..training.modes.param_gathering import layer_bytes, layer_paths, owning_layer
 from .cost_model import ComputeBoundTest, Hardware, compute_bound_test
 from .planned_model import PlannedModel
 
@@ -72,11 +75,13 @@ def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, 
         notes.append(f"{declared.name} gathers the whole parameter tree for the step; fsdp gathers one layer at a time")
         return full_params + (full_params // 2 if bf16 else 0)
     if declared.parameter_gathering == "per-layer":
-        sizes = layer_bytes(model)
+        sizes = {layer: int(size * share) for layer, (size, share) in
+                 _layer_shares(layer_bytes(model), params_layout, layer_paths(model)).items()}
         own = sizes.pop(None, 0)
         largest, path = max(((size, path) for path, size in sizes.items()), default=(0, None))
         if path is not None:
-            notes.append(f"{declared.name} holds one layer's parameters and gradients whole at a time: the largest "
+            held = "gathered over 'data'" if declared.state_placement in MODEL_SPLIT_PLACEMENTS else "whole"
+            notes.append(f"{declared.name} holds one layer's parameters and gradients {held} at a time: the largest "
                          f"layer, {path!r}, is {format_bytes(largest)}")
         if own:
             notes.append(f"{format_bytes(own)} of parameters belong to no layer of the model and are gathered for "
@@ -84,6 +89,23 @@ def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, 
         gathered = largest + own
         return 2 * gathered + (gathered // 2 if bf16 else 0)  # gathered, its gradients, its bf16 copy
     return params_layout.bytes_per_device // 2 if bf16 else 0
+
+
+def _layer_shares(sizes: dict[str | None, int], params_layout: TreeLayout,
+                  layers: list[str]) -> dict[str | None, tuple[int, float]]:
+    """Each layer's whole bytes beside the share of them one device holds once the layer is gathered over
+    'data': 1 for ``fsdp``; for ``fsdp-tp`` the leaves split over 'model' stay split (1/model of them)."""
+    held: dict[str | None, list[int]] = {}
+    data_size = params_layout.mesh.axes.get(DATA_AXIS, 1)
+    for leaf in params_layout.leaves:
+        layout = leaf.layout
+        over_data = any(DATA_AXIS in entry_axes(e) for e in spec_entries(layout.spec))
+        gathered = layout.bytes_per_device * (data_size if over_data else 1)
+        totals = held.setdefault(owning_layer(leaf.path, layers), [0, 0])
+        totals[0] += gathered
+        totals[1] += layout.total_bytes
+    return {layer: (size, held[layer][0] / held[layer][1] if held.get(layer, [0, 0])[1] else 1.0)
+            for layer, size in sizes.items()}
 
 
 def tensor_parallel_notes(planned: PlannedModel, tensor_parallel: bool, model_size: int) -> list[str]:

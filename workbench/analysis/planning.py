@@ -35,7 +35,7 @@ from ..layout.rules import RuleTable
 from ..layout.tree_layout import layout_tree
 from ..training.config import make_optimizer
 from ..training.modes import PRECISIONS, mesh_fit, mode_class
-from ..training.modes.base import placement_argument
+from ..training.modes.base import MODEL_SPLIT_PLACEMENTS, placement_argument
 from ..training.step import validate_compiles_ahead
 from .byte_size import parse_byte_size
 from .compile_target import validate_target, parse_target
@@ -171,7 +171,7 @@ def plan_training(
     table = export_table(kind, tp_rules, [(params, params_layout), (opt_state, opt_layout)], target, custom_rules)
 
     # The batch and the maths one device does with it.
-    tensor_parallel = declared.state_placement == "tensor-parallel"
+    tensor_parallel = declared.state_placement in MODEL_SPLIT_PLACEMENTS
     data_size = 1 if declared.one_device else declared.batch_parts(mesh_shape)
     model_size = mesh_shape.axis_size(MODEL_AXIS) if tensor_parallel else 1
     # Your own model: tokens per sequence only if you say so (then compute counts tokens, not examples).
