@@ -166,7 +166,7 @@ def build_step(
         options = dict(config.model_options)
     else:
         model_cfg = model_cfg or model_config(config.model, **config.model_options)
-        model = model_cfg.build(seed=config.seed)
+        model = model_cfg.build(seed=config.seed, remat=config.remat)
         loss, tp_rules = _registered_loss_and_rules(resolved.model_class, model_cfg)
         options = model_cfg.options
     optimizer = make_optimizer(config.optimizer, config.lr)
@@ -280,7 +280,8 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
     else:
         model_cfg = model_config(config.model, **config.model_options)
         loss, tp_rules = _registered_loss_and_rules(resolved.model_class, model_cfg)
-        graphdef, state = jax.eval_shape(lambda: init_state(model_cfg.build(seed=config.seed), optimizer))
+        model_of = lambda: model_cfg.build(seed=config.seed, remat=config.remat)  # noqa: E731
+        graphdef, state = jax.eval_shape(lambda: init_state(model_of(), optimizer))
         batch = abstract_batch(model_cfg, config.batch, seq_len)
     # validate_compiles_ahead refused every mode that is not one jit program over a mesh.
     mode = cast(ShardedJitMode, _mode(resolved, graphdef, state, loss, tp_rules, optimizer, None, devices))
