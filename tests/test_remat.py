@@ -4,14 +4,15 @@
   ``fsdp`` and ``dp-tp``, unrolled and scanned: remat recomputes values, it never changes them.
 * ``block`` keeps each block's input only: the compiled step's temporaries shrink on a deep, long-sequence model;
   ``dots`` keeps the matmul outputs: between the two.
-* Under per-layer fsdp, which already recomputes each layer, a policy gathers no layer a third time: the
-  parameters are gathered once in the forward and once in the backward pass, whatever the policy.
+* Per-layer fsdp already recomputes each layer from its input (what ``block`` keeps), so a policy is not applied
+  again there: the parameters are gathered once in the forward and once in the backward pass, whatever the policy.
 * A policy that is unknown, or one the model cannot apply, is one message naming the choices.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 
 import jax
 import numpy as np
@@ -69,13 +70,12 @@ def test_block_keeps_less_than_dots_which_keeps_less_than_none(scan):
 
 
 def test_fsdp_gathers_each_layer_twice_under_every_policy():
-    # The same bytes to within one bias per layer (XLA:CPU merges a (64,) leaf's forward gather with its
-    # re-gather without remat, not with it); a layer gathered a third time would add its whole 200 KB.
+    # A layer gathered a third time would add its whole 200 KB.
     gathers = {}
     for policy in REMAT_POLICIES:
         ops = collective_ops(_compiled(policy, "fsdp", "data=8").as_text())
         gathers[policy] = sum(op.count * op.bytes for op in ops if op.kind == "all-gather")
-    assert max(gathers.values()) - min(gathers.values()) <= DEEP["n_layers"] * DEEP["d_model"] * 4, gathers
+    assert len(set(gathers.values())) == 1, gathers
 
 
 @pytest.mark.parametrize("remat,model,message", [
@@ -93,3 +93,75 @@ def test_the_policy_is_stored_with_the_run_config():
     config = wb.TrainConfig(model="transformer", data="tokens", remat="dots")
     assert wb.TrainConfig.from_json(config.to_json()).remat == "dots"
     assert wb.TrainConfig.from_json({k: v for k, v in config.to_json().items() if k != "remat"}).remat == "none"
+
+
+# --- the plan prices each policy -------------------------------------------------------------------------------
+
+LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
+PLANNED = [  # options, mode, mesh, precision, global batch: activations a third or more of the peak
+    (LM, "dp", "data=8", "fp32", 128),
+    (LM, "dp", "data=8", "bf16", 128),
+    (LM, "fsdp-whole-tree", "data=8", "fp32", 128),
+    (LM, "dp-tp", "data=4,model=2", "fp32", 64),
+    ({**LM, "scan_layers": True}, "dp", "data=8", "fp32", 64),
+]
+
+
+def _compiled_figures(options, mode, mesh, precision, batch, remat):
+    config = wb.TrainConfig(model="transformer", model_options=options, mode=mode, mesh=mesh, precision=precision,
+                            batch=batch, optimizer="adamw", remat=remat)
+    compiled = build_abstract_step(config).compile()
+    stats = compiled.memory_analysis()
+    peak = (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+            + stats.temp_size_in_bytes)
+    return peak, compiled.cost_analysis()["flops"]
+
+
+@pytest.mark.parametrize("remat", REMAT_POLICIES)
+@pytest.mark.parametrize("options,mode,mesh,precision,batch", PLANNED,
+                         ids=[f"{'scanned-' * bool(o.get('scan_layers'))}{m}-{mesh}-{p}-{b}"
+                              for o, m, mesh, p, b in PLANNED])
+def test_plan_peak_with_each_policy_is_within_15_percent_of_the_compilers(options, mode, mesh, precision, batch,
+                                                                          remat):
+    plan = wb.plan_training("transformer", options, mesh, mode, hardware="cpu", global_batch=batch,
+                            precision=precision, remat=remat)
+    compiled, _ = _compiled_figures(options, mode, mesh, precision, batch, remat)
+    assert plan.memory is not None and 0.85 <= plan.peak_bytes / compiled <= 1.15, (plan.peak_bytes, compiled)
+
+
+def test_the_plan_adds_the_recomputed_flops_the_compiler_adds():
+    # The plan's step FLOPs grow by what each policy recomputes, in the compiler's order; block's addition within
+    # 25% of XLA's count (dots' recomputed norms, softmax and GELU are elementwise work the plan leaves out).
+    plans = {r: wb.plan_training("transformer", LM, "data=8", "dp", hardware="cpu", global_batch=128, precision="fp32",
+                                 remat=r) for r in REMAT_POLICIES}
+    compiled = {r: _compiled_figures(LM, "dp", "data=8", "fp32", 128, r)[1] for r in REMAT_POLICIES}
+    assert plans["none"].remat_flops_per_device == 0
+    for policy in ("block", "dots"):
+        added = plans[policy].flops_per_device - plans["none"].flops_per_device
+        assert added == plans[policy].remat_flops_per_device > 0
+        assert compiled[policy] > compiled["none"]
+    assert plans["block"].remat_flops_per_device > plans["dots"].remat_flops_per_device
+    block_ratio = plans["block"].remat_flops_per_device / (compiled["block"] - compiled["none"])
+    assert 0.75 <= block_ratio <= 1.25, block_ratio
+    assert plans["block"].activation_bytes < plans["dots"].activation_bytes < plans["none"].activation_bytes
+
+
+def test_the_plan_carries_the_policy_and_refuses_one_the_model_cannot_apply():
+    plan = wb.plan_training("transformer", LM, "data=8", "dp", hardware="cpu", remat="dots")
+    assert plan.to_json()["remat"] == "dots" and plan.to_json()["remat_flops_per_device"] > 0
+    assert "remat dots" in plan.to_text()
+    fsdp = wb.plan_training("transformer", LM, "data=8", "fsdp", hardware="cpu", remat="dots")
+    assert fsdp.remat_flops_per_device == 0 and any("is not applied again" in note for note in fsdp.notes)
+    with pytest.raises(wb.training.RematError, match="model 'mlp' cannot apply remat 'dots'"):
+        wb.plan_training("mlp", {}, "data=8", "dp", hardware="cpu", remat="dots")
+
+
+def test_the_cli_plans_and_checks_with_a_policy(capsys):
+    from workbench.cli.main import main
+    assert main(["plan", "--mesh", "data=8", "--mode", "dp", "--config", "n_layers=2", "--remat", "block",
+                 "--hardware", "cpu", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["remat"] == "block"
+    # SGD: Adam turns the round-off in the attention key bias's zero gradient into whole updates (tests/test_modes.py)
+    status = main(["check", "--model", "transformer", "--mode", "dp", "--mesh", "data=4", "--remat", "block",
+                   "--optimizer", "sgd", "--lr", "0.1", "--model-options", "d_model=32,n_layers=2,n_heads=4", "--json"])
+    assert status == 0 and json.loads(capsys.readouterr().out)["verdict"] == "ok"

@@ -17,6 +17,7 @@ from ..formatting import align_columns, format_bytes, format_seconds
 from ..layout.lint import lint_text
 from ..layout.specs import format_spec
 from ..training.modes import mode_class
+from ..training.remat import REMAT_MEANINGS
 
 if TYPE_CHECKING:
     from .training_plan import TrainingPlan
@@ -59,7 +60,8 @@ def _summary_lines(plan: TrainingPlan) -> list[str]:
     tokens = "tokens" if plan.seq_len else "examples"
     batch = f"{plan.global_batch:,} " + (f"sequences x {plan.seq_len:,} tokens" if plan.seq_len else "examples")
     return [
-        f"plan         {plan.model}, {plan.params:,} parameters, mode {plan.mode}, {plan.optimizer}, {plan.precision}",
+        f"plan         {plan.model}, {plan.params:,} parameters, mode {plan.mode}, {plan.optimizer}, {plan.precision}"
+        + (f", remat {plan.remat}" if plan.remat != "none" else ""),
         f"mesh         {plan.mesh} ({plan.mesh.size:,} devices, abstract)",
         f"hardware     {plan.hardware.summary()}",
         f"batch        {batch} per step; {plan.tokens_per_device:,} {tokens} per device "
@@ -88,7 +90,8 @@ def _memory_lines(plan: TrainingPlan) -> list[str]:
              + (f"; rough: {rules.trust}" if rules.trust else "")),
         ]
     else:
-        activations = _activation_words(plan.mode) if plan.activation_bytes is not None else f"for {plan.model}"
+        activations = (_activation_words(plan.mode, plan.remat) if plan.activation_bytes is not None
+                       else f"for {plan.model}")
         rows += [
             ("activations", plan.activation_bytes, activations),
             ("transient params", plan.transient_params_bytes, _transient_words(plan.mode, plan.precision)),
@@ -124,7 +127,9 @@ def _time_lines(plan: TrainingPlan) -> list[str]:
     compute, comm = plan.predicted_step_compute_s, plan.predicted_step_comm_s
     lines = [
         f"compute      {format_seconds(compute)} per step "
-        f"({plan.flops_per_device:.3g} FLOPs per device at {plan.utilisation:.0%} of peak)",
+        f"({plan.flops_per_device:.3g} FLOPs per device at {plan.utilisation:.0%} of peak"
+        + (f"; {plan.remat_flops_per_device:.3g} recomputed by remat {plan.remat}" if plan.remat_flops_per_device
+           else "") + ")",
         f"step         {format_seconds(compute + comm)} without overlap, "
         f"{format_seconds(max(compute, comm))} with full overlap",
     ]
@@ -140,10 +145,12 @@ def _string_literal(text: str) -> str:
     return repr(text)
 
 
-def _activation_words(mode: str) -> str:
+def _activation_words(mode: str, remat: str) -> str:
     if mode_class(mode).parameter_gathering == "per-layer":
         return "rough estimate, layers recomputed in the backward pass"
-    return "rough estimate, no rematerialisation"
+    if remat == "none":
+        return "rough estimate, no rematerialisation"
+    return f"rough estimate, remat {remat}: {REMAT_MEANINGS[remat]}"
 
 
 def _transient_words(mode: str, precision: str) -> str:

@@ -36,6 +36,7 @@ from ..layout.tree_layout import layout_tree
 from ..training.config import make_optimizer
 from ..training.modes import PRECISIONS, mesh_fit, mode_class
 from ..training.modes.base import placement_argument
+from ..training.remat import validate_remat
 from ..training.step import validate_compiles_ahead
 from .byte_size import parse_byte_size
 from .compile_target import validate_target, parse_target
@@ -49,6 +50,7 @@ from .plan_estimates import (
     assumption_note,
     bound_by_compute,
     flops_per_device,
+    remat_flops_per_device,
     tensor_parallel_notes,
     transient_params_bytes,
 )
@@ -81,6 +83,7 @@ def plan_training(
     loss: Any = None,
     example_batch: Any = None,
     compiler: str | None = None,
+    remat: str = "none",
 ) -> TrainingPlan:
     """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
 
@@ -122,6 +125,8 @@ def plan_training(
             peak is not modelled.
         compiler: whose buffers the simulated peak follows: ``"cpu"`` (XLA:CPU), ``"gpu"`` (XLA:GPU) or
             ``"tpu"`` (libtpu) (:mod:`.compiler_rules`); default: ``verify``'s target, else the hardware's.
+        remat: what each transformer block keeps for the backward pass (:mod:`workbench.training.remat`):
+            ``none``, ``block`` or ``dots``; priced in the activations, the simulated step and the FLOPs.
 
     Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
 
@@ -146,6 +151,8 @@ def plan_training(
     notes = _check_mesh(mesh_shape, declared)
     custom_rules = RuleTable(rules) if rules is not None else None
     planned = resolve_planned_model(model, model_options, seq_len, notes)
+    remat = validate_remat(remat, planned.name if planned.registered else None,
+                           planned.model_class.REMAT_POLICIES if planned.model_class is not None else ("none",))
     abstract = planned.abstract
     tp_rules = planned_tensor_parallel_rules(declared, planned, custom_rules)
 
@@ -173,7 +180,13 @@ def plan_training(
     seq_len = planned_seq_len(planned, seq_len)
     tokens = examples * seq_len if seq_len else examples
     recomputed = declared.parameter_gathering == "per-layer"  # each layer run again in the backward pass
-    flops = flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, recomputed)
+    flops = flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, recomputed, remat)
+    remat_flops = 0.0
+    if planned.transformer_estimates and not recomputed:  # fsdp recomputes every layer already: remat adds nothing
+        remat_flops = remat_flops_per_device(abstract, seq_len, tokens, model_size, remat)
+    elif remat != "none":
+        notes.append(f"{mode} recomputes each layer from its input already (what remat 'block' keeps): remat "
+                     f"{remat!r} is not applied again")
 
     # What a step sends, and whether its compute hides it.
     compute_bytes = COMPUTE_BYTES[precision]
@@ -194,12 +207,13 @@ def plan_training(
     # Memory beside the training state.
     activations = None
     if transformer_formulas:
-        activations = activation_bytes(abstract, examples, formula_seq_len, model_size, compute_bytes, recomputed)
+        activations = activation_bytes(abstract, examples, formula_seq_len, model_size, compute_bytes, recomputed,
+                                       remat)
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = transient_params_bytes(declared, params_layout, precision, notes, abstract)
     simulated, caveat = simulated_memory(planned, declared, mesh_shape, batch, seq_len, precision, optimizer,
-                                         custom_rules, loss, example_batch, memory_rules)
+                                         custom_rules, loss, example_batch, memory_rules, remat)
     notes.append(assumption_note(precision, utilisation))
 
     plan = TrainingPlan(
@@ -209,13 +223,14 @@ def plan_training(
         tokens_per_device=tokens, params_layout=params_layout, opt_state_layout=opt_layout, rule_table=table,
         activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
         collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
-        memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind,
+        memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind, remat=remat,
+        remat_flops_per_device=remat_flops,
     )
     if settings is None:
         return plan
     # The step the plan describes, from the records read above: the compile checks it without reading text again.
     step = step_config(planned.name, dict(planned.options), declared, mesh_shape, batch, precision, optimizer,
-                       planned.model_class)
+                       planned.model_class, remat)
     return plan.with_compiled(verify_step(step, settings.target, seq_len=seq_len, timeout=settings.timeout,
                                           on_progress=settings.on_progress))
 

@@ -92,6 +92,7 @@ def plan_command(args) -> int:
             global_batch=args.batch,
             seq_len=args.seq_len,
             precision=args.precision,
+            remat=args.remat,
             utilisation=args.utilisation,
             rules=_read_rules(args.rules) if args.rules else None,
             verify=verify,
