@@ -187,3 +187,13 @@ def test_a_deep_model_extended_from_two_simulated_blocks_matches_it_simulated_wh
     extended = planned_step_memory(config).peak_bytes
     whole = step_memory(build_abstract_step(config, devices=ABSTRACT_DEVICES)).peak_bytes
     assert 0.98 <= extended / whole <= 1.02, (extended, whole)
+
+
+def test_a_run_trained_from_the_cli_carries_the_policy_in_its_json_and_config(capsys, tmp_path):
+    from workbench.cli.main import main
+    status = main(["train", "--model", "transformer", "--data", "tokens", "--data-options", "seq_len=16",
+                   "--model-options", "d_model=32,n_layers=2", "--steps", "3", "--batch", "32", "--remat", "dots",
+                   "--run-dir", str(tmp_path), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0 and result["remat"] == "dots"
+    assert wb.load_run(result["run_dir"]).config["remat"] == "dots"
