@@ -197,3 +197,8 @@ def test_a_run_trained_from_the_cli_carries_the_policy_in_its_json_and_config(ca
     result = json.loads(capsys.readouterr().out)
     assert status == 0 and result["remat"] == "dots"
     assert wb.load_run(result["run_dir"]).config["remat"] == "dots"
+
+
+def test_your_own_model_is_refused_a_policy_with_what_to_do_instead():
+    with pytest.raises(wb.training.RematError, match="not your own model: choose none, and wrap your model's blocks"):
+        wb.TrainConfig(model="custom:Mine", remat="block").resolved()

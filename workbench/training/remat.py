@@ -66,9 +66,11 @@ def validate_remat(remat: Any, model: str | None, supported: tuple[str, ...]) ->
     """
     if remat not in REMAT_POLICIES:
         raise RematError(f"unknown remat policy {remat!r}: choose one of {', '.join(REMAT_POLICIES)}")
+    if remat not in supported and model is None:
+        raise RematError(f"remat {remat!r} applies to the registered transformer's blocks, not your own model: choose "
+                         "none, and wrap your model's blocks in nnx.remat yourself")
     if remat not in supported:
-        whose = "your own model" if model is None else f"model {model!r}"
-        raise RematError(f"{whose} cannot apply remat {remat!r} (it has no repeated blocks): choose one of "
+        raise RematError(f"model {model!r} cannot apply remat {remat!r} (it has no repeated blocks): choose one of "
                          f"{', '.join(supported)}, or model 'transformer', which applies {', '.join(REMAT_POLICIES)}")
     return remat
 
