@@ -93,7 +93,8 @@ def rematerialized(fn: Callable, remat: str) -> Callable:
     recomputation apart before it schedules, then schedules the recomputed values in the forward pass, where
     they live as long as kept ones (measured: the same temporaries under every policy). So the backward pass
     here recomputes only once the output's gradient exists (:func:`~.schedule_ties.computed_after`, the
-    tie per-layer fsdp uses for its re-gathers), which every compiler honours.
+    tie per-layer fsdp uses for its re-gathers), which XLA:CPU and XLA:GPU honour (measured: the README's 0.8B
+    on one H200, compiled deviceless, holds 84.7 GiB without remat and 18.4 GiB with ``block``).
 
     Example:
         >>> import jax.numpy as jnp
