@@ -175,7 +175,8 @@ def test_the_cli_plans_and_checks_with_a_policy(capsys):
     # SGD: Adam turns the round-off in the attention key bias's zero gradient into whole updates (tests/test_modes.py)
     status = main(["check", "--model", "transformer", "--mode", "dp", "--mesh", "data=4", "--remat", "block",
                    "--optimizer", "sgd", "--lr", "0.1", "--model-options", "d_model=32,n_layers=2,n_heads=4", "--json"])
-    assert status == 0 and json.loads(capsys.readouterr().out)["verdict"] == "ok"
+    checked = json.loads(capsys.readouterr().out)
+    assert status == 0 and checked["verdict"] == "ok" and checked["remat"] == "block"
 
 
 @pytest.mark.parametrize("remat", ["block", "dots"])
