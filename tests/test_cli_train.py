@@ -74,6 +74,9 @@ def test_human_output_names_the_figures_and_the_run(capsys, tmp_path):
         (["--model-options", "hidden=-3"], "hidden=-3"),
         (["--data", "mnist"], "unknown data set 'mnist'"),
         (["--mode", "ddp"], "invalid choice: 'ddp'"),
+        (["--remat", "blocks"], "invalid choice: 'blocks' (choose from 'none', 'block', 'dots')"),
+        (["--remat", "block"], "model 'mlp' cannot apply remat 'block' (it has no repeated blocks): choose one of "
+                               "none"),
         (["--lr", "abc"], "invalid float value: 'abc'"),
     ],
 )

@@ -21,10 +21,9 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax import lax
@@ -36,6 +35,8 @@ from ...layout.paths import leaves_with_paths
 from ...layout.specs import entry_axes, spec_entries
 from ..data_parallel import varying_axes
 from ..layer_stack import LAYER_AXIS, is_layer_stack, scan_layers
+from ..schedule_ties import computed_after as _after
+from ..schedule_ties import done_marker as _done
 
 WHOLE = -1  # a leaf no dimension of which is split over 'data': every device holds it whole
 _CONTAINERS = (nnx.List, nnx.Dict)
@@ -160,38 +161,6 @@ def _spec_leaves(kept: Any, count: int) -> list[PartitionSpec]:
     if kept is None:
         return [PartitionSpec()] * count
     return jax.tree.leaves(kept, is_leaf=lambda x: isinstance(x, PartitionSpec))
-
-
-def _after(values: Any, *deps: Any) -> Any:
-    """``values`` unchanged, but computed from ``deps`` too, so XLA cannot compute them earlier.
-
-    Why a zero added rather than ``lax.optimization_barrier``: XLA:CPU removes optimisation barriers
-    before it schedules (its ``cse_barrier_expander``), and then merged the backward pass's re-gathers
-    into the forward pass's. ``nan_to_num(x) * 0`` is 0 for every x and XLA does not fold a float
-    multiplication by zero (it is not 0 for NaN), so the dependency stays. A leaf that is the same on
-    every device is left alone: a zero from per-device values would make it per-device.
-    """
-    zero = _done(deps)
-    if zero is None:
-        return values
-    zero_varies = varying_axes(zero) or frozenset()
-
-    def tie(leaf):
-        if not jnp.issubdtype(leaf.dtype, jnp.inexact) or not zero_varies <= (varying_axes(leaf) or frozenset()):
-            return leaf
-        return leaf + zero.astype(leaf.dtype)
-
-    return jax.tree.map(tie, values)
-
-
-def _done(values: Any) -> jax.Array | None:
-    """A float32 zero computed from every float leaf of ``values`` (None if there is none): a scalar that
-    exists only once they all do, cheap to keep for :func:`_after`."""
-    floats = [leaf for leaf in jax.tree.leaves(values) if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size]
-    if not floats:
-        return None
-    total = sum(jnp.nan_to_num(lax.stop_gradient(leaf[(0,) * leaf.ndim]).astype(jnp.float32)) for leaf in floats)
-    return cast(jax.Array, total * 0.0)  # a sum of arrays (there is at least one) is an array, not sum()'s 0
 
 
 class _ReadOutsideItsLayer:
