@@ -69,12 +69,13 @@ TRAIN_STEPS = 12
 
 def train_one(remat: str) -> dict:
     """``remat``'s step on this machine's first GPU: planned, compiled and allocator peaks, and tokens per second
-    over :data:`TRAIN_STEPS` steps after the first (one batch of the text corpus, as the trainer places it)."""
+    over :data:`TRAIN_STEPS` steps after the first (one batch of random tokens, as the trainer places it)."""
     import time
 
     import jax
 
-    config = wb.TrainConfig(model="transformer", data="text", data_options={"seq_len": SEQ_LEN},
+    data = {"vocab_size": OPTIONS["vocab"], "seq_len": SEQ_LEN, "num_train": 4 * BATCH, "num_eval": BATCH}
+    config = wb.TrainConfig(model="transformer", data="tokens", data_options=data,
                             model_options=OPTIONS, mode="dp", mesh=MESH, batch=BATCH, precision=PRECISION,
                             optimizer="adamw", remat=remat)
     plan = wb.plan_training("transformer", OPTIONS, MESH, "dp", hardware="h200", global_batch=BATCH, seq_len=SEQ_LEN,
