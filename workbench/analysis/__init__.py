@@ -33,6 +33,14 @@ from .planning import TrainingPlan as TrainingPlan
 from .planning import parse_byte_size as parse_byte_size
 from .planning import plan_training as plan_training
 from .process_check import ProcessCheckReport as ProcessCheckReport
+from .recommend import RecommendationError as RecommendationError
+from .recommend import recommend as recommend
+from .recommendation import Candidate as Candidate
+from .recommendation import FamilyVerdict as FamilyVerdict
+from .recommendation import Recommendation as Recommendation
+from .recommendation import layout_settings as layout_settings
+from .layout_search import LayoutChoice as LayoutChoice
+from .step_time import StepTime as StepTime
 from .process_check import check_across_processes as check_across_processes
 from .profile_report import ProfileReport as ProfileReport
 from .profile_report import read_profile as read_profile
@@ -63,6 +71,9 @@ __all__ = [
     "HARDWARE", "Hardware", "collective_time", "group_spans_hosts", "hardware",
     "GPU_CHIPS", "gpu_compiler_problem", "gpu_targets_for",
     "INSTALL_LIBTPU", "libtpu_installed", "topologies_for",
+    # which layout: the recommendation, its records and step-time model
+    "Candidate", "FamilyVerdict", "LayoutChoice", "Recommendation", "RecommendationError", "StepTime",
+    "layout_settings", "recommend",
     # checking a plan with the compiler
     "VerificationJob", "VerifySettings", "validate_verifiable", "start_plan_verification", "start_verification",
     "verify_plan", "verify_step",

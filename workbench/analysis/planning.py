@@ -61,6 +61,7 @@ from .verification import planned_hardware, verify_settings, verify_step
 # Examples (sequences for the transformer) per data-parallel replica when no global batch is given:
 # small enough to fit activations of a 1B model on a 16 GiB chip at the preset's 128 tokens.
 DEFAULT_EXAMPLES_PER_REPLICA = 16
+NOT_SIMULATED = "not simulated (simulate=False): the analytic formulas alone"
 
 
 def plan_training(
@@ -83,6 +84,7 @@ def plan_training(
     loss: Any = None,
     example_batch: Any = None,
     compiler: str | None = None,
+    simulate: bool = True,
 ) -> TrainingPlan:
     """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
 
@@ -130,6 +132,8 @@ def plan_training(
             peak is not modelled.
         compiler: whose buffers the simulated peak follows: ``"cpu"`` (XLA:CPU), ``"gpu"`` (XLA:GPU) or
             ``"tpu"`` (libtpu) (:mod:`.compiler_rules`); default: ``verify``'s target, else the hardware's.
+        simulate: trace the step to simulate its memory (seconds for a 1B model); False keeps the analytic
+            formulas alone (``memory_caveat`` says so), for a first pass over many layouts (:mod:`.recommend`).
 
     Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
 
@@ -211,7 +215,8 @@ def plan_training(
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = transient_params_bytes(declared, params_layout, precision, notes, abstract)
     simulated, caveat = simulated_memory(planned, declared, mesh_shape, batch, seq_len, precision, optimizer,
-                                         custom_rules, loss, example_batch, memory_rules, accum)
+                                         custom_rules, loss, example_batch, memory_rules, accum) if simulate else \
+        (None, NOT_SIMULATED)
     notes.append(assumption_note(precision, utilisation))
 
     plan = TrainingPlan(
