@@ -129,7 +129,7 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     shortlist, jobs = [], {}
     simulate_at_most = max(2 * top, top + 3)
     try:
-        for fast in list(ranked[:simulate_at_most]):
+        for fast in _distinct_first(ranked)[:simulate_at_most]:
             if len(shortlist) >= top:
                 break
             say(f"simulating the step's memory: {fast.choice}")
@@ -167,6 +167,18 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         utilisation=utilisation, candidates=final, unfit=tuple(sorted(unfit, key=lambda c: c.peak_bytes)),
         families=families, analysed=len(analysed), verification_note=verify_note, seconds=seconds,
     )
+
+
+def _distinct_first(ranked: list[Candidate]) -> list[Candidate]:
+    """``ranked`` with the fastest of each mode and mesh first, so the compiled few are different layouts rather
+    than one layout's microbatch counts."""
+    seen: set[tuple] = set()
+    first, rest = [], []
+    for candidate in ranked:
+        key = (candidate.mode, candidate.mesh)
+        (rest if key in seen else first).append(candidate)
+        seen.add(key)
+    return first + rest
 
 
 def _speed(candidate: Candidate) -> tuple:
