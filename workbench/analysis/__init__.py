@@ -19,6 +19,11 @@ from .cost_model import hardware as hardware
 from .gpu_target import GPU_CHIPS as GPU_CHIPS
 from .gpu_target import gpu_compiler_problem as gpu_compiler_problem
 from .gpu_target import gpu_targets_for as gpu_targets_for
+from .layout_budget import assert_layout as assert_layout
+from .layout_budget import assert_step_budget as assert_step_budget
+from .layout_budget import layout_specs as layout_specs
+from .layout_export import budget_test_code as budget_test_code
+from .layout_export import layout_code as layout_code
 from .ledger import CommLedger as CommLedger
 from .ledger import ledger_for_mode as ledger_for_mode
 from .ledger import ledger_table as ledger_table
@@ -74,6 +79,8 @@ __all__ = [
     # which layout: the recommendation, its records and step-time model
     "Candidate", "FamilyVerdict", "LayoutChoice", "Recommendation", "RecommendationError", "StepTime",
     "layout_settings", "recommend",
+    # a layout exported as code and as a budget test, and the assertions that test makes
+    "assert_layout", "assert_step_budget", "budget_test_code", "layout_code", "layout_specs",
     # checking a plan with the compiler
     "VerificationJob", "VerifySettings", "validate_verifiable", "start_plan_verification", "start_verification",
     "verify_plan", "verify_step",
