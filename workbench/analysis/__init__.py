@@ -38,8 +38,8 @@ from .planning import TrainingPlan as TrainingPlan
 from .planning import parse_byte_size as parse_byte_size
 from .planning import plan_training as plan_training
 from .process_check import ProcessCheckReport as ProcessCheckReport
-from .recommend import RecommendationError as RecommendationError
-from .recommend import recommend as recommend
+from .recommender import RecommendationError as RecommendationError
+from .recommender import recommend as recommend
 from .recommendation import Candidate as Candidate
 from .recommendation import FamilyVerdict as FamilyVerdict
 from .recommendation import Recommendation as Recommendation

@@ -30,7 +30,7 @@ def layout_specs(config: Any, *, seq_len: int | None = None) -> dict[str, str]:
 
     Example:
         >>> layout_specs(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))["hidden1/kernel"]
-        'None, None'
+        'P()'
     """
     config = resolve_config(config).config
     plan = plan_training(config.model, dict(config.model_options), config.mesh, config.mode, optimizer=config.optimizer,
@@ -44,11 +44,11 @@ def assert_layout(config: Any, expected: dict[str, str], *, seq_len: int | None 
     (path -> spec text, as :func:`layout_specs` gives), naming each one that moved, appeared or went.
 
     Example:
-        >>> config = TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64)
-        >>> assert_layout(config, {"hidden1/kernel": "data, None"})
+        >>> fsdp_specs = layout_specs(TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64))
+        >>> assert_layout(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64), fsdp_specs)
         Traceback (most recent call last):
         ...
-        AssertionError: the layout of mlp in dp on data=8 changed: hidden1/kernel is None, None (was data, None); ...
+        AssertionError: the layout of mlp in dp on data=8 changed: hidden1/bias is P() (was data); ...
     """
     config = resolve_config(config).config
     today = layout_specs(config, seq_len=seq_len)

@@ -138,9 +138,11 @@ def layout_choices(model: Any, devices: int, global_batch: int, max_model: int,
 
 def _no_mesh(mode: type, devices: int, max_model: int, heads: int | None) -> str:
     if set(mode.axes) == {MODEL_AXIS}:
-        heads_words = f" and divide its {heads} heads" if heads else ""
-        return (f"{mode.name} on {devices:,} chips: one 'model' axis of {devices:,}, but layers split at most "
-                f"{max_model} ways here (they must stay within a host's fast links{heads_words})")
+        if devices > max_model:
+            why = f"layers split at most {max_model} ways here (within a host's fast links)"
+        else:
+            why = f"the model's {heads} attention heads do not split {devices} ways"
+        return f"{mode.name} on {devices:,} chips: one 'model' axis of {devices:,}, but {why}"
     return f"{mode.name}: no {' x '.join(mode.axes)} mesh of {devices:,} chips fits its axes"
 
 

@@ -133,7 +133,7 @@ def plan_training(
         compiler: whose buffers the simulated peak follows: ``"cpu"`` (XLA:CPU), ``"gpu"`` (XLA:GPU) or
             ``"tpu"`` (libtpu) (:mod:`.compiler_rules`); default: ``verify``'s target, else the hardware's.
         simulate: trace the step to simulate its memory (seconds for a 1B model); False keeps the analytic
-            formulas alone (``memory_caveat`` says so), for a first pass over many layouts (:mod:`.recommend`).
+            formulas alone (``memory_caveat`` says so), for a first pass over many layouts (:mod:`.recommender`).
 
     Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
 

@@ -1,4 +1,4 @@
-"""The records of a layout recommendation (:func:`~.recommend.recommend` builds them): each :class:`Candidate`
+"""The records of a layout recommendation (:func:`~.recommender.recommend` builds them): each :class:`Candidate`
 (a mode on a mesh, remat, microbatches, its plan, predicted step time and what bounds it, memory both ways,
 bytes per collective, whether the target's compiler verified it and where it disagrees), each family's
 :class:`FamilyVerdict`, and the :class:`Recommendation` with its table as text and JSON.
@@ -163,7 +163,7 @@ class FamilyVerdict:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Recommendation:
-    """Which layout to use for a model, a batch and a fleet. Build it with :func:`~.recommend.recommend`.
+    """Which layout to use for a model, a batch and a fleet. Build it with :func:`~.recommender.recommend`.
 
     Attributes:
         model, model_options, target, devices, global_batch, seq_len, optimizer, precision, utilisation: what

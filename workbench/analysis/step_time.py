@@ -1,5 +1,5 @@
 """A planned step's time under a stated overlap model, and what bounds it: the ranking figure of
-:func:`~.recommend.recommend`.
+:func:`~.recommender.recommend`.
 
 The overlap model: the collectives over ``data`` (the gradient sync; fsdp's per-layer gathers and
 reduce-scatters) run beside the maths, because each moves what the next or the previous layer needs while this
@@ -77,7 +77,8 @@ def step_time(plan: Any, scale: dict[str, float] | None = None) -> StepTime:
     re-rank on what the compiler compiled).
 
     Example:
-        >>> plan = plan_training("mlp", {}, "data=8", "dp", hardware="tpu-v5p", simulate=False)
+        >>> plan = plan_training("transformer", {"n_layers": 2}, "data=8", "dp", hardware="tpu-v5p", global_batch=512,
+        ...                      simulate=False)
         >>> step_time(plan).bound_kind
         'compute'
     """
@@ -90,6 +91,8 @@ def step_time(plan: Any, scale: dict[str, float] | None = None) -> StepTime:
     overlapped_s, exposed_s = sum(s for s, _ in overlapped), sum(s for s, _ in exposed)
     if compute >= overlapped_s and compute >= exposed_s:
         hidden = f", which hides {format_seconds(overlapped_s)} of collectives over 'data'" if overlapped_s else ""
+        if exposed_s:
+            hidden += f"; then {format_seconds(exposed_s)} of collectives over 'model', not overlapped"
         return StepTime(compute, overlapped_s, exposed_s, f"compute: {format_seconds(compute)} of maths at "
                         f"{plan.utilisation:.0%} of peak{hidden}", "compute")
     part, kind = (overlapped, "overlapped") if overlapped_s - compute >= exposed_s else (exposed, "exposed")

@@ -23,7 +23,7 @@ import sys
 
 from ..analysis.cost_model import DEFAULT_UTILISATION
 from ..analysis.layout_export import budget_test_code, layout_code
-from ..analysis.recommend import DEFAULT_TOP, VERIFY_TIMEOUT_S, recommend
+from ..analysis.recommender import DEFAULT_TOP, VERIFY_TIMEOUT_S, recommend
 from ..errors import WorkbenchError
 from ..training.config import OPTIMIZERS
 from ..training.models import MODELS, parse_model_options

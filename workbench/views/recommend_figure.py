@@ -6,7 +6,7 @@ circles at the plan's, the ones that do not fit crosses; the chosen one is ringe
 line. Hover a point for its mesh, microbatches, what bounds it and any disagreement with the compiler.
 
 Example:
-    >>> rec = wb.recommend("mlp", "cpu", 64, verify=False)
+    >>> rec = recommend("mlp", "cpu", 64, verify=False)
     >>> figure = recommendation_figure(rec)
     >>> sorted({trace.name for trace in figure.data})[:2]
     ['chosen', 'dp']

@@ -96,7 +96,8 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         raise RecommendationError(_no_split_message(batch, chips, max_model, no_layout))
 
     def plan(choice: LayoutChoice, simulate: bool, examples: int = batch) -> Any:
-        remat = {} if choice.remat == "none" else {"remat": choice.remat}  # the planner takes remat once it lands
+        # The planner takes remat once it lands; "none" is its default, so it is passed only when chosen.
+        remat: dict[str, Any] = {} if choice.remat == "none" else {"remat": choice.remat}
         return plan_training(model, options, choice.mesh, choice.mode, optimizer=optimizer, hardware=hw,
                              device_memory=device_memory, global_batch=examples, seq_len=seq_len, precision=precision,
                              accum=choice.accum, utilisation=utilisation, rules=rules, loss=loss,
@@ -151,9 +152,8 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
             if not job.done:
                 job.cancel()
     seconds["verification"] = time.perf_counter() - started
-    by_id = {id(old): new for old, new in zip(shortlist, verified, strict=True)}
-    ranked = [by_id.get(id(c), c) for c in ranked]
-    ranked = [c if id(c) in {id(v) for v in verified} else _unverified(c, verify_note, top) for c in ranked]
+    by_id: dict[int, Candidate] = {id(old): new for old, new in zip(shortlist, verified, strict=True)}
+    ranked = [by_id[id(c)] if id(c) in by_id else _unverified(c, verify_note, top) for c in ranked]
     unfit += [c for c in ranked if not c.fits]
     fitting = sorted((c for c in ranked if c.fits), key=lambda c: (not c.verified, *_speed(c)))
     if not fitting:
