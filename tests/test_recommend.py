@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from helpers import TwoLayer, my_loss
 from workbench.analysis import layout_code, budget_test_code
 from workbench.analysis.compiled_step import read_compiled_step
 from workbench.analysis.recommender import RecommendationError
@@ -193,6 +194,17 @@ def test_assert_layout_names_a_parameter_that_moved():
     wb.analysis.assert_layout(config, specs)
     with pytest.raises(AssertionError, match="hidden1/kernel is"):
         wb.analysis.assert_layout(wb.TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64), specs)
+
+
+def test_your_own_module_with_its_rules_is_ranked_on_the_plan_and_says_why_it_is_not_compiled():
+    from flax import nnx
+
+    rules = [("a/kernel", "None, model"), ("b/kernel", "model, None")]
+    batch = {"x": jax.ShapeDtypeStruct((8, 8), np.float32), "y": jax.ShapeDtypeStruct((8, 1), np.float32)}
+    rec = wb.recommend(lambda: TwoLayer(nnx.Rngs(0)), "cpu", 64, rules=rules, loss=my_loss, example_batch=batch)
+    assert rec.model == "TwoLayer" and rec.chosen.fits and not rec.verified
+    assert "cannot rebuild your module" in rec.verification_note
+    assert {c.mode for c in rec.candidates} >= {"dp", "fsdp"}
 
 
 # --- bad input

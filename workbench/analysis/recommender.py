@@ -126,8 +126,8 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         raise RecommendationError(_none_fits_message(analysed, chips, plan, batch, failed))
 
     started = time.perf_counter()
-    verify_note = _verification_problem(parsed, verify, top, planned.registered, rules)
-    shortlist, jobs = [], {}
+    verify_note = _verification_problem(parsed, chips, verify, top, planned.registered, rules)
+    shortlist, jobs, refused = [], {}, {}
     simulate_at_most = max(2 * top, top + 3)
     try:
         for fast in _distinct_first(ranked)[:simulate_at_most]:
@@ -143,10 +143,13 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
             shortlist.append(simulated)
             if verify_note is None:
                 say(f"compiling for {parsed}: {simulated.choice}")
-                jobs[id(simulated)] = start_plan_verification(simulated.plan, VerifySettings(parsed, timeout))
+                try:
+                    jobs[id(simulated)] = start_plan_verification(simulated.plan, VerifySettings(parsed, timeout))
+                except WorkbenchError as error:  # refused before any process started: said in its row
+                    refused[id(simulated)] = f"not verified: {error}"
         seconds["simulation"] = time.perf_counter() - started
         started = time.perf_counter()
-        verified = [_verified(c, jobs.get(id(c)), verify_note, say) for c in shortlist]
+        verified = [_verified(c, jobs.get(id(c)), refused.get(id(c), verify_note), say) for c in shortlist]
     finally:
         for job in jobs.values():  # an error or Ctrl-C on the way: no compile is left running
             if not job.done:
@@ -280,7 +283,8 @@ def _largest_batch(smallest: Candidate, plan: Callable[..., Any], batch: int) ->
     return None
 
 
-def _verification_problem(target: Any, verify: bool, top: int, registered: bool, rules: Any) -> str | None:
+def _verification_problem(target: Any, chips: int, verify: bool, top: int, registered: bool,
+                          rules: Any) -> str | None:
     """Why nothing is compiled, in words (None: the top layouts are)."""
     if not verify or top == 0:
         return "not verified (--no-verify): the ranking is the plan's alone"
@@ -288,8 +292,7 @@ def _verification_problem(target: Any, verify: bool, top: int, registered: bool,
         return ("not verified: the compile runs the workbench's own step in another process, which cannot rebuild "
                 "your module or rule table; the ranking is the plan's alone")
     try:
-        validate_target(target, MeshShape((DATA_AXIS,), (target.chips or 1,)) if target.kind != "cpu"
-                        else MeshShape((DATA_AXIS,), (1,)))
+        validate_target(target, MeshShape((DATA_AXIS,), (chips,)))
     except WorkbenchError as error:
         return f"not verified: {error}; meanwhile the answer is the plan's alone"
     return None
