@@ -19,12 +19,13 @@ from .verification import DEFAULT_TIMEOUT_S, plan_config
 
 
 def _config_code(candidate: Candidate) -> str:
+    """The :class:`~workbench.TrainConfig` that trains ``candidate``, one setting a line (``remat`` only when
+    chosen: a config takes it once remat lands)."""
     settings = layout_settings(candidate)
-    remat = "" if candidate.remat == "none" else f" remat={candidate.remat!r},"
-    return (f"wb.TrainConfig(model={settings['model']!r}, model_options={settings['model_options']!r}, "
-            f"mode={settings['mode']!r}, mesh={settings['mesh']!r}, batch={settings['batch']}, "
-            f"accum={settings['accum']},{remat} optimizer={settings['optimizer']!r}, "
-            f"precision={settings['precision']!r})")
+    if settings["remat"] == "none":
+        del settings["remat"]
+    lines = "".join(f"    {name}={value!r},\n" for name, value in settings.items())
+    return f"wb.TrainConfig(\n{lines})"
 
 
 def layout_code(candidate: Candidate) -> str:

@@ -42,7 +42,8 @@ DEFAULT_TOP = 3
 VERIFY_TIMEOUT_S = 600.0  # per compile; the 1.3B model on 512 chips compiles in well under a minute on 2 cores
 # How far the compiler's figures may stray from the plan's before the table says so.
 PEAK_TOLERANCE = 0.25
-BYTES_TOLERANCE = 2.0
+SIMULATION_BUDGET_S = 60.0  # the second pass stops simulating after this long, with what fits so far
+BYTES_TOLERANCE = 1.5
 ProgressFn = Callable[[str], None]
 
 
@@ -128,10 +129,10 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     started = time.perf_counter()
     verify_note = _verification_problem(parsed, chips, verify, top, planned.registered, rules)
     shortlist, jobs, refused = [], {}, {}
-    simulate_at_most = max(2 * top, top + 3)
+    simulate_at_most = 4 * top + 4  # and SIMULATION_BUDGET_S: a 1.3B step traces in 3-10 s, a scanned one in 0.5
     try:
         for fast in _distinct_first(ranked)[:simulate_at_most]:
-            if len(shortlist) >= top:
+            if len(shortlist) >= top or time.perf_counter() - started > SIMULATION_BUDGET_S:
                 break
             say(f"simulating the step's memory: {fast.choice}")
             simulated = candidate(fast.choice, simulate=True) if planned.registered or example_batch else fast
@@ -158,7 +159,9 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     by_id: dict[int, Candidate] = {id(old): new for old, new in zip(shortlist, verified, strict=True)}
     ranked = [by_id[id(c)] if id(c) in by_id else _unverified(c, verify_note, top) for c in ranked]
     unfit += [c for c in ranked if not c.fits]
-    fitting = sorted((c for c in ranked if c.fits), key=lambda c: (not c.verified, *_speed(c)))
+    # Ranked by speed among the layouts whose fit was simulated or compiled; those planned by the formulas alone
+    # (their memory errs both ways, 0.5-2x) after them.
+    fitting = sorted((c for c in ranked if c.fits), key=lambda c: (_unconfirmed(c), *_speed(c)))
     if not fitting:
         raise RecommendationError(_none_fits_message(unfit, chips, plan, batch, failed))
     fitting = _flag_reordering(fitting)
@@ -182,6 +185,11 @@ def _distinct_first(ranked: list[Candidate]) -> list[Candidate]:
         (rest if key in seen else first).append(candidate)
         seen.add(key)
     return first + rest
+
+
+def _unconfirmed(candidate: Candidate) -> bool:
+    """Whether ``candidate``'s fit rests on the formulas alone (neither simulated nor compiled)."""
+    return not candidate.verified and candidate.memory_source == "formulas"
 
 
 def _speed(candidate: Candidate) -> tuple:
