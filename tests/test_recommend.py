@@ -207,6 +207,12 @@ def test_your_own_module_with_its_rules_is_ranked_on_the_plan_and_says_why_it_is
     assert {c.mode for c in rec.candidates} >= {"dp", "fsdp"}
 
 
+def test_a_plans_verification_compiles_its_microbatches():
+    # The compiled step of an accumulated layout is the accumulated one: plan_config carries accum to the child.
+    plan = wb.plan_training("mlp", {}, "data=8", "dp", global_batch=64, accum=4, simulate=False)
+    assert wb.analysis.verification.plan_config(plan).accum == 4
+
+
 # --- bad input
 
 

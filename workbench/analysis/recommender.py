@@ -85,7 +85,7 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     parsed = parse_target(target)
     hw = lookup_hardware(parsed.hardware or "cpu")
     chips = _chips(parsed, devices)
-    _check_top(top)
+    _validate_top(top)
     notes: list[str] = []
     planned = resolve_planned_model(model, model_options, seq_len, notes)
     options = planned.options if planned.registered else None
@@ -209,13 +209,13 @@ def _chips(target: Any, devices: int | None) -> int:
     return chips
 
 
-def _check_top(top: Any) -> None:
+def _validate_top(top: Any) -> None:
     if isinstance(top, bool) or not isinstance(top, int) or top < 0:
         raise WorkbenchError(f"top={top!r} must be a whole number >= 0 (layouts to compile): use e.g. --top 3")
 
 
 def _global_batch(global_batch: int | None, tokens: int | None, seq_len: int | None) -> int:
-    """The global batch in sequences, from sequences or tokens (the planner checks the rest)."""
+    """The global batch in sequences, from sequences or tokens (the planner validates the rest)."""
     if tokens is not None:
         if global_batch is not None:
             raise WorkbenchError("give the batch once: --batch (sequences) or --batch-tokens (tokens), not both")
