@@ -17,13 +17,14 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
-from ..errors import WorkbenchError, nearest_multiples
+from ..errors import VerificationError, WorkbenchError, nearest_multiples
 from ..formatting import format_bytes, format_seconds
 from ..layout.mesh import DATA_AXIS, MODEL_AXIS, MeshShape
 from ..training.modes import mode_class
@@ -42,8 +43,9 @@ DEFAULT_TOP = 3
 VERIFY_TIMEOUT_S = 600.0  # per compile; the 1.3B model on 512 chips compiles in well under a minute on 2 cores
 # How far the compiler's figures may stray from the plan's before the table says so.
 PEAK_TOLERANCE = 0.25
-SIMULATION_BUDGET_S = 60.0  # the second pass stops simulating after this long, with what fits so far
 BYTES_TOLERANCE = 1.5
+SIMULATION_BUDGET_S = 60.0  # the second pass stops simulating after this long, with what fits so far
+POLL_S = 0.1  # how often the wait for the compiles looks at ``stop``
 ProgressFn = Callable[[str], None]
 
 
@@ -56,7 +58,8 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
               optimizer: str = "adamw", precision: str = "bf16", utilisation: float = DEFAULT_UTILISATION,
               devices: int | None = None, device_memory: int | str | None = None, top: int = DEFAULT_TOP,
               verify: bool = True, timeout: float = VERIFY_TIMEOUT_S, rules: Any = None, loss: Any = None,
-              example_batch: Any = None, on_progress: ProgressFn | None = None) -> Recommendation:
+              example_batch: Any = None, on_progress: ProgressFn | None = None,
+              stop: threading.Event | None = None) -> Recommendation:
     """Recommend a layout (mode, mesh, remat, microbatches) for ``model`` trained on ``target``'s chips.
 
     Args:
@@ -70,6 +73,8 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         verify: compile the ``top`` layouts for the target; False ranks on the plan alone (marked unverified).
         timeout: seconds each compile may take.
         on_progress: called with a line of text as each stage goes.
+        stop: an event another thread sets to stop it (a widget's Cancel): the compiles are killed and
+            :class:`~workbench.errors.VerificationError` is raised within a fraction of a second.
 
     Raises :class:`RecommendationError` when no layout splits the batch (naming the nearest batches that work)
     or none fits (naming the smallest fleet, or the largest batch, that would), and a
@@ -116,6 +121,7 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     say(f"planning {len(choices)} layouts for {chips:,} x {hw.name}")
     analysed, failed = [], {}
     for choice in choices:
+        _stop_if_asked(stop)
         try:
             analysed.append(candidate(choice, simulate=False))
         except WorkbenchError as error:
@@ -132,6 +138,7 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     simulate_at_most = 4 * top + 4  # and SIMULATION_BUDGET_S: a 1.3B step traces in 3-10 s, a scanned one in 0.5
     try:
         for fast in _distinct_first(ranked)[:simulate_at_most]:
+            _stop_if_asked(stop)
             if len(shortlist) >= top or time.perf_counter() - started > SIMULATION_BUDGET_S:
                 break
             say(f"simulating the step's memory: {fast.choice}")
@@ -150,6 +157,10 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
                     refused[id(simulated)] = f"not verified: {error}"
         seconds["simulation"] = time.perf_counter() - started
         started = time.perf_counter()
+        for job in jobs.values():
+            while not job.done:
+                _stop_if_asked(stop)
+                time.sleep(POLL_S)
         verified = [_verified(c, jobs.get(id(c)), refused.get(id(c), verify_note), say) for c in shortlist]
     finally:
         for job in jobs.values():  # an error or Ctrl-C on the way: no compile is left running
@@ -173,6 +184,11 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         utilisation=utilisation, candidates=final, unfit=tuple(sorted(unfit, key=lambda c: c.peak_bytes)),
         families=families, analysed=len(analysed), verification_note=verify_note, seconds=seconds,
     )
+
+
+def _stop_if_asked(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise VerificationError("cancelled: the recommendation was stopped (its compiles with it)")
 
 
 def _distinct_first(ranked: list[Candidate]) -> list[Candidate]:
