@@ -394,13 +394,13 @@ def test_live_training_starts_draws_and_stops(browser, lab_server):
                 }
             });
             observer.observe(status, {subtree: true, childList: true, characterData: true});
-            setTimeout(() => { observer.disconnect(); resolve(null); }, 60000);
+            setTimeout(() => { observer.disconnect(); resolve(null); }, 180000);  // a bound: a step on busy cores
             host.querySelector('.wb-stop').click();
         })""")
         _shot(dashboard, "07-training-stopped")
         # That Stop works is tested here; how fast is held in bench/bench_stop.py (a timed test on a shared,
         # busy machine measures the machine). The figure is kept for the notes.
-        assert stopped_after_ms is not None, "the run did not stop within 60 s of pressing Stop"
+        assert stopped_after_ms is not None, "the run did not stop within 180 s of pressing Stop"
         (ARTIFACTS / "stop-latency-ms.txt").write_text(f"{stopped_after_ms:.0f}\n")
         assert _execute_in_kernel(page, "assert dashboard.trainer.status == 'stopped'") == "ok"  # the kernel answers
     finally:

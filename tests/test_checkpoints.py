@@ -91,12 +91,25 @@ def test_a_resumed_run_equals_the_uninterrupted_run(runs, tmp_path):
     assert checkpoint_steps(run_dir) == [30, 40]
 
 
-@pytest.mark.parametrize("mode, mesh", [("dp-tp", "data=4,model=2"), ("dp-pmap", "data=8")])
+@pytest.mark.parametrize("mode, mesh", [("dp-tp", "data=4,model=2"), ("dp-pmap", "data=8"),
+                                        ("fsdp-tp", "data=4,model=2")])
 def test_an_fsdp_checkpoint_continues_in_another_layout(runs, tmp_path, mode, mesh):
     run_dir = _copy(runs, tmp_path)
     resumed = Trainer.resuming(run_dir, mode=mode, mesh=mesh)
     resumed.run()
     assert resumed.status == "finished" and load_run(run_dir).config["mode"] == mode
+    assert _close(_params(runs["full"]), _params(resumed))
+
+
+def test_an_fsdp_tp_checkpoint_continues_in_fsdp(runs, tmp_path):
+    """The other way: saved sharded over both axes, restored sharded over 'data' alone."""
+    config = dataclasses.replace(CONFIG, mode="fsdp-tp", mesh="data=4,model=2")
+    cut = Trainer(config, run_root=str(tmp_path))
+    cut.subscribe(lambda event: cut.stop() if event.kind == "metrics" and event.step == STOP_AT else None)
+    cut.run(name="cut")
+    resumed = Trainer.resuming(tmp_path / "cut", mode="fsdp", mesh="data=8")
+    resumed.run()
+    assert resumed.status == "finished" and load_run(tmp_path / "cut").config["resumed_from_step"] == 20
     assert _close(_params(runs["full"]), _params(resumed))
 
 

@@ -64,6 +64,8 @@ def test_human_output_names_the_figures_and_the_run(capsys, tmp_path):
     "argv,message",
     [
         (["--mode", "tp"], "mode 'tp' needs a mesh axis 'model'"),
+        (["--mode", "fsdp-tp"], "mode 'fsdp-tp' needs a mesh axis 'model', but mesh data=8 has data: use e.g. --mesh "
+                                "data=4,model=2"),
         (["--batch", "100"], "use a batch of 96 or 104"),
         (["--mode", "tp", "--mesh", "model=2", "--model", "linear", "--data", "regression"], "no splittable layer"),
         (["--model", "mlp", "--data", "text"], "trains on classification data"),
@@ -72,6 +74,9 @@ def test_human_output_names_the_figures_and_the_run(capsys, tmp_path):
         (["--model-options", "hidden=-3"], "hidden=-3"),
         (["--data", "mnist"], "unknown data set 'mnist'"),
         (["--mode", "ddp"], "invalid choice: 'ddp'"),
+        (["--remat", "blocks"], "invalid choice: 'blocks' (choose from 'none', 'block', 'dots')"),
+        (["--remat", "block"], "model 'mlp' cannot apply remat 'block' (it has no repeated blocks): choose one of "
+                               "none"),
         (["--lr", "abc"], "invalid float value: 'abc'"),
     ],
 )

@@ -9,12 +9,12 @@ import pytest
 import workbench as wb
 from helpers import mode_mesh
 from workbench.training.modes import MODES, mode_class
-from workbench.training.modes.base import ParallelMode, validate_declaration
+from workbench.training.modes.base import MODEL_SPLIT_PLACEMENTS, ParallelMode, validate_declaration
 from workbench.training.step import build_step
 
 SMALL = {"transformer": {"d_model": 32, "n_layers": 1, "n_heads": 2}, "mlp": {"hidden": 32}, "cnn": {}, "linear": {}}
 PAIRS = [(mode, model) for mode in MODES for model in SMALL
-         if not (mode_class(mode).state_placement == "tensor-parallel" and model == "linear")]
+         if not (mode_class(mode).state_placement in MODEL_SPLIT_PLACEMENTS and model == "linear")]
 
 
 def _config(mode: str, model: str, **changes) -> wb.TrainConfig:

@@ -27,7 +27,8 @@ import workbench as wb
 from helpers import mode_mesh
 from workbench.training.data import load_dataset
 from workbench.training.models import model_config_for_data, tensor_parallel_rules
-from workbench.training.modes import DATA_PARALLEL_MODES, MODES, StepSetup, build_mode
+from workbench.training.modes import DATA_PARALLEL_MODES, MODES, StepSetup, build_mode, mode_class
+from workbench.training.modes.base import MODEL_SPLIT_PLACEMENTS
 from workbench.training.modes.core import init_state
 from workbench.training.config import make_optimizer
 
@@ -86,7 +87,7 @@ def assert_params_close(params, reference, rtol=1e-5, scale_floor=1e-3):
 
 
 def _supported(mode: str, model: str) -> bool:
-    return not (mode in ("tp", "dp-tp") and model == "linear")
+    return not (mode_class(mode).state_placement in MODEL_SPLIT_PLACEMENTS and model == "linear")
 
 
 EXACT_CASES = [(mode, model) for model in CASES for mode in MODES if mode != "single" and _supported(mode, model)]

@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec
 
+from helpers import mode_mesh
 from workbench.cli.main import main
 from workbench.analysis.cost_model import (
     HARDWARE,
@@ -150,9 +151,8 @@ def test_tensor_parallel_activation_all_reduces():
 
 
 def test_every_mode_can_be_planned():
-    meshes = {"tp": "model=2", "dp-tp": "data=4,model=2"}
     for mode in MODES:
-        plan = plan_training("mlp", {}, meshes.get(mode, "data=8"), mode, hardware="cpu")
+        plan = plan_training("mlp", {}, mode_mesh(mode), mode, hardware="cpu")
         assert plan.total_bytes > 0 and json.dumps(plan.to_json())
 
 

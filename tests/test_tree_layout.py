@@ -61,6 +61,19 @@ def test_rule_table_first_match_and_unused_rules(abstract_state):
     assert table.to_json()["unused_rules"] == ["embed => data"]
 
 
+def test_a_sharded_rule_table_shards_over_data_where_the_rules_leave_a_dimension_unsplit(abstract_state):
+    rules = wb.layout.ShardedRuleTable([(r"hidden/kernel", "None, model"), (r"hidden/bias", "model")])
+    table = wb.layout_tree(abstract_state["params"], "data=4,model=2", rules)
+    kernel, bias = table.leaf("hidden/kernel"), table.leaf("hidden/bias")
+    assert kernel.layout.spec == P("data", "model") and kernel.layout.shard_shape == (16, 64)  # 1/8 per device
+    assert kernel.rule == 0 and kernel.reason == "rule 0: hidden/kernel; dimension 0 (64) sharded over 'data'"
+    assert bias.layout.spec == P("model") and "no dimension of (128,) left unsplit" in bias.reason
+    assert table.leaf("out/kernel").layout.spec == P("data", None)  # no rule: sharded as the "shard" strategy does
+    # A model axis of size 1 splits nothing: the layout is the "shard" strategy's, leaf by leaf.
+    assert wb.layout_tree(abstract_state, "data=8,model=1", rules).specs == wb.layout_tree(
+        abstract_state, "data=8,model=1", "shard").specs
+
+
 def test_rule_table_text_and_code_round_trip():
     table = wb.layout.RuleTable.parse("# comment\nkernel$ => None, model\n\n.* => P()\n")
     assert [r.pattern for r in table.rules] == ["kernel$", ".*"]

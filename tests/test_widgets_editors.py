@@ -272,3 +272,17 @@ def test_processes_are_checked_as_they_change():
     assert selector.selection.options["processes"] == 1
     selector.processes.value = 2
     assert selector.selection.train_config().processes == 2
+
+
+def test_the_remat_policy_is_offered_checked_against_the_model_and_dropped_for_a_model_without_blocks():
+    selection = Selection(mesh="data=8")
+    selector = ModeSelector(selection)
+    assert selector.remat.options == wb.training.REMAT_POLICIES and selection.options["remat"] == "none"
+    selector.remat.value = "block"  # the default mlp has no blocks: refused with the choices, none kept
+    assert selector.status.last[0] == "error" and "model 'mlp' cannot apply remat 'block'" in selector.status.last[1]
+    assert selection.options["remat"] == "none"
+    selector.model.value = "transformer"
+    selector.remat.value = "dots"
+    assert selection.train_config().remat == "dots" and "remat dots" in selector.status.last[1]
+    selector.model.value = "mlp"  # a policy the mlp cannot apply falls back to none
+    assert selection.model == "mlp" and selection.options["remat"] == "none" and selector.remat.value == "none"

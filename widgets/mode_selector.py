@@ -5,7 +5,7 @@ Choosing a mode shows what it shards and which collectives a step needs (as the 
 dropped), so the inspector shows e.g. FSDP's layout at once. Any mode may be chosen on any mesh: the
 verdict under the dropdowns (:class:`~widgets.mesh_verdict.MeshVerdict`) says at once whether the pair
 trains, and offers one-click fixes when it does not (or wastes devices). Options (optimizer, learning
-rate, batch, steps, accumulation, precision, teaching faults, processes, checkpoint every K steps) are checked
+rate, batch, steps, accumulation, precision, remat, teaching faults, processes, checkpoint every K steps) are checked
 by the engine as they change: an invalid value is shown inline and the last valid options stay in the selection.
 
 Example:
@@ -29,8 +29,8 @@ from .mesh_verdict import MeshVerdict
 
 # The training options this tab edits, with the widgets' defaults (the engine's, written once there).
 DEFAULT_OPTIONS = {name: getattr(DEFAULTS, name)
-                   for name in ("optimizer", "lr", "batch", "steps", "accum", "precision", "faults", "processes",
-                                "checkpoint_every")}
+                   for name in ("optimizer", "lr", "batch", "steps", "accum", "precision", "remat", "faults",
+                                "processes", "checkpoint_every")}
 
 
 def describe_mode(name: str) -> str:
@@ -82,6 +82,10 @@ class ModeSelector(widgets.VBox):
         self.precision = widgets.ToggleButtons(options=["fp32", "bf16"], value=options["precision"],
                                                description="Precision",
                                                style=TOGGLE_STYLE)
+        self.remat = widgets.Dropdown(
+            options=wb.training.REMAT_POLICIES, value=options["remat"], description="Remat",
+            tooltip="; ".join(f"{name}: {meaning}" for name, meaning in wb.training.REMAT_MEANINGS.items()))
+        self.remat.add_class("wb-remat")
         self.faults = widgets.Text(value=", ".join(options["faults"]), description="Teaching faults",
                                    continuous_update=False, placeholder="none; e.g. psum (comma-separated)",
                                    layout=widgets.Layout(width="460px"))
@@ -94,15 +98,16 @@ class ModeSelector(widgets.VBox):
             tooltip="save the state every K steps into runs/<name>/checkpoints/ (0: off; the Save button saves now)")
         self.fault_help = widgets.HTML()
         for box in (self.model, self.mode, self.optimizer, self.lr, self.batch, self.steps, self.accum, self.faults,
-                    self.processes, self.checkpoint_every):
+                    self.processes, self.checkpoint_every, self.remat):
             box.style.description_width = LABEL_WIDTH  # ipywidgets' default cuts "Learning rate" to "Learning r…"
         self._inputs = {"optimizer": self.optimizer, "lr": self.lr, "batch": self.batch, "steps": self.steps,
-                        "accum": self.accum, "precision": self.precision, "faults": self.faults,
+                        "accum": self.accum, "precision": self.precision, "remat": self.remat, "faults": self.faults,
                         "processes": self.processes, "checkpoint_every": self.checkpoint_every}
         super().__init__([
             widgets.HBox([self.model, self.mode]), self.verdict, self.explanation,
             widgets.HBox([self.optimizer, self.lr]), widgets.HBox([self.batch, self.steps]),
-            widgets.HBox([self.accum, self.precision]), widgets.HBox([self.processes, self.checkpoint_every]),
+            widgets.HBox([self.accum, self.precision]), widgets.HBox([self.remat]),
+            widgets.HBox([self.processes, self.checkpoint_every]),
             self.faults, self.fault_help, self.status,
         ], **kwargs)
         self._quiet = Quiet()  # on while the controls follow the selection, so their observers stay still
@@ -130,10 +135,16 @@ class ModeSelector(widgets.VBox):
         return True
 
     def choose_model(self, name: str) -> bool:
-        if not self._valid(model=name):
+        """Switch to model ``name`` (its preset; custom rules are dropped); a remat policy it cannot apply (the
+        mlp has no blocks) falls back to ``none``. Refused (False, shown) when the options cannot go with it."""
+        options = self.selection.options
+        if options.get("remat", "none") not in wb.training.model_class(name).REMAT_POLICIES:
+            options = {**options, "remat": "none"}
+        if not self._valid(model=name, options=options):
             self.model.value = self.selection.model
             return False
         with self.selection.hold_trait_notifications():
+            self.selection.options = options
             self.selection.rules = []
             self.selection.model_options = {}
             self.selection.model = name
@@ -186,6 +197,7 @@ class ModeSelector(widgets.VBox):
             level = "ok" if self.selection.verdict().level == "ok" else "info"
             self.status.show(f"{config.mode} on {config.mesh}: {config.model}, batch {config.batch}, "
                              f"{config.optimizer} lr {config.lr:g}, {config.steps} steps"
+                             + (f", remat {config.remat}" if config.remat != "none" else "")
                              + (f", faults: {', '.join(config.faults)}" if config.faults else "")
                              + (f", checkpoint every {config.checkpoint_every}" if config.checkpoint_every else ""),
                              level)

@@ -34,7 +34,8 @@ DEFAULT_CHIP = "tpu-v5p"  # the planner's default preset: the chip whose memory 
 TICK_S = 0.5  # how often the elapsed seconds are redrawn while compiling
 WATCHED = ["mesh", "model", "mode", "rules", "model_options", "options"]
 # The config fields the compiled step depends on (lr, steps, logging do not change it).
-COMPILED_FIELDS = ("model", "model_options", "mode", "mesh", "batch", "accum", "precision", "optimizer", "faults")
+COMPILED_FIELDS = ("model", "model_options", "mode", "mesh", "batch", "accum", "precision", "optimizer", "faults",
+                   "remat")
 RATIO_BAND = (0.85, 1.15)  # ratios outside it are highlighted: the plan is off by more than 15%
 NO_KEY = (None, None, None, None)  # what a shown result depends on, for a selection that has no valid config
 _CELL = "padding:2px 8px;white-space:nowrap"
@@ -245,7 +246,7 @@ class VerifyPanel(widgets.VBox):
         return wb.plan_training(
             config.model, dict(config.model_options), resolved.mesh_shape, config.mode, optimizer=config.optimizer,
             hardware=job.target.hardware or self.chip.value, global_batch=config.batch, accum=config.accum,
-            precision=config.precision, compiler=job.target.kind,
+            precision=config.precision, compiler=job.target.kind, remat=config.remat,
         )
 
     def _finish(self, job: wb.analysis.VerificationJob, planned: wb.analysis.TrainingPlan | Exception,

@@ -19,8 +19,8 @@ from .verification import DEFAULT_TIMEOUT_S, plan_config
 
 
 def _config_code(candidate: Candidate) -> str:
-    """The :class:`~workbench.TrainConfig` that trains ``candidate``, one setting a line (``remat`` only when
-    chosen: a config takes it once remat lands)."""
+    """The :class:`~workbench.TrainConfig` that trains ``candidate``, one setting a line (``remat`` only when not
+    ``none``, the config's default)."""
     settings = layout_settings(candidate)
     if settings["remat"] == "none":
         del settings["remat"]

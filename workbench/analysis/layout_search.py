@@ -6,7 +6,8 @@ verify it) and is the first registered mode with its axes and state placement: `
 ``fsdp-whole-tree`` compute what ``dp`` and ``fsdp`` compute, written out by hand for teaching, so they are left
 out. A mode registered later (``fsdp-tp``) joins by itself. The chips are factorised into ``data`` x ``model``
 with the model axis inside one host (its fast links) and at most :data:`MAX_TENSOR_PARALLEL` ways, dividing the
-model's heads; the microbatch counts are :data:`MICROBATCH_CHOICES` that divide each replica's batch.
+model's heads; the microbatch counts are :data:`MICROBATCH_CHOICES` that divide each replica's batch; a remat
+policy (:func:`remat_choices`) is weighed for a layout the lighter policies do not fit (the recommender asks).
 
 Example:
     >>> candidate_modes()[:3]
@@ -22,6 +23,7 @@ from typing import Any
 
 from ..errors import WorkbenchError
 from ..layout.mesh import DATA_AXIS, MODEL_AXIS, MeshShape
+from ..training.models import model_class
 from ..training.modes import MODES, mode_class
 from ..training.step import validate_compiles_ahead
 
@@ -29,6 +31,8 @@ from ..training.step import validate_compiles_ahead
 # (the scaling book keeps TP within 8-16 chips); on a GPU fleet the host's NVLink domain (8) is the tighter limit.
 MAX_TENSOR_PARALLEL = 16
 MICROBATCH_CHOICES = (1, 2, 4, 8, 16)
+# Least recomputation first: a policy is only weighed for a layout the one before it does not fit.
+REMAT_ORDER = ("none", "dots", "block")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,16 +64,19 @@ def candidate_modes() -> tuple[str, ...]:
 
 
 def remat_choices(model: Any) -> tuple[str, ...]:
-    """The remat policies to weigh for ``model`` (a registered model's name, or your own module).
-
-    Only ``"none"`` until the planner prices remat; then this one line becomes
-    ``getattr(model_class(model), "REMAT_POLICIES", ("none",)) if isinstance(model, str) else ("none",)``.
+    """The remat policies to weigh for ``model`` (a registered model's name, or your own module), least
+    recomputation first: the model's own (:attr:`~workbench.training.models.RegisteredModel.REMAT_POLICIES`), none
+    for your own module (the workbench applies policies to its transformer's blocks only).
 
     Example:
-        >>> remat_choices("transformer")
-        ('none',)
+        >>> remat_choices("transformer"), remat_choices("mlp")
+        (('none', 'dots', 'block'), ('none',))
     """
-    return ("none",)
+    if not isinstance(model, str):
+        return ("none",)
+    declared = model_class(model).REMAT_POLICIES
+    return tuple(policy for policy in REMAT_ORDER if policy in declared) + tuple(
+        policy for policy in declared if policy not in REMAT_ORDER)
 
 
 def candidate_meshes(mode: type, devices: int, max_model: int, heads: int | None = None) -> list[MeshShape]:
@@ -126,9 +133,8 @@ def layout_choices(model: Any, devices: int, global_batch: int, max_model: int,
         for mesh in meshes:
             replicas = mesh.axis_size(DATA_AXIS) if DATA_AXIS in mesh.names else 1
             for accum in microbatch_choices(global_batch, replicas):
-                for remat in remat_choices(model):
-                    choices.append(LayoutChoice(name, mesh, remat, accum))
-                    found = True
+                choices.append(LayoutChoice(name, mesh, "none", accum))  # other policies when it does not fit
+                found = True
         if not found:
             replicas = min(m.axis_size(DATA_AXIS) for m in meshes)
             why_not[name] = (f"{name}: a batch of {global_batch} does not split over {replicas} data-parallel "
@@ -147,6 +153,6 @@ def _no_mesh(mode: type, devices: int, max_model: int, heads: int | None) -> str
 
 
 __all__ = [
-    "MAX_TENSOR_PARALLEL", "MICROBATCH_CHOICES", "LayoutChoice", "candidate_meshes", "candidate_modes",
+    "MAX_TENSOR_PARALLEL", "MICROBATCH_CHOICES", "REMAT_ORDER", "LayoutChoice", "candidate_meshes", "candidate_modes",
     "layout_choices", "microbatch_choices", "remat_choices",
 ]

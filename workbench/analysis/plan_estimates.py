@@ -14,7 +14,10 @@ from typing import Any
 
 from ..formatting import format_bytes
 from ..layout.tree_layout import TreeLayout
-from ..training.modes.param_gathering import layer_bytes
+from ..layout.mesh import DATA_AXIS
+from ..layout.specs import entry_axes, spec_entries
+from ..training.modes.base import MODEL_SPLIT_PLACEMENTS
+from ..training.modes.param_gathering import layer_bytes, layer_paths, owning_layer
 from .cost_model import ComputeBoundTest, Hardware, compute_bound_test
 from .planned_model import PlannedModel
 
@@ -23,15 +26,18 @@ COMPUTE_BYTES = {"fp32": 4, "bf16": 2}
 
 
 def flops_per_device(planned: PlannedModel, n_params: int, seq_len: int | None, tokens: int, model_size: int,
-                     notes: list[str], recomputed: bool = False) -> float:
+                     notes: list[str], recomputed: bool = False, remat: str = "none") -> float:
     """FLOPs of one step on one device: the transformer's own count, else 6 per parameter per example/token.
     ``recomputed``: the backward pass runs each layer's forward pass again (fsdp), all but the output head's
-    (a single matmul, whose backward pass needs none of it)."""
+    (a single matmul, whose backward pass needs none of it). ``remat``: the policy's recomputation
+    (:func:`remat_flops_per_device`) where the mode does not recompute every layer already."""
     if planned.transformer_estimates:
         abstract = planned.abstract
         head = 2 * abstract.d_model * abstract.vocab  # the output head is replicated by the tp rules
         forward = (abstract.flops_per_token(seq_len) - head) / model_size + head
-        return (3.0 * forward + (forward - head if recomputed else 0.0)) * tokens  # backward = 2 forwards (6N)
+        remat_flops = 0.0 if recomputed else remat_flops_per_device(abstract, seq_len, tokens, model_size, remat)
+        # backward = 2 forwards (6N)
+        return (3.0 * forward + (forward - head if recomputed else 0.0)) * tokens + remat_flops
     if recomputed and planned.registered:
         notes.append(f"{planned.name!r}'s layers are single matmuls or convolutions, which fsdp does not recompute")
     elif recomputed:
@@ -41,8 +47,35 @@ def flops_per_device(planned: PlannedModel, n_params: int, seq_len: int | None, 
     return 6.0 * n_params * tokens / model_size
 
 
+def remat_flops_per_device(model: Any, seq_len: int | None, tokens: int, split: int, remat: str) -> float:
+    """FLOPs the remat policy ``remat`` (:mod:`~workbench.training.remat`) computes again in one step on one device.
+
+    ``block`` runs every block's forward pass again: all of :meth:`~workbench.training.models.TransformerLM.
+    flops_per_token` but the head's and the down projection's (whose output the backward pass does not read, so
+    the compiler drops it). ``dots`` keeps the matmuls against weights and recomputes the attention's
+    two einsums (``4 seq_len d`` per token and layer), whose batch dimensions its policy does not save; the
+    norms, softmax and GELU it also recomputes are not counted (as in the forward count).
+
+    Example:
+        >>> from workbench.training.models import abstract_model
+        >>> model = abstract_model("transformer", n_layers=1, vocab=8, d_model=4, n_heads=1)
+        >>> remat_flops_per_device(model, 2, tokens=1, split=1, remat="dots")
+        32.0
+        >>> remat_flops_per_device(model, 2, tokens=1, split=1, remat="block")
+        288.0
+    """
+    if remat == "none" or seq_len is None:
+        return 0.0
+    d = model.d_model
+    attention = 4 * model.n_layers * seq_len * d
+    if remat == "dots":
+        return float(attention * tokens / split)
+    head, down = 2 * d * model.vocab, 2 * model.n_layers * d * model.d_ff
+    return float((model.flops_per_token(seq_len) - head - down) * tokens / split)
+
+
 def activation_bytes(model: Any, examples: int, seq_len: int, split: int, compute_bytes: int,
-                     recomputed: bool = False) -> int:
+                     recomputed: bool = False, remat: str = "none") -> int:
     """Activations a transformer keeps for the backward pass on one device.
 
     Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022), eq. 2:
@@ -51,14 +84,20 @@ def activation_bytes(model: Any, examples: int, seq_len: int, split: int, comput
     compute dtype and as float32 for the loss. Their constants include dropout masks this model does not
     have, so this errs high: a rough figure. With ``recomputed`` layers (fsdp recomputes each layer in
     the backward pass) only each layer's input ``s b h`` is kept, plus one layer's activations at a time.
+    The remat policy ``remat`` keeps less: ``block`` what ``recomputed`` keeps; ``dots`` each block's input
+    and its kept matmul outputs (q, k and v, the attention's output projection, the up projection: ``s b
+    (2 h + 3 h / t + d_ff / t)``), plus one layer's activations, recomputed, at a time.
     The loss computes the logits ``loss_tile`` words of the vocabulary at a time
     (:meth:`~workbench.training.lm_head.OutputHead.cross_entropy_sums`), so one tile's logits are held.
     """
     s, b, h, a = seq_len, examples, model.d_model, model.n_heads
     per_layer = s * b * h * (10 + 24 / split + 5 * a * s / (h * split)) * compute_bytes / 2
     logits = s * b * min(model.vocab, model.loss_tile) * (compute_bytes + 4)
-    if recomputed:
+    if recomputed or remat == "block":
         return int(model.n_layers * s * b * h * compute_bytes + per_layer + logits)
+    if remat == "dots":
+        kept = s * b * (2 * h + (3 * h + model.d_ff) / split) * compute_bytes
+        return int(model.n_layers * kept + per_layer + logits)
     return int(model.n_layers * per_layer + logits)
 
 
@@ -72,11 +111,13 @@ def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, 
         notes.append(f"{declared.name} gathers the whole parameter tree for the step; fsdp gathers one layer at a time")
         return full_params + (full_params // 2 if bf16 else 0)
     if declared.parameter_gathering == "per-layer":
-        sizes = layer_bytes(model)
+        sizes = {layer: int(size * share) for layer, (size, share) in
+                 _layer_shares(layer_bytes(model), params_layout, layer_paths(model)).items()}
         own = sizes.pop(None, 0)
         largest, path = max(((size, path) for path, size in sizes.items()), default=(0, None))
         if path is not None:
-            notes.append(f"{declared.name} holds one layer's parameters and gradients whole at a time: the largest "
+            held = "gathered over 'data'" if declared.state_placement in MODEL_SPLIT_PLACEMENTS else "whole"
+            notes.append(f"{declared.name} holds one layer's parameters and gradients {held} at a time: the largest "
                          f"layer, {path!r}, is {format_bytes(largest)}")
         if own:
             notes.append(f"{format_bytes(own)} of parameters belong to no layer of the model and are gathered for "
@@ -84,6 +125,23 @@ def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, 
         gathered = largest + own
         return 2 * gathered + (gathered // 2 if bf16 else 0)  # gathered, its gradients, its bf16 copy
     return params_layout.bytes_per_device // 2 if bf16 else 0
+
+
+def _layer_shares(sizes: dict[str | None, int], params_layout: TreeLayout,
+                  layers: list[str]) -> dict[str | None, tuple[int, float]]:
+    """Each layer's whole bytes beside the share of them one device holds once the layer is gathered over
+    'data': 1 for ``fsdp``; for ``fsdp-tp`` the leaves split over 'model' stay split (1/model of them)."""
+    held: dict[str | None, list[int]] = {}
+    data_size = params_layout.mesh.axes.get(DATA_AXIS, 1)
+    for leaf in params_layout.leaves:
+        layout = leaf.layout
+        over_data = any(DATA_AXIS in entry_axes(e) for e in spec_entries(layout.spec))
+        gathered = layout.bytes_per_device * (data_size if over_data else 1)
+        totals = held.setdefault(owning_layer(leaf.path, layers), [0, 0])
+        totals[0] += gathered
+        totals[1] += layout.total_bytes
+    return {layer: (size, held[layer][0] / held[layer][1] if held.get(layer, [0, 0])[1] else 1.0)
+            for layer, size in sizes.items()}
 
 
 def tensor_parallel_notes(planned: PlannedModel, tensor_parallel: bool, model_size: int) -> list[str]:
@@ -126,5 +184,5 @@ def assumption_note(precision: str, utilisation: float) -> str:
 
 __all__ = [
     "COMPUTE_BYTES", "GRADIENT_BYTES", "activation_bytes", "assumption_note", "bound_by_compute", "flops_per_device",
-    "tensor_parallel_notes", "transient_params_bytes",
+    "remat_flops_per_device", "tensor_parallel_notes", "transient_params_bytes",
 ]

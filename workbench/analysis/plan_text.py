@@ -17,6 +17,7 @@ from ..formatting import align_columns, format_bytes, format_seconds
 from ..layout.lint import lint_text
 from ..layout.specs import format_spec
 from ..training.modes import mode_class
+from ..training.remat import REMAT_MEANINGS
 
 if TYPE_CHECKING:
     from .training_plan import TrainingPlan
@@ -63,7 +64,8 @@ def _summary_lines(plan: TrainingPlan) -> list[str]:
     if plan.accum > 1:
         batch += f", in {plan.accum} microbatches"
     return [
-        f"plan         {plan.model}, {plan.params:,} parameters, mode {plan.mode}, {plan.optimizer}, {plan.precision}",
+        f"plan         {plan.model}, {plan.params:,} parameters, mode {plan.mode}, {plan.optimizer}, {plan.precision}"
+        + (f", remat {plan.remat}" if plan.remat != "none" else ""),
         f"mesh         {plan.mesh} ({plan.mesh.size:,} devices, abstract)",
         f"hardware     {plan.hardware.summary()}",
         f"batch        {batch} per step; {plan.tokens_per_device:,} {tokens} per device "
@@ -92,7 +94,8 @@ def _memory_lines(plan: TrainingPlan) -> list[str]:
              + (f"; rough: {rules.trust}" if rules.trust else "")),
         ]
     else:
-        activations = _activation_words(plan.mode) if plan.activation_bytes is not None else f"for {plan.model}"
+        activations = (_activation_words(plan.mode, plan.remat) if plan.activation_bytes is not None
+                       else f"for {plan.model}")
         rows += [
             ("activations", plan.activation_bytes, activations),
             ("transient params", plan.transient_params_bytes, _transient_words(plan.mode, plan.precision)),
@@ -130,7 +133,9 @@ def _time_lines(plan: TrainingPlan) -> list[str]:
     compute, comm = plan.predicted_step_compute_s, plan.predicted_step_comm_s
     lines = [
         f"compute      {format_seconds(compute)} per step "
-        f"({plan.flops_per_device:.3g} FLOPs per device at {plan.utilisation:.0%} of peak)",
+        f"({plan.flops_per_device:.3g} FLOPs per device at {plan.utilisation:.0%} of peak"
+        + (f"; {plan.remat_flops_per_device:.3g} recomputed by remat {plan.remat}" if plan.remat_flops_per_device
+           else "") + ")",
         f"step         {format_seconds(compute + comm)} without overlap, "
         f"{format_seconds(max(compute, comm))} with full overlap",
     ]
@@ -146,10 +151,12 @@ def _string_literal(text: str) -> str:
     return repr(text)
 
 
-def _activation_words(mode: str) -> str:
+def _activation_words(mode: str, remat: str) -> str:
     if mode_class(mode).parameter_gathering == "per-layer":
         return "rough estimate, layers recomputed in the backward pass"
-    return "rough estimate, no rematerialisation"
+    if remat == "none":
+        return "rough estimate, no rematerialisation"
+    return f"rough estimate, remat {remat}: {REMAT_MEANINGS[remat]}"
 
 
 def _transient_words(mode: str, precision: str) -> str:

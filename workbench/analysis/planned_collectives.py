@@ -20,6 +20,7 @@ from typing import Any
 from ..layout.mesh import DATA_AXIS, MeshShape
 from ..layout.specs import entry_axes, spec_entries
 from ..layout.tree_layout import TreeLayout
+from ..training.modes.base import DATA_SHARDED_PLACEMENTS
 from ..training.modes.fsdp_whole_tree import WholeTreeShardedDataParallel
 from .collectives import CountedCollective
 from .cost_model import Hardware, collective_time, group_spans_hosts
@@ -100,7 +101,7 @@ def step_collectives(
             time_each = collective_time(need.kind, nbytes, group, hw, spans_hosts=spans_hosts)
             collectives.append(PlannedCollective(need.kind, what, int(nbytes), (need.axis,), group, count, time_each))
     whole = [leaf for leaf in params_layout.leaves if not _split_over(leaf, DATA_AXIS)]
-    if mode_cls.state_placement == "shard" and whole and not custom:
+    if mode_cls.state_placement in DATA_SHARDED_PLACEMENTS and whole and not custom:
         notes.append(f"{len(whole)} parameter(s) have no dimension divisible by data={mesh.axis_size(DATA_AXIS)} "
                      "and stay whole on every device (their gradients are all-reduced)")
     return collectives, synced

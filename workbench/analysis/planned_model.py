@@ -19,6 +19,7 @@ from flax import nnx
 from ..errors import WorkbenchError
 from ..layout.mesh import MODEL_AXIS
 from ..layout.rules import RuleTable
+from ..training.modes.base import MODEL_SPLIT_PLACEMENTS
 from ..training.models import (
     MODELS,
     RegisteredModel,
@@ -154,7 +155,7 @@ def planned_seq_len(planned: PlannedModel, seq_len: int | None) -> int | None:
 
 def planned_tensor_parallel_rules(declared: type, planned: PlannedModel, custom_rules: RuleTable | None) -> list:
     """The model's tensor-parallel rules when mode ``declared`` splits layers over 'model' (and you gave no table)."""
-    if declared.state_placement != "tensor-parallel" or custom_rules is not None:
+    if declared.state_placement not in MODEL_SPLIT_PLACEMENTS or custom_rules is not None:
         return []
     tp_rules = tensor_parallel_rules(planned.name, MODEL_AXIS, planned.resolved) if planned.registered else []
     if not tp_rules:

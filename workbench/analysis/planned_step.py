@@ -27,18 +27,19 @@ from .step_memory import NotSimulated, StepMemory, planned_step_memory
 
 def simulated_memory(planned: PlannedModel, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
-                     compiler: CompilerRules, accum: int = 1) -> tuple[StepMemory | None, str | None]:
+                     compiler: CompilerRules, accum: int = 1,
+                     remat: str = "none") -> tuple[StepMemory | None, str | None]:
     """(the step's simulated :class:`~.step_memory.StepMemory`, None) or (None, why it is not modelled)."""
     try:
         return _simulate_memory(planned, declared, mesh, batch, seq_len, precision, optimizer, custom_rules, loss,
-                                example_batch, compiler, accum)
+                                example_batch, compiler, accum, remat)
     except NotSimulated as reason:
         return None, str(reason)
 
 
 def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
                      precision: str, optimizer: str, custom_rules: Any, loss: Any, example_batch: Any,
-                     compiler: CompilerRules, accum: int) -> tuple[StepMemory | None, str | None]:
+                     compiler: CompilerRules, accum: int, remat: str) -> tuple[StepMemory | None, str | None]:
     try:
         validate_compiles_ahead(declared)
     except WorkbenchError:
@@ -47,7 +48,7 @@ def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, bat
         return None, "the step lays out the mode's own state, not your rule table"
     if planned.registered:
         key = (planned.name, tuple(sorted(planned.options.items())), declared, mesh, batch, seq_len, precision,
-               optimizer, compiler.kind, accum)
+               optimizer, compiler.kind, accum, remat)
         try:
             hash(key)
         except TypeError:  # an option value that cannot be a key: simulate afresh
@@ -66,20 +67,22 @@ def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, bat
 
 @functools.lru_cache(maxsize=32)
 def _registered_memory(name: str, options: tuple, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
-                       precision: str, optimizer: str, compiler: str, accum: int) -> StepMemory:
-    """A registered model's simulated step memory, once per model, options, mode, mesh, batch, precision and
-    microbatch count."""
-    config = step_config(name, dict(options), declared, mesh, batch, precision, optimizer, model_class(name), accum)
+                       precision: str, optimizer: str, compiler: str, accum: int = 1,
+                       remat: str = "none") -> StepMemory:
+    """A registered model's simulated step memory, once per model, options, mode, mesh, batch, precision,
+    microbatch count and remat policy."""
+    config = step_config(name, dict(options), declared, mesh, batch, precision, optimizer, model_class(name), accum,
+                         remat)
     return planned_step_memory(config, seq_len=seq_len, compiler=compiler)
 
 
 def step_config(model: str, options: dict, declared: type, mesh: MeshShape, batch: int, precision: str,
-                optimizer: str, model_cls: type | None, accum: int = 1) -> ResolvedConfig:
+                optimizer: str, model_cls: type | None, accum: int = 1, remat: str = "none") -> ResolvedConfig:
     """The step :func:`~.planning.plan_training` simulates, as the resolved record the trainer's would be: built
-    from what the planner has checked and parsed already (mode, mesh, batch, precision, optimizer, microbatches),
-    not from text again. ``model_cls``: the registered model's class; None for your own."""
+    from what the planner has checked and parsed already (mode, mesh, batch, precision, optimizer, microbatches,
+    remat), not from text again. ``model_cls``: the registered model's class; None for your own."""
     config = TrainConfig(model=model, model_options=options, mode=declared.name, mesh=str(mesh), batch=batch,
-                         precision=precision, optimizer=optimizer, accum=accum)
+                         precision=precision, optimizer=optimizer, accum=accum, remat=remat)
     return ResolvedConfig(config, mesh, declared, model_cls)
 
 

@@ -35,7 +35,8 @@ from ..layout.rules import RuleTable
 from ..layout.tree_layout import layout_tree
 from ..training.config import make_optimizer
 from ..training.modes import PRECISIONS, mesh_fit, mode_class
-from ..training.modes.base import placement_argument
+from ..training.modes.base import MODEL_SPLIT_PLACEMENTS, placement_argument
+from ..training.remat import validate_remat
 from ..training.step import validate_compiles_ahead
 from .byte_size import parse_byte_size
 from .compile_target import validate_target, parse_target
@@ -49,6 +50,7 @@ from .plan_estimates import (
     assumption_note,
     bound_by_compute,
     flops_per_device,
+    remat_flops_per_device,
     tensor_parallel_notes,
     transient_params_bytes,
 )
@@ -84,6 +86,7 @@ def plan_training(
     loss: Any = None,
     example_batch: Any = None,
     compiler: str | None = None,
+    remat: str = "none",
     simulate: bool = True,
 ) -> TrainingPlan:
     """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
@@ -132,6 +135,8 @@ def plan_training(
             peak is not modelled.
         compiler: whose buffers the simulated peak follows: ``"cpu"`` (XLA:CPU), ``"gpu"`` (XLA:GPU) or
             ``"tpu"`` (libtpu) (:mod:`.compiler_rules`); default: ``verify``'s target, else the hardware's.
+        remat: what each transformer block keeps for the backward pass (:mod:`workbench.training.remat`):
+            ``none``, ``block`` or ``dots``; priced in the activations, the simulated step and the FLOPs.
         simulate: trace the step to simulate its memory (seconds for a 1B model); False keeps the analytic
             formulas alone (``memory_caveat`` says so), for a first pass over many layouts (:mod:`.recommender`).
 
@@ -158,6 +163,8 @@ def plan_training(
     notes = _check_mesh(mesh_shape, declared)
     custom_rules = RuleTable(rules) if rules is not None else None
     planned = resolve_planned_model(model, model_options, seq_len, notes)
+    remat = validate_remat(remat, planned.name if planned.registered else None,
+                           planned.model_class.REMAT_POLICIES if planned.model_class is not None else ("none",))
     abstract = planned.abstract
     tp_rules = planned_tensor_parallel_rules(declared, planned, custom_rules)
 
@@ -175,7 +182,7 @@ def plan_training(
     table = export_table(kind, tp_rules, [(params, params_layout), (opt_state, opt_layout)], target, custom_rules)
 
     # The batch and the maths one device does with it.
-    tensor_parallel = declared.state_placement == "tensor-parallel"
+    tensor_parallel = declared.state_placement in MODEL_SPLIT_PLACEMENTS
     data_size = 1 if declared.one_device else declared.batch_parts(mesh_shape)
     model_size = mesh_shape.axis_size(MODEL_AXIS) if tensor_parallel else 1
     # Your own model: tokens per sequence only if you say so (then compute counts tokens, not examples).
@@ -186,7 +193,13 @@ def plan_training(
     n_params = sum(math.prod(leaf.layout.shape) for leaf in params_layout.leaves)  # no second walk of the model
     tokens = examples * seq_len if seq_len else examples
     recomputed = declared.parameter_gathering == "per-layer"  # each layer run again in the backward pass
-    flops = flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, recomputed)
+    flops = flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, recomputed, remat)
+    remat_flops = 0.0
+    if planned.transformer_estimates and not recomputed:  # fsdp recomputes every layer already: remat adds nothing
+        remat_flops = remat_flops_per_device(abstract, seq_len, tokens, model_size, remat)
+    elif remat != "none":
+        notes.append(f"{mode} recomputes each layer from its input already (what remat 'block' keeps): remat "
+                     f"{remat!r} is not applied again")
 
     # What a step sends, and whether its compute hides it.
     compute_bytes = COMPUTE_BYTES[precision]
@@ -210,13 +223,13 @@ def plan_training(
     activations = None
     if transformer_formulas:
         activations = activation_bytes(abstract, microbatch_examples, formula_seq_len, model_size, compute_bytes,
-                                       recomputed)
+                                       recomputed, remat)
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = transient_params_bytes(declared, params_layout, precision, notes, abstract)
     simulated, caveat = simulated_memory(planned, declared, mesh_shape, batch, seq_len, precision, optimizer,
-                                         custom_rules, loss, example_batch, memory_rules, accum) if simulate else \
-        (None, NOT_SIMULATED)
+                                         custom_rules, loss, example_batch, memory_rules, accum, remat) \
+        if simulate else (None, NOT_SIMULATED)
     notes.append(assumption_note(precision, utilisation))
 
     plan = TrainingPlan(
@@ -226,13 +239,14 @@ def plan_training(
         tokens_per_device=tokens, params_layout=params_layout, opt_state_layout=opt_layout, rule_table=table,
         activation_bytes=activations, transient_params_bytes=int(transient), flops_per_device=float(flops),
         collectives=tuple(collectives), compute_bound=bound, notes=tuple(notes), warnings=tuple(warnings),
-        memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind, accum=accum,
+        memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind, accum=accum, remat=remat,
+        remat_flops_per_device=remat_flops,
     )
     if settings is None:
         return plan
     # The step the plan describes, from the records read above: the compile checks it without reading text again.
     step = step_config(planned.name, dict(planned.options), declared, mesh_shape, batch, precision, optimizer,
-                       planned.model_class, accum)
+                       planned.model_class, accum, remat)
     return plan.with_compiled(verify_step(step, settings.target, seq_len=seq_len, timeout=settings.timeout,
                                           on_progress=settings.on_progress))
 

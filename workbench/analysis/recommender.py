@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -102,12 +103,10 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         raise RecommendationError(_no_split_message(batch, chips, max_model, no_layout))
 
     def plan(choice: LayoutChoice, simulate: bool, examples: int = batch) -> Any:
-        # The planner takes remat once it lands; "none" is its default, so it is passed only when chosen.
-        remat: dict[str, Any] = {} if choice.remat == "none" else {"remat": choice.remat}
         return plan_training(model, options, choice.mesh, choice.mode, optimizer=optimizer, hardware=hw,
                              device_memory=device_memory, global_batch=examples, seq_len=seq_len, precision=precision,
                              accum=choice.accum, utilisation=utilisation, rules=rules, loss=loss,
-                             example_batch=example_batch, simulate=simulate, **remat)
+                             example_batch=example_batch, simulate=simulate, remat=choice.remat)
 
     def candidate(choice: LayoutChoice, simulate: bool) -> Candidate:
         planned_step = plan(choice, simulate)
@@ -120,12 +119,18 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     started = time.perf_counter()
     say(f"planning {len(choices)} layouts for {chips:,} x {hw.name}")
     analysed, failed = [], {}
+    policies = remat_choices(model)
     for choice in choices:
-        _stop_if_asked(stop)
-        try:
-            analysed.append(candidate(choice, simulate=False))
-        except WorkbenchError as error:
-            failed.setdefault(choice.mode, f"{choice.mode}: {error}")
+        for remat in policies:  # a policy that recomputes more only where the lighter ones do not fit
+            _stop_if_asked(stop)
+            try:
+                tried = candidate(dataclasses.replace(choice, remat=remat), simulate=False)
+            except WorkbenchError as error:
+                failed.setdefault(choice.mode, f"{choice.mode}: {error}")
+                break
+            analysed.append(tried)
+            if tried.fits:
+                break
     seconds["analysis"] = time.perf_counter() - started
     ranked = sorted((c for c in analysed if c.fits), key=_speed)
     unfit = [c for c in analysed if not c.fits]
@@ -144,9 +149,16 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
             say(f"simulating the step's memory: {fast.choice}")
             simulated = candidate(fast.choice, simulate=True) if planned.registered or example_batch else fast
             ranked[ranked.index(fast)] = simulated
-            if not simulated.fits:
+            heavier = list(policies[policies.index(fast.remat) + 1:])
+            while not simulated.fits:  # the same layout with the next remat policy, simulated too
                 ranked.remove(simulated)
                 unfit.append(simulated)
+                if not heavier:
+                    break
+                say(f"simulating the step's memory: {fast.choice} with remat {heavier[0]}")
+                simulated = candidate(dataclasses.replace(fast.choice, remat=heavier.pop(0)), simulate=True)
+                ranked.append(simulated)
+            if not simulated.fits:
                 continue
             shortlist.append(simulated)
             if verify_note is None:
@@ -264,8 +276,10 @@ def _none_fits_message(analysed: list[Candidate], chips: int, plan: Callable[...
         return "no layout could be planned: " + "; ".join(failed.values())
     smallest = min(analysed, key=lambda c: c.peak_bytes)
     memory = smallest.plan.device_memory
-    words = (f"no layout fits: the smallest, {smallest.choice}, needs {format_bytes(smallest.peak_bytes)} per chip "
-             f"and a chip has {format_bytes(memory)}")
+    policies = remat_choices(smallest.plan.model)
+    tried = f" (remat {', '.join(policies)} tried)" if len(policies) > 1 else ""
+    words = (f"no layout fits{tried}: the smallest, {smallest.choice}, needs {format_bytes(smallest.peak_bytes)} "
+             f"per chip and a chip has {format_bytes(memory)}")
     advice = []
     fleet = _smallest_fleet(smallest, chips, plan)
     if fleet:
@@ -273,8 +287,6 @@ def _none_fits_message(analysed: list[Candidate], chips: int, plan: Callable[...
     largest = _largest_batch(smallest, plan, batch)
     if largest:
         advice.append(f"a global batch of {largest} would fit on these chips")
-    if len(remat_choices(smallest.plan.model)) > 1:
-        advice.append("a remat policy keeps fewer activations (--remat block)")
     return words + (": " + ", or ".join(advice) if advice else ": use a smaller model or chips with more memory")
 
 

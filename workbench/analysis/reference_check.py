@@ -100,6 +100,7 @@ class CheckReport:
     param_bytes: int
     ledger: CommLedger | None
     fault_residuals: dict[str, float]  # each replayed fault's distance from the observed parameters (RMS under bf16)
+    remat: str = "none"  # the step's remat policy, which the reference computes with too (a built step's config)
 
     @property
     def verdict(self) -> str:
@@ -117,6 +118,7 @@ class CheckReport:
             "mesh": dict(self.mesh),
             "steps": self.steps,
             "precision": self.precision,
+            "remat": self.remat,
             "accum": self.accum,
             "batch": self.batch,
             "verdict": self.verdict,
@@ -146,7 +148,8 @@ class CheckReport:
         lines = [
             f"{self.mode} on {parse_mesh(self.mesh)}, {self.steps} steps against 'single': {self.verdict.upper()}",
             f"  step checked       {self.precision}, batch {self.batch}"
-            + (f" in {self.accum} microbatches" if self.accum > 1 else ""),
+            + (f" in {self.accum} microbatches" if self.accum > 1 else "")
+            + (f", remat {self.remat}" if self.remat != "none" else ""),
             f"  gradient scale     {self.grad_scale:.6f}  (applied {self.grad_norm:.6g}, reference "
             f"{self.reference_grad_norm:.6g}; 1.000000 expected)",
             f"  parameter diff     {', '.join(f'{d:.3g}' for d in self.param_diffs)}  (per step; the reference "
@@ -480,7 +483,8 @@ def check_built_step(built, *, steps: int | None = None, ledger: bool = True) ->
     if steps < MIN_STEPS:
         raise WorkbenchError(f"steps={steps} is too few: the reference check needs at least {MIN_STEPS}, "
                              "e.g. --steps 3")
-    return reference_check(built.mode, built.state, built.first_whole_batches(steps), ledger=ledger)
+    report = reference_check(built.mode, built.state, built.first_whole_batches(steps), ledger=ledger)
+    return dataclasses.replace(report, remat=built.config.remat)
 
 
 def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True,

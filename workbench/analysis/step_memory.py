@@ -69,8 +69,9 @@ PARTITIONER_ALL_REDUCE = "all-reduce (partitioner)"
 # Ops that write into their first operand's buffer (scatters): a fused operand needs no buffer of its own.
 _IN_PLACE = {"scatter", "scatter-add", "scatter_add", "scatter-mul", "scatter_mul", "scatter-min", "scatter-max",
              "dynamic_update_slice"}
-_CALLS = {"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "custom_jvp_call", "custom_vjp_call",
-          "custom_vjp_call_jaxpr", "custom_lin", "shard_map"}
+# remat2: jax.checkpoint's transposed body (the recomputation and the backward pass), by the name JAX 0.10 prints
+_CALLS = {"pjit", "jit", "closed_call", "core_call", "remat", "remat2", "checkpoint", "custom_jvp_call",
+          "custom_vjp_call", "custom_vjp_call_jaxpr", "custom_lin", "shard_map"}
 _LOOPS = {"scan", "while", "cond"}
 
 

@@ -68,6 +68,8 @@ class TrainingPlan:
     memory_caveat: str | None = None  # why the step's memory is not simulated
     compiler: str = "cpu"  # the compile target kind whose rules ``memory`` follows (see .compiler_rules)
     accum: int = 1  # microbatches per step (gradient accumulation)
+    remat: str = "none"  # what each block keeps for the backward pass (workbench.training.remat)
+    remat_flops_per_device: float = 0.0  # of flops_per_device: what the remat policy computes again
 
     @property
     def memory_rules(self) -> CompilerRules:
@@ -186,6 +188,7 @@ class TrainingPlan:
             "mode": self.mode,
             "optimizer": self.optimizer,
             "precision": self.precision,
+            "remat": self.remat,
             "params": self.params,
             "per_device": self.per_device,
             "device_memory": self.device_memory,
@@ -201,6 +204,7 @@ class TrainingPlan:
             "collectives": [c.to_json() for c in self.collectives],
             "predicted_step_comm_s": self.predicted_step_comm_s,
             "flops_per_device": self.flops_per_device,
+            "remat_flops_per_device": self.remat_flops_per_device,
             "utilisation": self.utilisation,
             "predicted_step_compute_s": self.predicted_step_compute_s,
             "predicted_step_s": self.predicted_step_compute_s + self.predicted_step_comm_s,

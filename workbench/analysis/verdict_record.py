@@ -19,7 +19,7 @@ from ..errors import WorkbenchError
 from ..training.config import ResolvedConfig
 from ..training.models import MODELS, model_config, tensor_parallel_rules
 from ..training.modes import MeshFit, MeshFix, mesh_fit
-from ..training.modes.base import StepSetup
+from ..training.modes.base import MODEL_SPLIT_PLACEMENTS, StepSetup
 
 LEVELS = ("ok", "warning", "plan", "error")
 
@@ -68,10 +68,10 @@ def _step_refusal(resolved: ResolvedConfig) -> TrainingVerdict | None:
     parts and the microbatches, a model with no layer pair to split), in the trainer's words, with fixes."""
     config, declared, mesh = resolved.config, resolved.mode_class, resolved.mesh_shape
     tp_rules = ()
-    if declared.state_placement == "tensor-parallel" and config.model in MODELS:
+    if declared.state_placement in MODEL_SPLIT_PLACEMENTS and config.model in MODELS:
         tp_rules = tuple(tensor_parallel_rules(config.model, options=model_config(config.model,
                                                                                **config.model_options).options))
-    elif declared.state_placement == "tensor-parallel":
+    elif declared.state_placement in MODEL_SPLIT_PLACEMENTS:
         tp_rules = (("your own model", "its rules"),)  # your module brings its rules: the trainer checks them
     try:
         declared.validate(StepSetup(None, None, None, mesh, config.batch, config.accum, tp_rules=tp_rules))

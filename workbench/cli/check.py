@@ -57,7 +57,8 @@ def check_command(args) -> int:
     """Run ``workbench check``; WorkbenchError propagates to ``cli.main`` (one line, status 2)."""
     report = run_check(
         args.mode, model=args.model, mesh=args.mesh, faults=",".join(args.inject), steps=args.steps, batch=args.batch,
-        lr=args.lr, optimizer=args.optimizer, data=args.data, seed=args.seed, processes=args.processes,
+        lr=args.lr, optimizer=args.optimizer, remat=args.remat, data=args.data, seed=args.seed,
+        processes=args.processes,
         model_options=parse_model_options(args.model_options, args.model),
     )
     print(json.dumps(report.to_json()) if args.json else report.to_text())

@@ -121,7 +121,7 @@ def _add_train_parser(commands) -> None:
         "'single' on the same global batches. With --json, exactly one JSON object is printed at the end.",
     )
     add_setup_options(train, model=defaults.model, mesh=None, mode=defaults.mode, optimizer=defaults.optimizer,
-                      precision=defaults.precision,
+                      precision=defaults.precision, remat=defaults.remat,
                       helps={"mesh": "e.g. data=8, model=2, data=4,model=2 (default: every device here, over data)"})
     train.add_argument("--data", default=defaults.data,
                        help=f"regression, digits, text or tokens (default {defaults.data})")

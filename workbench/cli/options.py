@@ -1,5 +1,5 @@
 """The options that ``train``, ``plan`` and ``check`` share, declared once: ``--model``, ``--mesh``, ``--mode``,
-``--optimizer`` and ``--precision``, their choices read from the engine's own tables.
+``--optimizer``, ``--precision`` and ``--remat``, their choices read from the engine's own tables.
 
 Each command gives its defaults (and, where its words differ, its help); a help not given says the default.
 
@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from ..training.config import OPTIMIZERS
 from ..training.models import MODELS
 from ..training.modes import MODES, PRECISIONS
+from ..training.remat import REMAT_MEANINGS, REMAT_POLICIES
 
 # A default that means "the user must give it".
 REQUIRED = object()
@@ -27,12 +28,12 @@ _REQUIRED_HELP = {"mesh": "axes as name=size, e.g. data=64,model=8", "mode": "th
 
 
 def add_setup_options(parser, *, model: str, mesh: object, mode: object, optimizer: str, precision: str | None = None,
-                      helps: Mapping[str, str] | None = None) -> None:
-    """Add ``--model``, ``--mesh``, ``--mode``, ``--optimizer`` and, when ``precision`` is given, ``--precision``
-    to an argparse ``parser``, in that order.
+                      remat: str = "none", helps: Mapping[str, str] | None = None) -> None:
+    """Add ``--model``, ``--mesh``, ``--mode``, ``--optimizer``, ``--precision`` (when ``precision`` is given) and
+    ``--remat`` to an argparse ``parser``, in that order.
 
     Args:
-        model, mesh, mode, optimizer, precision: each option's default; :data:`REQUIRED` makes it required
+        model, mesh, mode, optimizer, precision, remat: each option's default; :data:`REQUIRED` makes it required
             (``--mesh`` and ``--mode`` only).
         helps: option name (``"mesh"``) -> its help, where it should say more than ``default <value>``.
 
@@ -43,6 +44,8 @@ def add_setup_options(parser, *, model: str, mesh: object, mode: object, optimiz
         ...                   precision="bf16")
         >>> parser.parse_args(["--mesh", "data=8", "--mode", "dp"]).precision
         'bf16'
+        >>> parser.parse_args(["--mesh", "data=8", "--mode", "dp", "--remat", "block"]).remat
+        'block'
     """
     helps = dict(helps or {})
 
@@ -60,6 +63,9 @@ def add_setup_options(parser, *, model: str, mesh: object, mode: object, optimiz
     add("optimizer", optimizer, OPTIMIZERS)
     if precision is not None:
         add("precision", precision, PRECISIONS)
+    meanings = "; ".join(f"{name}: {REMAT_MEANINGS[name]}" for name in REMAT_POLICIES)
+    helps.setdefault("remat", f"what each transformer block keeps for the backward pass ({meanings}; default {remat})")
+    add("remat", remat, REMAT_POLICIES)
 
 
 __all__ = ["REQUIRED", "add_setup_options"]

@@ -98,6 +98,7 @@ def plan_command(args) -> int:
             seq_len=args.seq_len,
             accum=args.accum,
             precision=args.precision,
+            remat=args.remat,
             utilisation=args.utilisation,
             rules=_read_rules(args.rules) if args.rules else None,
             verify=verify,

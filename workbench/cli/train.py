@@ -49,7 +49,8 @@ def _config_from_args(args):
     mesh = {} if args.mesh is None else {"mesh": args.mesh}  # default: every device here, over data
     return TrainConfig(
         model=args.model, data=args.data, mode=args.mode, **mesh, steps=args.steps, batch=args.batch,
-        lr=args.lr, optimizer=args.optimizer, accum=args.accum, precision=args.precision, seed=args.seed,
+        lr=args.lr, optimizer=args.optimizer, accum=args.accum, precision=args.precision, remat=args.remat,
+        seed=args.seed,
         log_every=args.log_every, eval_every=args.eval_every, sync_every=args.sync_every,
         drop_remainder=args.drop_remainder, processes=args.processes,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,

@@ -16,6 +16,7 @@ from .mesh import parse_mesh as parse_mesh
 from .paths import leaves_with_paths as leaves_with_paths
 from .paths import path_to_str as path_to_str
 from .rules import RuleTable as RuleTable
+from .sharded_rules import ShardedRuleTable as ShardedRuleTable
 from .shapes import parse_dtype as parse_dtype
 from .shapes import parse_shape as parse_shape
 from .specs import format_spec as format_spec
@@ -37,6 +38,6 @@ __all__ = [
     "ArrayLayout", "DeviceSlice", "layout_array",
     "LeafLayout", "TreeLayout", "layout_tree", "shard_largest_dim",
     "leaves_with_paths", "path_to_str",
-    "RuleTable",
+    "RuleTable", "ShardedRuleTable",
     "lint_layout", "lint_text",
 ]

@@ -7,6 +7,8 @@ allocated), a mesh, and where each leaf's spec comes from:
 * ``"shard"``: each leaf's largest dimension divisible by the data axis is sharded over it (ZeRO/FSDP
   style); scalars and leaves with no divisible dimension stay replicated, and the reason is recorded;
 * a :class:`~workbench.layout.rules.RuleTable` or a list of ``(regex, spec)`` pairs (first match wins);
+* a :class:`~workbench.layout.sharded_rules.ShardedRuleTable`: its rules, and each leaf sharded over the
+  data axis too on a dimension no rule splits (FSDP x tensor parallelism);
 * a dict ``{path: spec}``, a function ``(path, leaf) -> spec``, a single ``PartitionSpec`` for all, or a
   pytree of specs shaped like the state;
 * None: each leaf's own ``NamedSharding`` if it has one, else replicated.
@@ -26,6 +28,7 @@ from .array_layout import ArrayLayout, PlacedMesh, layout_array, place_mesh
 from .mesh import MeshShape
 from .paths import is_array_like, leaves_with_paths
 from .rules import RuleTable
+from .sharded_rules import ShardedRuleTable, shard_beside
 from .specs import format_spec, parse_spec
 
 STRATEGIES = ("replicate", "shard")
@@ -210,6 +213,7 @@ class _SpecSource:
     flat_specs: list | None = None  # a spec tree, flattened in the state's order
     data_axis: str = "data"
     axis_size: int = 0  # of data_axis, for "shard"
+    mesh_axes: Mapping[str, int] | None = None  # axis -> size, for a ShardedRuleTable
 
     def choose(self, position: int, path: str, leaf: Any) -> tuple[PartitionSpec, str, int | None]:
         """The spec of one leaf, why it got it, and the number of the rule that gave it (if one did)."""
@@ -225,6 +229,11 @@ class _SpecSource:
             return (*shard_largest_dim(tuple(leaf.shape), self.data_axis, self.axis_size), None)
         if self.rules is not None:
             rule = self.rules.match(path)
+            if isinstance(self.rules, ShardedRuleTable):
+                spec = PartitionSpec() if rule is None else self.rules.rules[rule].spec
+                spec, sharded = shard_beside(spec, tuple(leaf.shape), self.mesh_axes or {}, self.rules.data_axis)
+                given = "no rule matched" if rule is None else f"rule {rule}: {self.rules.rules[rule].pattern}"
+                return spec, f"{given}; {sharded}", rule
             if rule is None:
                 return PartitionSpec(), "replicated: no rule matched", None
             return self.rules.rules[rule].spec, f"rule {rule}: {self.rules.rules[rule].pattern}", rule
@@ -263,7 +272,7 @@ def _spec_source(specs: Any, mesh: MeshShape, data_axis: str, leaf_count: int) -
             f"the spec tree has {len(flat_specs)} leaves but the state has {leaf_count}: "
             "give a spec for every leaf, or use a rule table"
         )
-    return _SpecSource(specs, strategy, rules, flat_specs, data_axis, axis_size)
+    return _SpecSource(specs, strategy, rules, flat_specs, data_axis, axis_size, mesh.axes)
 
 
 def _lay_out_leaf(

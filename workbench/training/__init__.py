@@ -60,6 +60,10 @@ from .profiling import ProfileError as ProfileError
 from .profiling import ProfileRequest as ProfileRequest
 from .run_follower import RunFollower as RunFollower
 from .run_follower import follow_run as follow_run
+from .remat import REMAT_MEANINGS as REMAT_MEANINGS
+from .remat import REMAT_POLICIES as REMAT_POLICIES
+from .remat import RematError as RematError
+from .remat import validate_remat as validate_remat
 from .runs import Run as Run
 from .runs import RunWriter as RunWriter
 from .run_reports import compare_runs as compare_runs
@@ -87,6 +91,7 @@ __all__ = [
     "MODELS", "ModelConfig", "abstract_model", "build_model", "has_tensor_parallel_layers", "loss_fn",
     "model_class", "model_config", "model_config_for_data", "param_count", "parse_model_options",
     "tensor_parallel_rules",
+    "REMAT_MEANINGS", "REMAT_POLICIES", "RematError", "validate_remat",
     # the parallel modes and the step they build
     "MODES", "DATA_PARALLEL_MODES", "FAULTS", "MeshFit", "MeshFix", "StepSetup", "TrainState",
     "build_mode", "describe_modes", "mesh_fit", "mode_class",

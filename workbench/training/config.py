@@ -28,6 +28,7 @@ from .data import DATASETS
 from .models import MODELS, model_class
 from .modes import MODES, PRECISIONS, mode_class
 from .modes.faults import validate_faults
+from .remat import validate_remat
 
 if TYPE_CHECKING:  # annotations only: the modes and models import this module
     from .models import RegisteredModel
@@ -143,6 +144,8 @@ class TrainConfig:
         lr, optimizer: learning rate and ``sgd``/``adam``/``adamw``.
         accum: microbatches per step (gradients accumulated, one synchronisation).
         precision: ``fp32`` or ``bf16`` (bfloat16 compute, float32 master weights).
+        remat: what each transformer block keeps for the backward pass: ``none`` (everything), ``block`` (its
+            input; the block is recomputed) or ``dots`` (its matmul outputs); see :mod:`workbench.training.remat`.
         seed: model initialisation and batch order.
         log_every: steps between metric reads (the only host syncs while training).
         eval_every: steps between held-out evaluations (0: only at the end).
@@ -169,6 +172,7 @@ class TrainConfig:
     optimizer: str = "adam"
     accum: int = 1
     precision: str = "fp32"
+    remat: str = "none"
     seed: int = 0
     log_every: int = 10
     eval_every: int = 100
@@ -216,6 +220,8 @@ class TrainConfig:
         validate_processes(self.processes, declared, mesh, self.batch, faults)
         config = dataclasses.replace(self, mesh=str(mesh), lr=float(self.lr), faults=faults)
         model = None if str(self.model).startswith("custom:") else model_class(self.model)
+        validate_remat(self.remat, None if model is None else model.NAME, ("none",) if model is None
+                       else model.REMAT_POLICIES)
         return ResolvedConfig(config, mesh, declared, model)
 
     @property
@@ -230,7 +236,7 @@ class TrainConfig:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrainConfig:
         """A config from :meth:`to_json` output; extra keys (run metadata) are ignored."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)}  # a run stored before a field existed takes its default
         fields = {k: v for k, v in data.items() if k in names}
         if "faults" in fields:
             fields["faults"] = tuple(fields["faults"])

@@ -39,6 +39,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ..errors import ShapeError, WorkbenchError
 from .layer_stack import LayerStack
 from .lm_head import OutputHead, default_tile
+from .remat import REMAT_POLICIES as ALL_REMAT_POLICIES
+from .remat import rematerialized, validate_remat
 from .token_embedding import TokenEmbedding
 
 FEED_FORWARD_MULTIPLIER = 4  # the transformer's d_ff when none is given: 4 * d_model
@@ -178,6 +180,9 @@ class RegisteredModel(nnx.Module):
     # The planner counts its FLOPs, kept activations and tensor-parallel all-reduces with the transformer's formulas
     # (reading d_model, n_heads, n_layers, vocab, loss_tile and flops_per_token); otherwise 6 FLOPs per parameter.
     TRANSFORMER_ESTIMATES: ClassVar[bool] = False
+    # The remat policies it applies (:mod:`.remat`); a model that applies more than "none" takes them as the
+    # constructor's keyword ``remat``, which is a training setting (``TrainConfig.remat``), not a model option.
+    REMAT_POLICIES: ClassVar[tuple[str, ...]] = ("none",)
 
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
@@ -358,28 +363,38 @@ class FeedForward(nnx.Module):
 
 
 class DecoderBlock(nnx.Module):
-    """Pre-LayerNorm block: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))``."""
+    """Pre-LayerNorm block: ``x + attn(ln1(x))``, then ``x + mlp(ln2(x))``, its activations kept as the remat
+    policy ``remat`` says (:mod:`.remat`)."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, norm_epsilon: float, *, rngs: nnx.Rngs):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, norm_epsilon: float, *, remat: str = "none",
+                 rngs: nnx.Rngs):
+        # Inside the block's own call, so that per-layer fsdp, which wraps that call, gathers the parameters
+        # once and the policy sees them as inputs (remat outside would gather them again to recompute).
+        self.remat = remat
         self.ln1 = nnx.LayerNorm(d_model, epsilon=norm_epsilon, rngs=rngs)
         self.attn = CausalSelfAttention(d_model, n_heads, rngs=rngs)
         self.ln2 = nnx.LayerNorm(d_model, epsilon=norm_epsilon, rngs=rngs)
         self.mlp = FeedForward(d_model, d_ff, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        return rematerialized(DecoderBlock.residual_stream, self.remat)(self, x)
+
+    def residual_stream(self, x: jax.Array) -> jax.Array:
+        """The block's computation, without remat: the residual stream after attention and feed-forward."""
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
 
-@functools.partial(nnx.jit, static_argnums=(0, 1, 2, 3))
-def new_decoder_block(d_model: int, n_heads: int, d_ff: int, norm_epsilon: float, rngs: nnx.Rngs) -> DecoderBlock:
+@functools.partial(nnx.jit, static_argnums=(0, 1, 2, 3), static_argnames=("remat",))
+def new_decoder_block(d_model: int, n_heads: int, d_ff: int, norm_epsilon: float, rngs: nnx.Rngs,
+                      remat: str = "none") -> DecoderBlock:
     """A freshly initialised block, traced on its own (the same values as building it eagerly).
 
     Why: in one whole-model trace (``nnx.eval_shape``) every rng call makes flax inspect a tracer at a
     cost proportional to everything traced so far, so a 20-layer 1B model took over a second to describe.
     One trace per block keeps abstract builds linear in depth; concrete builds compile a block once.
     """
-    return DecoderBlock(d_model, n_heads, d_ff, norm_epsilon, rngs=rngs)
+    return DecoderBlock(d_model, n_heads, d_ff, norm_epsilon, remat=remat, rngs=rngs)
 
 
 def embedding_sharding(tokens: jax.Array) -> NamedSharding | None:
@@ -402,7 +417,8 @@ class TransformerLM(RegisteredModel):
     """A small decoder-only language model: tokens (B, T) int -> next-token logits (B, T, vocab).
 
     Token embedding plus sinusoidal positions, ``n_layers`` pre-LayerNorm blocks, a final LayerNorm and
-    an untied output head without bias. The preset is a byte-level model (vocab 256).
+    an untied output head without bias. The preset is a byte-level model (vocab 256). ``remat``: what each
+    block keeps for the backward pass (:mod:`.remat`); a training setting, so not one of the options.
 
     ``loss_tile``: the loss computes the logits of this many words of the vocabulary at a time
     (:func:`language_model_loss`); by default 512 (:func:`~.lm_head.default_tile`), so a vocabulary of
@@ -415,6 +431,7 @@ class TransformerLM(RegisteredModel):
     SEQUENCE_OPTION = "max_len"
     BLOCKS_OPTION = "n_layers"
     TRANSFORMER_ESTIMATES = True
+    REMAT_POLICIES = ALL_REMAT_POLICIES
 
     @classmethod
     def options_for_data(cls, dataset: Any) -> dict[str, Any]:
@@ -427,7 +444,7 @@ class TransformerLM(RegisteredModel):
 
     def __init__(self, *, vocab: int = 256, d_model: int = 128, n_heads: int = 4, n_layers: int = 2,
                  d_ff: int | None = None, max_len: int = 128, norm_epsilon: float = 1e-5,
-                 loss_tile: int | None = None, scan_layers: bool = False, rngs: nnx.Rngs):
+                 loss_tile: int | None = None, scan_layers: bool = False, remat: str = "none", rngs: nnx.Rngs):
         resolved = self.resolve_options(dict(vocab=vocab, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
                                              loss_tile=loss_tile))
         d_ff = typing.cast(int, resolved["d_ff"])  # resolved: derived from d_model when not given
@@ -436,10 +453,10 @@ class TransformerLM(RegisteredModel):
         self.n_heads = n_heads
         self.embed = TokenEmbedding(vocab, d_model, rngs=rngs)
         if scan_layers:  # one block's program, looped: how production LMs compile (see training/layer_stack.py)
-            self.blocks = LayerStack(lambda rngs: DecoderBlock(d_model, n_heads, d_ff, norm_epsilon, rngs=rngs),
-                                     n_layers, rngs=rngs)
+            self.blocks = LayerStack(lambda rngs: DecoderBlock(d_model, n_heads, d_ff, norm_epsilon, remat=remat,
+                                                               rngs=rngs), n_layers, rngs=rngs)
         else:
-            self.blocks = nnx.List([new_decoder_block(d_model, n_heads, d_ff, norm_epsilon, rngs)
+            self.blocks = nnx.List([new_decoder_block(d_model, n_heads, d_ff, norm_epsilon, rngs, remat=remat)
                                     for _ in range(n_layers)])
         self.final_norm = nnx.LayerNorm(d_model, epsilon=norm_epsilon, rngs=rngs)
         self.head = OutputHead(d_model, vocab, rngs=rngs)
@@ -516,6 +533,10 @@ _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false"}
 _BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 
 
+# Constructor keywords that are not model options: the initialisation's rngs, and remat (a training setting).
+_NOT_OPTIONS = ("self", "rngs", "remat")
+
+
 def model_class(name: str) -> type[RegisteredModel]:
     """The registered class of model ``name``; WorkbenchError listing :data:`MODELS` if there is none."""
     if name not in _REGISTRY:
@@ -534,7 +555,7 @@ def model_options(name: str) -> dict[str, tuple[type, Any]]:
     hints = typing.get_type_hints(init)
     options = {}
     for key, parameter in inspect.signature(init).parameters.items():
-        if key not in ("self", "rngs"):
+        if key not in _NOT_OPTIONS:
             # `int | None` means "an int, derived when not given" (the transformer's d_ff).
             kind = next(t for t in typing.get_args(hints[key]) or (hints[key],) if t is not type(None))
             options[key] = (kind, parameter.default)
@@ -564,10 +585,14 @@ class ModelConfig:
     name: str
     options: dict[str, Any]
 
-    def build(self, rngs: nnx.Rngs | None = None, seed: int = 0) -> RegisteredModel:
-        """The model, initialised from ``rngs`` (default ``nnx.Rngs(seed)``)."""
-        cls = typing.cast("Callable[..., RegisteredModel]", model_class(self.name))  # built from its own options
-        return cls(**self.options, rngs=rngs if rngs is not None else nnx.Rngs(seed))
+    def build(self, rngs: nnx.Rngs | None = None, seed: int = 0, remat: str = "none") -> RegisteredModel:
+        """The model, initialised from ``rngs`` (default ``nnx.Rngs(seed)``), its blocks keeping their
+        activations as remat policy ``remat`` says (:mod:`.remat`; RematError if the model cannot apply it)."""
+        registered = model_class(self.name)
+        validate_remat(remat, self.name, registered.REMAT_POLICIES)
+        cls = typing.cast("Callable[..., RegisteredModel]", registered)  # built from its own options
+        applied = {} if remat == "none" else {"remat": remat}  # models without blocks take no remat keyword
+        return cls(**self.options, **applied, rngs=rngs if rngs is not None else nnx.Rngs(seed))
 
     def to_text(self) -> str:
         """The options as ``key=value,...`` text, which :func:`parse_model_options` reads back."""
@@ -621,14 +646,18 @@ def parse_model_options(text: str, name: str) -> dict[str, Any]:
     return parsed
 
 
-def build_model(name: str, rngs: nnx.Rngs | None = None, seed: int = 0, **overrides: Any) -> RegisteredModel:
-    """Model ``name`` with its preset and ``overrides``, initialised from ``rngs`` or ``seed``.
+def build_model(name: str, rngs: nnx.Rngs | None = None, seed: int = 0, *, remat: str = "none",
+                **overrides: Any) -> RegisteredModel:
+    """Model ``name`` with its preset and ``overrides``, initialised from ``rngs`` or ``seed``, its blocks
+    under remat policy ``remat`` (:mod:`.remat`).
 
     Example:
         >>> build_model("cnn")(jnp.zeros((2, 64))).shape
         (2, 10)
+        >>> build_model("transformer", remat="dots").blocks[0].remat
+        'dots'
     """
-    return model_config(name, **overrides).build(rngs, seed)
+    return model_config(name, **overrides).build(rngs, seed, remat)
 
 
 def abstract_model(name: str, seed: int = 0, **overrides: Any) -> RegisteredModel:

@@ -202,7 +202,8 @@ class ProcessGroup:
         status = "stopped" if self._stop_requested and self._failure is None else "failed"
         error = self._failure or ("" if status == "stopped" else "the processes ended without a summary")
         summary = {"model": self.config.model, "data": self.config.data, "mode": self.config.mode,
-                   "mesh": self.config.mesh_shape.axes, "steps": steps, "processes": self.config.processes}
+                   "mesh": self.config.mesh_shape.axes, "steps": steps, "processes": self.config.processes,
+                   "remat": self.config.remat}
         RunWriter.adopt(self.path).finish(status, **summary, **({"error": error} if error else {}))
 
     # --- control ------------------------------------------------------------------------------------

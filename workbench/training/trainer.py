@@ -821,7 +821,7 @@ class _Loop:
         config = self.config
         result = {
             "model": config.model, "data": config.data, "mode": config.mode, "mesh": self.mesh_shape.axes,
-            "processes": config.processes,
+            "processes": config.processes, "remat": config.remat,
             "steps": self.step, "final_loss": self.last.get("loss"),
             "eval": dict(self.evals) or None,
             "examples_per_s": self.train_examples / self.train_seconds if self.train_seconds else None,

@@ -8,6 +8,7 @@
 ``dp-pmap``               legacy pmap with stacked replicas
 ``fsdp``                  parameters and optimizer state sharded over ``data``, gathered layer by layer
 ``fsdp-whole-tree``       the same, the whole parameter tree gathered at once (ZeRO-3 written out)
+``fsdp-tp``               2-D: ``fsdp`` over ``data`` x ``dp-tp``'s layer split over ``model``
 ``tp``                    layers split over ``model``
 ``dp-tp``                 2-D ``data x model``
 ========================  ==================================================================
@@ -33,6 +34,7 @@ from .dp_shard_map import ShardMapDataParallel
 from .dp_tp import DataTensorParallel
 from .faults import FAULTS, Fault
 from .fsdp import FullyShardedDataParallel
+from .fsdp_tp import FullyShardedTensorParallel
 from .fsdp_whole_tree import WholeTreeShardedDataParallel
 from .registry import build_mode, describe_modes, mesh_fit, mode_class, modes_supporting, register
 from .simulated import SimulatedDataParallel
@@ -49,6 +51,7 @@ _REGISTRY = register(  # in menu order
     WholeTreeShardedDataParallel,
     TensorParallel,
     DataTensorParallel,
+    FullyShardedTensorParallel,
 )
 for _cls in _REGISTRY.values():
     validate_declaration(_cls)  # a mode that leaves a fact undeclared fails at import, naming it

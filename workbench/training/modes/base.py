@@ -30,6 +30,7 @@ from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...devices import local_devices_text, more_devices_hint
 from ...layout.mesh import DATA_AXIS, MeshShape, abstract_mesh, build_mesh, validate_device_list
 from ...layout.rules import RuleTable
+from ...layout.sharded_rules import ShardedRuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
 from .core import (TrainState, accumulate, as_per_device, validate_precision, finish_step, mean_loss_and_grads, means,
                    weighted_sums)
@@ -37,7 +38,11 @@ from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, example_shape, fit
 from .faults import FAULTS, validate_faults
 from .registry import mesh_fit
 
-PLACEMENTS = ("replicate", "shard", "tensor-parallel")
+PLACEMENTS = ("replicate", "shard", "tensor-parallel", "shard-tensor-parallel")
+# The placements that shard parameters over 'data' (gathered for the step), and those that split layers over
+# 'model' by the model's tensor-parallel rules: "shard-tensor-parallel" does both (fsdp-tp).
+DATA_SHARDED_PLACEMENTS = ("shard", "shard-tensor-parallel")
+MODEL_SPLIT_PLACEMENTS = ("tensor-parallel", "shard-tensor-parallel")
 # How a mode whose parameters are sharded over 'data' gathers them for the step.
 PARAMETER_GATHERINGS = {
     "per-layer": "each layer's parameters when the layer is called, and again in the backward pass, which "
@@ -177,7 +182,15 @@ def step_sums(setup: StepSetup, params: Any, other: Any, batch: Any) -> dict[str
 
 def placement_argument(state_placement: str, tp_rules: Any) -> Any:
     """What :func:`~workbench.layout.tree_layout.layout_tree` takes to place a state as declared:
-    ``"replicate"``, ``"shard"`` (largest divisible dimension over ``data``) or the model's rule table."""
+    ``"replicate"``, ``"shard"`` (largest divisible dimension over ``data``), the model's rule table, or that
+    table with each leaf sharded over ``data`` too (``"shard-tensor-parallel"``).
+
+    Example:
+        >>> placement_argument("shard-tensor-parallel", [(r"kernel$", "None, model")])
+        ShardedRuleTable([('kernel$', 'None, model')])
+    """
+    if state_placement == "shard-tensor-parallel":
+        return ShardedRuleTable(list(tp_rules), data_axis=DATA_AXIS)
     return RuleTable(list(tp_rules)) if state_placement == "tensor-parallel" else state_placement
 
 
@@ -194,8 +207,9 @@ class ParallelMode(abc.ABC):
         other_axes: what it does with mesh axes it does not use: ``"replicate"`` (their devices hold
             copies and repeat the work: it trains, with a warning), ``"ignore"`` (one device) or ``"refuse"``.
         batch_axis: the axis the global batch is split over; None: every device sees the whole batch.
-        state_placement: ``"replicate"``, ``"shard"`` (over ``data``) or ``"tensor-parallel"`` (the model's rules).
-        parameter_gathering: for a ``"shard"`` placement, how parameters are gathered for the step: a key
+        state_placement: ``"replicate"``, ``"shard"`` (over ``data``), ``"tensor-parallel"`` (the model's rules)
+            or ``"shard-tensor-parallel"`` (the model's rules, and each leaf over ``data`` too).
+        parameter_gathering: for a placement that shards over ``data``, how parameters are gathered for the step: a key
             of :data:`PARAMETER_GATHERINGS` (``"per-layer"`` or ``"whole-tree"``); None otherwise.
         stacked_state: the placed state holds one stacked copy per device (``pmap``).
         gradient_sync: where gradients are combined: ``none``, ``loop``, ``compiler``, ``shard_map``, ``pmap``.
@@ -245,7 +259,7 @@ class ParallelMode(abc.ABC):
         fit = mesh_fit(cls, setup.mesh)  # the registry knows which mode to offer instead
         if not fit.ok:
             raise MeshError(fit.message)
-        if cls.state_placement == "tensor-parallel" and not setup.tp_rules:
+        if cls.state_placement in MODEL_SPLIT_PLACEMENTS and not setup.tp_rules:
             raise WorkbenchError(
                 f"mode {cls.name!r} splits layers over the 'model' axis, but this model has no splittable layer pair "
                 "(a single linear layer has none): choose mlp, cnn or transformer, or a data-parallel mode"
@@ -393,10 +407,10 @@ def validate_declaration(cls: type[ParallelMode]) -> None:
         problems.append(f"state_placement {cls.state_placement!r} is not one of {PLACEMENTS}")
     if cls.other_axes not in OTHER_AXES:
         problems.append(f"other_axes {cls.other_axes!r} is not one of {tuple(OTHER_AXES)}")
-    if cls.state_placement == "shard" and cls.parameter_gathering not in PARAMETER_GATHERINGS:
+    if cls.state_placement in DATA_SHARDED_PLACEMENTS and cls.parameter_gathering not in PARAMETER_GATHERINGS:
         problems.append(f"shards its parameters but parameter_gathering {cls.parameter_gathering!r} is not one of "
                         f"{tuple(PARAMETER_GATHERINGS)}")
-    if cls.state_placement != "shard" and cls.parameter_gathering is not None:
+    if cls.state_placement not in DATA_SHARDED_PLACEMENTS and cls.parameter_gathering is not None:
         problems.append(f"declares parameter_gathering {cls.parameter_gathering!r} but does not shard its parameters")
     if cls.gradient_sync not in GRADIENT_SYNCS:
         problems.append(f"gradient_sync {cls.gradient_sync!r} is not one of {GRADIENT_SYNCS}")

@@ -48,7 +48,7 @@ class FullyShardedDataParallel(ShardedStateMode):
         WHOLE_LEAVES_ALL_REDUCE,
     )
 
-    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any) -> dict[str, Any]:
+    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any, kept: Any = None) -> dict[str, Any]:
         setup = self.setup
         layers = layer_paths(nnx.merge(setup.graphdef, shards, other))  # traced once, with the step
         bf16 = setup.precision == "bf16"
@@ -58,7 +58,8 @@ class FullyShardedDataParallel(ShardedStateMode):
             micro = cast_floats(micro, jnp.bfloat16) if bf16 else micro
 
             def objective(params):
-                value, aux = setup.loss(layered_model(setup.graphdef, params, other, dims, layers, prepare), micro)
+                model = layered_model(setup.graphdef, params, other, dims, layers, prepare, kept)
+                value, aux = setup.loss(model, micro)
                 return value.astype(jnp.float32), aux
 
             # The gradients come out of the layers' reduce-scatters summed over devices (and whole leaves'

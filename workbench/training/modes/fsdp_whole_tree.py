@@ -39,7 +39,7 @@ class WholeTreeShardedDataParallel(ShardedStateMode):
         WHOLE_LEAVES_ALL_REDUCE,
     )
 
-    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any) -> dict[str, Any]:
+    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any, kept: Any = None) -> dict[str, Any]:
         full = gather(shards, dims)  # 1. all-gather
         # 2. local gradients: gathered (and whole) leaves must be per-device before grad, or
         # JAX would sum them over devices already (the shard_map trap; see dp_shard_map.py).

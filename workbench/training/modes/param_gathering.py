@@ -21,10 +21,9 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax import lax
@@ -33,8 +32,11 @@ from jax.sharding import PartitionSpec
 from ...errors import WorkbenchError
 from ...layout.mesh import DATA_AXIS
 from ...layout.paths import leaves_with_paths
+from ...layout.specs import entry_axes, spec_entries
 from ..data_parallel import varying_axes
 from ..layer_stack import LAYER_AXIS, is_layer_stack, scan_layers
+from ..schedule_ties import computed_after as _after
+from ..schedule_ties import done_marker as _done
 
 WHOLE = -1  # a leaf no dimension of which is split over 'data': every device holds it whole
 _CONTAINERS = (nnx.List, nnx.Dict)
@@ -116,51 +118,49 @@ def owning_layer(leaf_path: str, layers: list[str]) -> str | None:
     return next((layer for layer in layers if leaf_path.startswith(layer + "/")), None)
 
 
-def gather(shards: Any, dims: Any) -> Any:
+def gather(shards: Any, dims: Any, kept: Any = None) -> Any:
     """Inside ``shard_map``: every leaf whole, all-gathered over ``data`` along its split dimension.
 
     Its transpose is a reduce-scatter: the gradient of a gathered leaf arrives summed over devices, each
     keeping its own shard. Leaves held whole (``WHOLE``) are used as they are; their gradients are summed
     by shard_map's own rule for replicated inputs (an all-reduce).
+
+    ``kept`` (a tree of ``PartitionSpec`` like ``shards``; None: none) is how each leaf stays split over
+    the mesh axes the outer shard_map leaves to the compiler (``fsdp-tp``: ``model``). Such a leaf is
+    gathered in a shard_map nested over those axes. Why: measured on XLA:CPU (JAX 0.10.2), an all-gather
+    over a manual axis inside a shard_map whose other axes are the compiler's first gathered its operand
+    over those axes too (a ``model``-split kernel became whole: no tensor parallelism left); nested, the
+    gather moves only this device's ``model`` part, and its transpose reduce-scatters only that part.
+
+    Example:
+        >>> gather({"w": jax.numpy.ones(4)}, {"w": WHOLE})["w"].shape  # whole leaves are used as they are
+        (4,)
     """
-    def one(x, dim):
+    def one(x, dim, spec):
+        if dim == WHOLE and kept is not None and DATA_AXIS not in (varying_axes(x) or ()):
+            # Marked per-device here, in the master weights' dtype, so the transpose (its gradient's sum over
+            # 'data') runs in float32: summed in bfloat16 after the cast, XLA:CPU's AllReducePromotion
+            # aborted on the reduction it was given (JAX 0.10.2, shard_map manual over 'data' alone).
+            return lax.pcast(x, DATA_AXIS, to="varying")
         if dim == WHOLE:
             return x
-        return lax.all_gather(x, DATA_AXIS, axis=dim, tiled=True)
+        if not spec:
+            return lax.all_gather(x, DATA_AXIS, axis=dim, tiled=True)
+        axes = {axis for entry in spec_entries(spec) for axis in entry_axes(entry)}
+        return jax.shard_map(lambda part: lax.all_gather(part, DATA_AXIS, axis=dim, tiled=True), in_specs=spec,
+                             out_specs=spec, axis_names=axes)(x)
 
-    return jax.tree.map(one, shards, dims)
-
-
-def _after(values: Any, *deps: Any) -> Any:
-    """``values`` unchanged, but computed from ``deps`` too, so XLA cannot compute them earlier.
-
-    Why a zero added rather than ``lax.optimization_barrier``: XLA:CPU removes optimisation barriers
-    before it schedules (its ``cse_barrier_expander``), and then merged the backward pass's re-gathers
-    into the forward pass's. ``nan_to_num(x) * 0`` is 0 for every x and XLA does not fold a float
-    multiplication by zero (it is not 0 for NaN), so the dependency stays. A leaf that is the same on
-    every device is left alone: a zero from per-device values would make it per-device.
-    """
-    zero = _done(deps)
-    if zero is None:
-        return values
-    zero_varies = varying_axes(zero) or frozenset()
-
-    def tie(leaf):
-        if not jnp.issubdtype(leaf.dtype, jnp.inexact) or not zero_varies <= (varying_axes(leaf) or frozenset()):
-            return leaf
-        return leaf + zero.astype(leaf.dtype)
-
-    return jax.tree.map(tie, values)
+    leaves, treedef = jax.tree.flatten(shards)
+    specs = _spec_leaves(kept, len(leaves))
+    return jax.tree.unflatten(treedef, [one(x, d, spec) for x, d, spec in
+                                        zip(leaves, treedef.flatten_up_to(dims), specs, strict=True)])
 
 
-def _done(values: Any) -> jax.Array | None:
-    """A float32 zero computed from every float leaf of ``values`` (None if there is none): a scalar that
-    exists only once they all do, cheap to keep for :func:`_after`."""
-    floats = [leaf for leaf in jax.tree.leaves(values) if jnp.issubdtype(leaf.dtype, jnp.inexact) and leaf.size]
-    if not floats:
-        return None
-    total = sum(jnp.nan_to_num(lax.stop_gradient(leaf[(0,) * leaf.ndim]).astype(jnp.float32)) for leaf in floats)
-    return cast(jax.Array, total * 0.0)  # a sum of arrays (there is at least one) is an array, not sum()'s 0
+def _spec_leaves(kept: Any, count: int) -> list[PartitionSpec]:
+    """``kept``'s specs in flattened order; ``count`` empty specs when it is None."""
+    if kept is None:
+        return [PartitionSpec()] * count
+    return jax.tree.leaves(kept, is_leaf=lambda x: isinstance(x, PartitionSpec))
 
 
 class _ReadOutsideItsLayer:
@@ -182,7 +182,7 @@ class _ReadOutsideItsLayer:
     __truediv__ = __rtruediv__ = __neg__ = __pow__ = _refuse
 
 
-def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any,
+def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any, kept: Any,
                 prepare: Callable[[Any], Any], args: tuple, kwargs: dict) -> Any:
     """``call(layer, *args, **kwargs)`` with the layer's parameters gathered for the call only.
 
@@ -201,7 +201,7 @@ def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any
         return call(layer, *call_args, **call_kwargs)
 
     def run(shards, rest, arrays):
-        return run_gathered(gather(shards, dims), rest, arrays)
+        return run_gathered(gather(shards, dims, kept), rest, arrays)
 
     @jax.custom_vjp
     def layer(shards, rest, arrays):
@@ -219,7 +219,7 @@ def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any
         # not to the cotangent: XLA copies a fused producer's arithmetic into the one-element read of
         # it, and the residual stream's gradient would chain those copies through every layer.
         shards, rest, arrays, done = saved
-        gathered, scatter = jax.vjp(lambda s: gather(s, dims), _after(shards, cotangent, done))
+        gathered, scatter = jax.vjp(lambda s: gather(s, dims, kept), _after(shards, cotangent, done))
         collected = [g for g, d in zip(jax.tree.leaves(gathered), jax.tree.leaves(dims), strict=True) if d != WHOLE]
         _, pullback = jax.vjp(run_gathered, gathered, rest, _after(arrays, collected[:1] or gathered))
         grad_gathered, grad_rest, grad_arrays = pullback(cotangent)
@@ -244,9 +244,9 @@ _LAYER_CLASSES: dict[type, type] = {}
 def _gathered(method: Callable) -> Callable:
     """``method`` of a layer, run with the layer's parameters gathered for the call."""
     def call(self, *args, **kwargs):
-        path, graphdef, shards, rest, dims, prepare = self._fsdp_layer
+        path, graphdef, shards, rest, dims, kept, prepare = self._fsdp_layer
         with jax.named_scope(path):  # the gathers and reduce-scatters carry the layer's name
-            return _layer_call(method, graphdef, shards, rest, dims, prepare, args, kwargs)
+            return _layer_call(method, graphdef, shards, rest, dims, kept, prepare, args, kwargs)
 
     return call
 
@@ -270,19 +270,23 @@ def _scans_gathered(cls: type) -> type:
     """
     if cls not in _LAYER_CLASSES:
         def __call__(self, x):
-            path, layer_def, shards, rest, dims, prepare = self._fsdp_layer
+            path, layer_def, shards, rest, dims, kept, prepare = self._fsdp_layer
             whole = [dim == LAYER_AXIS for dim in jax.tree.leaves(dims)]
+            specs = _spec_leaves(kept, len(whole))
             with jax.named_scope(path):
-                leaves = [gather(v, d) if w else v
-                          for v, d, w in zip(jax.tree.leaves(shards), jax.tree.leaves(dims), whole, strict=True)]
+                leaves = [gather(v, d, s) if w else v for v, d, s, w in
+                          zip(jax.tree.leaves(shards), jax.tree.leaves(dims), specs, whole, strict=True)]
                 shards = jax.tree.unflatten(jax.tree.structure(shards), leaves)
                 inner = jax.tree.unflatten(jax.tree.structure(dims), [
                     WHOLE if w or d == WHOLE else d - 1 for d, w in zip(jax.tree.leaves(dims), whole, strict=True)])
+                # Each iteration's slice lacks the stacking dimension, and so does its spec.
+                inner_kept = [PartitionSpec(*s[1:]) for s in specs]
                 call = type(self.layer).__call__
 
                 def apply_layer(layer_slice, carry):
                     shard_slice, rest_slice = layer_slice
-                    return _layer_call(call, layer_def, shard_slice, rest_slice, inner, prepare, (carry,), {})
+                    return _layer_call(call, layer_def, shard_slice, rest_slice, inner, inner_kept, prepare, (carry,),
+                                       {})
 
                 return scan_layers(apply_layer, (shards, rest), x)
 
@@ -291,13 +295,13 @@ def _scans_gathered(cls: type) -> type:
 
 
 def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: list[str],
-                  prepare: Callable[[Any], Any] = lambda params: params) -> nnx.Module:
+                  prepare: Callable[[Any], Any] = lambda params: params, kept: Any = None) -> nnx.Module:
     """Inside ``shard_map``: the model whose layers gather their parameters when called (see above).
 
     ``shards`` are this device's parameter shards, ``dims`` (same tree) the dimension of each that is
     split over ``data`` (``WHOLE``: none), ``layers`` the paths from :func:`layer_paths` and ``prepare``
     what the forward pass does to gathered parameters (e.g. cast them to bfloat16). Parameters the model
-    owns itself are gathered here, once.
+    owns itself are gathered here, once. ``kept``: see :func:`gather`.
 
     Example:
         >>> model = layered_model(graphdef, shards, other, dims, layer_paths(abstract))  # doctest: +SKIP
@@ -306,11 +310,13 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
     paths = [path for path, _ in leaves_with_paths(shards)]
     owner = [owning_layer(path, layers) for path in paths]
     values, dim_list = jax.tree.leaves(shards), jax.tree.leaves(dims)
+    kept_list = _spec_leaves(kept, len(values))
     # The model's own parameters, gathered now; each layer's stay shards until the layer is called.
-    values = [prepare(gather(v, d)) if layer is None else v
-              for v, d, layer in zip(values, dim_list, owner, strict=True)]
+    values = [prepare(gather(v, d, s)) if layer is None else v
+              for v, d, s, layer in zip(values, dim_list, kept_list, owner, strict=True)]
     model = nnx.merge(graphdef, jax.tree.unflatten(jax.tree.structure(shards), values), other)
     dim_at = dict(zip(paths, dim_list, strict=True))
+    kept_at = dict(zip(paths, kept_list, strict=True))
     for path in layers:
         module = _module_at(model, path)
         stack = is_layer_stack(module)
@@ -322,7 +328,9 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
         inside = [f"{prefix}/{leaf}" for leaf, _ in leaves_with_paths(layer_shards)]
         structure = jax.tree.structure(layer_shards)
         layer_dims = jax.tree.unflatten(structure, [dim_at[name] for name in inside])
+        layer_kept = [kept_at[name] for name in inside]  # flattened like layer_shards
         nnx.update(layer, jax.tree.unflatten(structure, [_ReadOutsideItsLayer(name) for name in inside]))
-        object.__setattr__(module, "_fsdp_layer", (path, layer_def, layer_shards, rest, layer_dims, prepare))
+        object.__setattr__(module, "_fsdp_layer",
+                           (path, layer_def, layer_shards, rest, layer_dims, layer_kept, prepare))
         module.__class__ = (_scans_gathered if stack else _calls_gathered)(type(module))
     return model

@@ -15,12 +15,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 from jax import lax
 from jax.sharding import PartitionSpec
 
+from ...layout.specs import entry_axes, spec_entries
 from .base import DATA_AXIS, ShardedJitMode
 from .core import TrainState, finish_step, means
 from .declaration import CollectiveNeed
@@ -49,17 +50,25 @@ class ShardedStateMode(ShardedJitMode):
         "vma-double-count": "it marks the gathered parameters per-device by design; the trap is shown in dp-shard-map",
     }
 
-    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any) -> dict[str, Any]:
+    # The mesh axes the step's shard_map is manual over (None: all of them). ``fsdp-tp`` names ``data`` only,
+    # leaving ``model`` to the compiler (see :mod:`.fsdp_tp`).
+    manual_axes: ClassVar[tuple[str, ...] | None] = None
+
+    def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any, kept: Any = None) -> dict[str, Any]:
         """Inside shard_map: weighted sums (see :mod:`.core`) of this device's batch shard, the gradients
-        summed over devices and sharded like ``shards``; ``dims`` gives each leaf's split dimension."""
+        summed over devices and sharded like ``shards``; ``dims`` gives each leaf's split dimension and
+        ``kept`` (None: nothing) its spec over the axes the shard_map leaves to the compiler."""
         raise NotImplementedError
 
     def _step_fn(self, state: TrainState, batch: Any, diagnostics: bool):
-        param_specs = jax.tree.map(lambda s: s.spec, self.state_shardings(state).params)
+        placed = jax.tree.map(lambda s: s.spec, self.state_shardings(state).params)
+        axes = set(self.mesh.axis_names if self.manual_axes is None else self.manual_axes)
+        param_specs = _tree_of_specs(lambda spec: only_axes(spec, axes), placed)
+        kept = None if self.manual_axes is None else _tree_of_specs(lambda spec: without_axes(spec, axes), placed)
         dims = split_dims(param_specs)
 
         def local(shards, other, batch_shard):
-            sums = self._local_sums(shards, other, batch_shard, dims)
+            sums = self._local_sums(shards, other, batch_shard, dims, kept)
             return {"grads": sums["grads"], "metrics": lax.psum(sums["metrics"], DATA_AXIS),
                     "weight": lax.psum(sums["weight"], DATA_AXIS)}
 
@@ -68,7 +77,39 @@ class ShardedStateMode(ShardedJitMode):
             mesh=self.mesh,
             in_specs=(param_specs, PartitionSpec(), PartitionSpec(DATA_AXIS)),
             out_specs={"grads": param_specs, "metrics": PartitionSpec(), "weight": PartitionSpec()},
+            axis_names=axes,
             check_vma=True,
         )(state.params, state.other, batch)
         # Updates each shard in place.
         return finish_step(self.setup.optimizer, state, means(sums), diagnostics, self.faults)
+
+
+def _tree_of_specs(change: Any, specs: Any) -> Any:
+    return jax.tree.map(change, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def only_axes(spec: PartitionSpec, axes: set[str]) -> PartitionSpec:
+    """``spec`` with only the mesh axes ``axes`` kept: what a shard_map manual over them takes.
+
+    Example:
+        >>> only_axes(PartitionSpec("data", "model"), {"data"})
+        P('data', None)
+    """
+    return _filtered(spec, lambda axis: axis in axes)
+
+
+def without_axes(spec: PartitionSpec, axes: set[str]) -> PartitionSpec:
+    """``spec`` without the mesh axes ``axes``: how a leaf stays split over the others inside such a shard_map.
+
+    Example:
+        >>> without_axes(PartitionSpec("data", "model"), {"data"})
+        P(None, 'model')
+    """
+    return _filtered(spec, lambda axis: axis not in axes)
+
+
+def _filtered(spec: PartitionSpec, keep: Any) -> PartitionSpec:
+    entries = [tuple(a for a in entry_axes(entry) if keep(a)) for entry in spec_entries(spec)]
+    if not any(entries):
+        return PartitionSpec()
+    return PartitionSpec(*(None if not e else e[0] if len(e) == 1 else e for e in entries))
