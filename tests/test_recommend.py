@@ -92,6 +92,19 @@ def test_tensor_parallelism_moves_the_boundary():
     assert split.step_s < fsdp.step_s
 
 
+def test_a_remat_policy_is_weighed_only_where_the_lighter_one_does_not_fit():
+    # dp on 8 devices with one microbatch: 1.9 GiB without remat, 0.6 GiB keeping the blocks' matmul outputs (dots),
+    # 0.4 GiB recomputing whole blocks; with 8 microbatches 0.37 GiB without remat. On 1 GiB chips:
+    options = {"d_model": 256, "n_layers": 8, "n_heads": 4, "vocab": 1024, "max_len": 1024}
+    rec = wb.recommend("transformer", "cpu", 64, seq_len=1024, model_options=options, top=0, device_memory="1GiB")
+    weighed = {(c.mode, c.accum, c.remat) for c in (*rec.candidates, *rec.unfit)}
+    assert {("dp", 1, "none"), ("dp", 1, "dots")} <= weighed and ("dp", 1, "block") not in weighed
+    assert ("dp", 8, "none") in weighed and ("dp", 8, "dots") not in weighed
+    dots = next(c for c in rec.candidates if (c.mode, c.accum, c.remat) == ("dp", 1, "dots"))
+    assert dots.plan.remat == "dots" and dots.time.compute_s > 0
+    assert "remat='dots'" in layout_code(dots)
+
+
 # --- on the 8 simulated CPU devices: trained, compiled, compared
 
 
