@@ -92,6 +92,9 @@ from .analysis import ledger_for_config as ledger_for_config
 from .analysis import ledger_for_mode as ledger_for_mode
 from .analysis import plan_training as plan_training
 from .analysis import read_profile as read_profile
+from .analysis import recommend as recommend
+from .analysis import assert_layout as assert_layout
+from .analysis import assert_step_budget as assert_step_budget
 from .analysis import run_check as run_check
 from .analysis import start_plan_verification as start_plan_verification
 from .analysis import training_verdict as training_verdict
@@ -123,7 +126,8 @@ __all__ = [
     "checkpoint_layout_change", "checkpoint_steps", "latest_checkpoint", "layout_change_text",
     # analysis
     "model_layout", "training_verdict", "ledger_for_config", "ledger_for_mode", "reference_check", "run_check",
-    "plan_training", "VerifySettings", "start_plan_verification", "read_profile",
+    "plan_training", "VerifySettings", "start_plan_verification", "read_profile", "recommend",
+    "assert_layout", "assert_step_budget",
 ]
 
 

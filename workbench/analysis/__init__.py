@@ -19,6 +19,11 @@ from .cost_model import hardware as hardware
 from .gpu_target import GPU_CHIPS as GPU_CHIPS
 from .gpu_target import gpu_compiler_problem as gpu_compiler_problem
 from .gpu_target import gpu_targets_for as gpu_targets_for
+from .layout_budget import assert_layout as assert_layout
+from .layout_budget import assert_step_budget as assert_step_budget
+from .layout_budget import layout_specs as layout_specs
+from .layout_export import budget_test_code as budget_test_code
+from .layout_export import layout_code as layout_code
 from .ledger import CommLedger as CommLedger
 from .ledger import ledger_for_mode as ledger_for_mode
 from .ledger import ledger_table as ledger_table
@@ -33,6 +38,14 @@ from .planning import TrainingPlan as TrainingPlan
 from .planning import parse_byte_size as parse_byte_size
 from .planning import plan_training as plan_training
 from .process_check import ProcessCheckReport as ProcessCheckReport
+from .recommender import RecommendationError as RecommendationError
+from .recommender import recommend as recommend
+from .recommendation import Candidate as Candidate
+from .recommendation import FamilyVerdict as FamilyVerdict
+from .recommendation import Recommendation as Recommendation
+from .recommendation import layout_settings as layout_settings
+from .layout_search import LayoutChoice as LayoutChoice
+from .step_time import StepTime as StepTime
 from .process_check import check_across_processes as check_across_processes
 from .profile_report import ProfileReport as ProfileReport
 from .profile_report import read_profile as read_profile
@@ -63,6 +76,11 @@ __all__ = [
     "HARDWARE", "Hardware", "collective_time", "group_spans_hosts", "hardware",
     "GPU_CHIPS", "gpu_compiler_problem", "gpu_targets_for",
     "INSTALL_LIBTPU", "libtpu_installed", "topologies_for",
+    # which layout: the recommendation, its records and step-time model
+    "Candidate", "FamilyVerdict", "LayoutChoice", "Recommendation", "RecommendationError", "StepTime",
+    "layout_settings", "recommend",
+    # a layout exported as code and as a budget test, and the assertions that test makes
+    "assert_layout", "assert_step_budget", "budget_test_code", "layout_code", "layout_specs",
     # checking a plan with the compiler
     "VerificationJob", "VerifySettings", "validate_verifiable", "start_plan_verification", "start_verification",
     "verify_plan", "verify_step",

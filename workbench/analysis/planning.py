@@ -63,6 +63,7 @@ from .verification import planned_hardware, verify_settings, verify_step
 # Examples (sequences for the transformer) per data-parallel replica when no global batch is given:
 # small enough to fit activations of a 1B model on a 16 GiB chip at the preset's 128 tokens.
 DEFAULT_EXAMPLES_PER_REPLICA = 16
+NOT_SIMULATED = "not simulated (simulate=False): the analytic formulas alone"
 
 
 def plan_training(
@@ -86,6 +87,7 @@ def plan_training(
     example_batch: Any = None,
     compiler: str | None = None,
     remat: str = "none",
+    simulate: bool = True,
 ) -> TrainingPlan:
     """Plan training ``model`` in ``mode`` on ``mesh`` (of any size): memory, collectives, step time.
 
@@ -135,6 +137,8 @@ def plan_training(
             ``"tpu"`` (libtpu) (:mod:`.compiler_rules`); default: ``verify``'s target, else the hardware's.
         remat: what each transformer block keeps for the backward pass (:mod:`workbench.training.remat`):
             ``none``, ``block`` or ``dots``; priced in the activations, the simulated step and the FLOPs.
+        simulate: trace the step to simulate its memory (seconds for a 1B model); False keeps the analytic
+            formulas alone (``memory_caveat`` says so), for a first pass over many layouts (:mod:`.recommender`).
 
     Raises :class:`~workbench.errors.WorkbenchError` (or a subclass) naming the bad argument and a fix.
 
@@ -224,7 +228,8 @@ def plan_training(
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = transient_params_bytes(declared, params_layout, precision, notes, abstract)
     simulated, caveat = simulated_memory(planned, declared, mesh_shape, batch, seq_len, precision, optimizer,
-                                         custom_rules, loss, example_batch, memory_rules, accum, remat)
+                                         custom_rules, loss, example_batch, memory_rules, accum, remat) \
+        if simulate else (None, NOT_SIMULATED)
     notes.append(assumption_note(precision, utilisation))
 
     plan = TrainingPlan(

@@ -367,7 +367,7 @@ def plan_config(plan: Any) -> Any:
             "mode.compile_step on a mesh this machine has"
         )
     return TrainConfig(model=plan.model, model_options=dict(plan.model_options), mode=plan.mode, mesh=str(plan.mesh),
-                       batch=plan.global_batch, optimizer=plan.optimizer, precision=plan.precision,
+                       batch=plan.global_batch, optimizer=plan.optimizer, precision=plan.precision, accum=plan.accum,
                        remat=plan.remat)
 
 

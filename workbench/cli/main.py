@@ -2,7 +2,8 @@
 
 ``workbench devices`` shows what JAX sees; ``workbench inspect`` prints an array's layout on any mesh;
 ``workbench train`` trains a model in a parallel mode; ``workbench runs`` lists and compares past runs;
-``workbench check`` checks a mode against the one-device reference; ``workbench plan`` plans a layout;
+``workbench check`` checks a mode against the one-device reference; ``workbench plan`` plans a layout and
+``workbench recommend`` chooses one;
 ``workbench lab`` starts JupyterLab on the notebooks and ``workbench app`` serves the widgets alone;
 ``workbench cache`` shows (or ``--clear``s) JAX's compilation cache.
 Bad input prints one line on stderr and exits with status 2, never a traceback; a training run that
@@ -41,6 +42,7 @@ from .exit_codes import EXIT_BAD_INPUT, EXIT_OK
 from .options import add_setup_options
 from .plan import add_plan_parser, plan_command
 from .profile import add_profile_parser, profile_command
+from .recommend import add_recommend_parser, recommend_command
 from .serve import add_server_parsers, app_command, lab_command
 from .train import train_command
 
@@ -79,6 +81,7 @@ def _build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--all-devices", action="store_true", help="list every device even on large meshes")
     _add_train_parser(commands)
     add_plan_parser(commands)
+    add_recommend_parser(commands)
     add_check_parser(commands)
     add_server_parsers(commands)
     add_profile_parser(commands)
@@ -210,6 +213,10 @@ def _cmd_plan(args) -> int:
     return plan_command(args)
 
 
+def _cmd_recommend(args) -> int:
+    return recommend_command(args)
+
+
 def _cmd_check(args) -> int:
     return check_command(args)
 
@@ -267,7 +274,8 @@ def _cmd_app(args) -> int:
 
 
 COMMANDS = {"devices": _cmd_devices, "inspect": _cmd_inspect, "train": _cmd_train, "runs": _cmd_runs, "plan": _cmd_plan,
-            "check": _cmd_check, "lab": _cmd_lab, "app": _cmd_app, "cache": _cmd_cache, "profile": _cmd_profile}
+            "recommend": _cmd_recommend, "check": _cmd_check, "lab": _cmd_lab, "app": _cmd_app, "cache": _cmd_cache,
+            "profile": _cmd_profile}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,7 +26,8 @@ from .text import tree_table as tree_table
 # Drawn with plotly, imported on first use: each figure and the module of this package that draws it. The top
 # tier reads this table too (its figures are these five).
 _FIGURES = {"layout_figure": "figures", "memory_bar_figure": "figures", "comparison_figure": "comparison_figure",
-            "timeline_figure": "profile_figures", "memory_figure": "profile_figures"}
+            "timeline_figure": "profile_figures", "memory_figure": "profile_figures",
+            "recommendation_figure": "recommend_figure"}
 
 __all__ = [
     # text views of layouts and of a profile
@@ -37,7 +38,7 @@ __all__ = [
     "OKABE_ITO", "device_color", "text_color_for",
     # plotly figures, imported on first use (comparison_figure is not here: once its module is imported, that
     # module is this package's attribute of the same name)
-    "layout_figure", "memory_bar_figure", "timeline_figure", "memory_figure",
+    "layout_figure", "memory_bar_figure", "timeline_figure", "memory_figure", "recommendation_figure",
 ]
 
 
