@@ -171,6 +171,9 @@ class _Program:
         self.ops: list[tuple[str, list[_Value], list[_Value], int]] = []  # name, ins, outs, body temporaries
         self.origin = ""  # the name stack of the equation being added
         self.first_block_at_peak = 0  # bytes made by the first block's forward pass, live at the peak
+        # Per loop (by its outputs' list), the first block's bytes live at its body's peak: a loop over microbatches
+        # (gradient accumulation) runs every block inside its body, so each further block adds there.
+        self.body_blocks: dict[int, int] = {}
         self.broadcasts: dict[tuple, _Value] = {}  # implicit broadcasts, by operand and shape (XLA's CSE)
 
     def value(self, aval: Any, spec: AxesPerDimension) -> _Value:
@@ -218,10 +221,12 @@ class _Program:
             return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
         body = 0
         if name in _LOOPS:
-            body, specs = _loop_temporaries(eqn, ins, self.sizes, self.rules, local)
+            body, body_block, specs = _loop_temporaries(eqn, ins, self.sizes, self.rules, local)
         else:
             specs = _propagate(eqn, ins, local)
         outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs, strict=False)]
+        if body:
+            self.body_blocks[id(outs)] = body_block
         for out, start in zip(outs, _carried_in(eqn, ins), strict=False):
             out.carried = start
         if name in _VIEWS and ins and ins[0] is not None and len(outs) == 1:
@@ -281,10 +286,12 @@ def _carried_in(eqn: Any, ins: list[Any]) -> list[Any]:
     return []
 
 
-def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules, local: bool) -> tuple[int, list]:
+def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules,
+                      local: bool) -> tuple[int, int, list]:
     """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
-    iteration (a scan's body sees one slice of each scanned input, split as that input is); and the
-    shardings of its outputs, as its body leaves them (a scan's stacked outputs: split as one iteration's)."""
+    iteration (a scan's body sees one slice of each scanned input, split as that input is); of those, the first
+    block's forward buffers (see :func:`_peak`); and the shardings of its outputs, as its body leaves them (a
+    scan's stacked outputs: split as one iteration's)."""
     bodies = []  # (body jaxpr, the specs of its inputs)
     specs = [v.spec if v is not None else () for v in ins]
     name, params = eqn.primitive.name, eqn.params
@@ -308,7 +315,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         for value in inputs:
             value.is_arg = value.materialised = True
         outputs = program.inline(body, inputs, local=local)
-        peaks.append(_simulate(program, inputs, outputs))
+        peaks.append((_simulate(program, inputs, outputs), program.first_block_at_peak))
         body_out_specs.append([v.spec if v is not None else () for v in outputs])
     out_specs = _propagate(eqn, ins, local)
     if not local and body_out_specs:
@@ -319,7 +326,8 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
             out_specs = carry + stacked
         else:  # a while loop's carry, a cond's branch outputs
             out_specs = body_out_specs[-1]
-    return max(peaks, default=0), out_specs
+    peak, block = max(peaks, default=(0, 0))
+    return peak, block, out_specs
 
 
 # --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------
@@ -722,7 +730,7 @@ def _peak(program: _Program, running: list) -> tuple[int, int]:
                 first_block.add(id(out))
                 block_live += out.nbytes
         if live + body > peak:
-            peak, block_at_peak = live + body, block_live
+            peak, block_at_peak = live + body, block_live + (program.body_blocks.get(id(outs), 0) if body else 0)
         for value in ins:
             for buffer in _buffers(value):
                 free(buffer, position)
