@@ -515,17 +515,31 @@ def _demand(value: _Value) -> None:
         value.materialised = True
 
 
-def _duplicable(name: str, ins: list, outs: list, consumers: dict[int, int], rules: CompilerRules) -> bool:
+def _duplicable(name: str, ins: list, outs: list, consumers: dict[int, int], rules: CompilerRules,
+                divisors: set[int]) -> bool:
     """Whether XLA recomputes this fused work inside each of its consumers rather than storing it: not for
-    an expensive float op read twice, nor (XLA:CPU) a broadcast of a non-scalar read twice."""
+    an expensive float op read twice, nor (XLA:CPU) a broadcast of a non-scalar read twice, unless only as a
+    divisor (``divisors``): XLA's algebraic simplifier turns ``a / broadcast(b)`` into ``a * broadcast(1 / b)``,
+    each reader its own small reciprocal (measured: a softmax's row sums, read by its forward and backward
+    divisions, are broadcast inside both fusions on XLA:CPU, never stored)."""
     if not any(consumers.get(id(out), 0) > 1 for out in outs):
         return True
     floats = [out.dtype for out in outs if out.dtype is not None and out.dtype.kind == "f"]
     if any(rules.is_expensive(name, dtype.name) for dtype in floats):
         return False
     if name == "broadcast_in_dim" and rules.stores_shared_broadcasts:
-        return not ins or math.prod(ins[0].shape) <= 1
+        return not ins or math.prod(ins[0].shape) <= 1 or all(id(out) in divisors for out in outs)
     return True
+
+
+def _divisors_only(program: _Program) -> set[int]:
+    """The ids of values every reader of which divides by them (see :func:`_duplicable`)."""
+    divisors: set[int] = set()
+    other: set[int] = set()
+    for name, ins, _, _ in program.ops:
+        for position, value in enumerate(ins):
+            (divisors if name == "div" and position == 1 else other).add(id(value))
+    return divisors - other
 
 
 def _schedule(running: list) -> list:
@@ -650,8 +664,9 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
                         _demand(value)
             if name in _IN_PLACE and ins and _reads_only_inputs(_source(ins[0])):
                 _source(ins[0]).materialised = True  # zeros a scatter writes into: stored at the start (below)
+    divisors = _divisors_only(program)
     for name, ins, outs, _ in program.ops:
-        if name in _FUSIBLE and not _duplicable(name, ins, outs, consumers, program.rules):
+        if name in _FUSIBLE and not _duplicable(name, ins, outs, consumers, program.rules, divisors):
             for out in outs:
                 out.materialised = True
     for value in outputs:
