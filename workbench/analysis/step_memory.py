@@ -13,7 +13,8 @@ consumers unless one cannot take it fused (a matmul, collective, scatter, loop);
 buffer; reductions and gathers store only their result. Where XLA's compilers differ (bf16 takes 4 bytes on
 XLA:CPU; XLA:GPU recomputes a softmax's exponentials) the simulation follows one compiler's
 :class:`~.compiler_rules.CompilerRules`.
-Outside ``shard_map`` each value's sharding is propagated from the step's inputs as the partitioner does.
+Outside ``shard_map``, and inside one over the mesh axes it leaves to the compiler, each value's sharding is
+propagated from the step's inputs as the partitioner does.
 
 Example:
     >>> from workbench.training.config import TrainConfig
