@@ -60,19 +60,10 @@ def _compiled_peak(step) -> int:
             + stats.temp_size_in_bytes)
 
 
-# JAX 0.12's XLA:CPU (CI's newest stack) holds less than 0.10.2's on two steps, which the simulation does not
-# follow yet: plan / compiler 1.154 (fsdp-whole-tree) and 1.159 (tp, 4 heads over 8 devices: 0.12 splits the
-# attention over them); on JAX 0.10.2 the same steps measure 1.06 and 1.13. Strict: a fix shows as a pass.
-NEWER_XLA = tuple(int(part) for part in jax.__version__.split(".")[:2]) >= (0, 12)
-LEANER_ON_NEWER_XLA = {("fsdp-whole-tree", "data=8"), ("tp", "model=8")}
-
-
 def _matrix_params():
     for row in MATRIX:
         model, options, mode, mesh, precision, _ = row
-        leaner = NEWER_XLA and (mode, mesh) in LEANER_ON_NEWER_XLA
-        yield pytest.param(*row, id=f"{model}{'-scanned' * bool(options.get('scan_layers'))}-{mode}-{mesh}-{precision}",
-                           marks=pytest.mark.xfail(leaner, reason="JAX 0.12's XLA:CPU holds less", strict=True))
+        yield pytest.param(*row, id=f"{model}{'-scanned' * bool(options.get('scan_layers'))}-{mode}-{mesh}-{precision}")
 
 
 @pytest.mark.parametrize("model,options,mode,mesh,precision,batch", list(_matrix_params()))
