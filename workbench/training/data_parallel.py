@@ -301,6 +301,11 @@ def varying_axes(value: Any) -> frozenset[str] | None:
         aval = value if isinstance(value, jax.ShapeDtypeStruct) else jax.typeof(value)
     except Exception:  # noqa: BLE001 - a value JAX cannot type: "cannot say", as documented
         return None
+    return type_varying_axes(aval)
+
+
+def type_varying_axes(aval: Any) -> frozenset[str] | None:
+    """:func:`varying_axes` of a type (a jaxpr variable's ``aval``); None if this JAX cannot say."""
     for getter in (
         lambda a: a.mat.varying,
         lambda a: a.vma,
