@@ -12,9 +12,8 @@ Which values are buffers follows XLA's own rules, each checked against XLA:CPU's
 consumers unless one cannot take it fused (a matmul, collective, scatter, loop); views are their operand's
 buffer; reductions and gathers store only their result. Where XLA's compilers differ (bf16 takes 4 bytes on
 XLA:CPU; XLA:GPU recomputes a softmax's exponentials) the simulation follows one compiler's
-:class:`~.compiler_rules.CompilerRules`.
-Outside ``shard_map``, and inside one over the mesh axes it leaves to the compiler, each value's sharding is
-propagated from the step's inputs as the partitioner does.
+:class:`~.compiler_rules.CompilerRules`. Outside ``shard_map``, and inside one over the axes it leaves to the
+compiler, each value's sharding is propagated from the step's inputs as the partitioner does.
 
 Example:
     >>> from workbench.training.config import TrainConfig
