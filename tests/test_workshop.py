@@ -463,3 +463,15 @@ def test_a_layout_that_does_not_fit_fails_however_fast():
     fleet = {**workshop.BEAT_FLEET, "model_options": seven_b, "target": "gpu:h100:8", "global_batch": 16}
     result = workshop.check_beat_the_recommender({"mode": "dp", "mesh": "data=8", "remat": "none", "accum": 1}, fleet)
     assert result.status == "failed" and "does not fit is no step" in result.message, result.message
+
+
+def test_notebook_03s_layout_answer_passes_and_its_exercise_starts_unanswered():
+    notebook = nbformat.read(DEBUG_LAYOUTS, as_version=4)
+    answer = {}
+    exec(answer_blocks(notebook)["beat-the-recommender"], answer)
+    assert workshop.check_beat_the_recommender(answer["ANSWER_LAYOUT"]).passed
+    exercise = next(c.source for c in notebook.cells
+                    if c.cell_type == "code" and "# EXERCISE beat-the-recommender" in c.source)
+    starting = {"workshop": workshop}
+    exec(exercise, starting)
+    assert workshop.check_beat_the_recommender(starting["ANSWER_LAYOUT"]).status == "unanswered"
