@@ -16,6 +16,7 @@ import pytest
 import workbench as wb
 from widgets.common import Selection
 from widgets.recommend_panel import RecommendPanel
+from widgets.verify_panel import VerifyPanel
 from widgets.workbench_widget import Workbench
 from helpers import poll
 
@@ -126,6 +127,13 @@ def test_a_fleet_larger_than_this_machine_is_used_for_planning_and_the_status_sa
     assert panel.selection.mesh_shape().size == 16
     level, text = _last(panel)
     assert level == "warning" and "abstract mesh" in text and "needs 16 devices" in text
+    assert not panel.selection.verdict().trains  # the Train tab refuses it, with its own verdict
+    verify = VerifyPanel(panel.selection)  # the Inspect tab's: it compiles the 16-device step, nothing refused
+    try:
+        assert verify.readiness.value == "" and not verify.verify_button.disabled
+        assert "gpu:h100:16" in verify.target.options
+    finally:
+        verify.close()
 
 
 def test_cancel_stops_a_running_recommendation_and_leaves_no_child_process():
