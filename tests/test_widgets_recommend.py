@@ -77,6 +77,7 @@ def test_the_tab_recommends_a_compiled_layout_and_explains_it(recommended):
     level, text = _last(panel)
     assert level == "ok" and "verified by the compiler" in text
     assert answer.chosen.mode in panel.table.value and "rank" in panel.table.value
+    assert "transformer on cpu (8 chips), batch 64 x 16 tokens, sgd, fp32" in panel.table.value
     names = {trace.name for trace in panel.figure.data}
     assert "chosen" in names and answer.chosen.mode in names
     assert all(f"{family.mode} ({family.verdict})" in panel.families.value for family in answer.rejected)

@@ -238,7 +238,13 @@ class RecommendPanel(widgets.VBox):
         best = answer.chosen
         figure = wb.views.recommendation_figure(answer)
         self.recommendation = answer
-        self.table.value = f'<pre style="overflow-x:auto;font-size:12px">{html.escape(answer.table(SHOWN_ROWS))}</pre>'
+        # The caption says what was asked: the selection may change after the answer, the answer does not.
+        tokens = f" x {answer.seq_len:,} tokens" if answer.seq_len else ""
+        caption = (f"{answer.model} on {answer.target} ({answer.devices:,} chips), batch {answer.global_batch:,}"
+                   f"{tokens}, {answer.optimizer}, {answer.precision}: {answer.analysed} layouts analysed, "
+                   f"{len(answer.candidates)} fit")
+        rows = html.escape(answer.table(SHOWN_ROWS))
+        self.table.value = f'<b>{html.escape(caption)}</b><pre style="overflow-x:auto;font-size:12px">{rows}</pre>'
         replace_figure(self.figure, figure)
         self._figure_frame.layout.display = None
         lines = [level_html(f"{family.mode} ({family.verdict}): {family.reason}", "info") for family in answer.rejected]

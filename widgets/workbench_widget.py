@@ -50,7 +50,7 @@ class Workbench(widgets.VBox):
                                           self.dashboard, self.recommender])
         self.tabs.titles = TAB_TITLES
         header = widgets.HTML("<b>Sharding Workbench</b> — pick a mesh and a mode, see where every array lives, "
-                              "then train and check gradient synchronisation.")
+                              "then train and check gradient synchronisation; or ask which layout (Recommend).")
         super().__init__([header, self.tabs], layout=widgets.Layout(width="100%"), **kwargs)
 
     def close(self) -> None:
