@@ -9,8 +9,9 @@ from widgets import Workbench
 def test_workbench_composes_every_widget_on_one_selection():
     bench = Workbench()
     try:
-        assert len(bench.tabs.children) == 5 and bench.tabs.titles[0] == "1 · Mesh"
-        for part in (bench.mesh_picker, bench.mode_selector, bench.spec_editor, bench.inspector, bench.dashboard):
+        assert len(bench.tabs.children) == 6 and bench.tabs.titles[0] == "1 · Mesh"
+        for part in (bench.mesh_picker, bench.mode_selector, bench.spec_editor, bench.inspector, bench.dashboard,
+                     bench.recommender):
             assert part.selection is bench.selection
     finally:
         bench.close()

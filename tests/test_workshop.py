@@ -419,3 +419,59 @@ def test_notebook_04s_answer_passes_and_its_exercise_starts_unanswered():
     namespace = {}
     exec(exercise, namespace)  # its last line is the check, run on the placeholder
     assert workshop.check_restored_shard_shape(namespace["ANSWER_RESTORED_SHARD"]).status == "unanswered"
+
+
+# --- beat the recommender (notebook 03, part 8) ----------------------------------------------------------------
+
+RECOMMENDED = {"mode": "dp-tp", "mesh": "data=16,model=4", "remat": "none", "accum": 1}  # recommend's choice today
+
+
+def test_the_recommenders_own_layout_passes_and_names_what_bounds_it():
+    result = workshop.check_beat_the_recommender(RECOMMENDED)
+    assert result.passed and result.message.startswith("as fast as the recommender")
+    assert result.message.count("bound by compute") == 2
+
+
+def test_a_slower_layout_fails_and_says_what_bounds_each():
+    result = workshop.check_beat_the_recommender({"mode": "dp", "mesh": "data=64", "remat": "none", "accum": 1})
+    assert result.status == "failed" and result.message.startswith("1.99x the recommender's step time")
+    assert "all-reduce of gradients" in result.message and "links between hosts" in result.message
+    assert "bound by compute" in result.message and "shard fewer ways over 'data'" in result.message
+
+
+@pytest.mark.parametrize(("layout", "hint"), [
+    ({"mode": "dp-tp", "mesh": "data=8,model=8"}, "a smaller 'model' axis"),
+    ({"remat": "block"}, "your remat policy recomputes"),
+    ({"accum": 8}, "use fewer microbatches"),
+])
+def test_each_slower_choice_gets_its_own_hint(layout, hint):
+    result = workshop.check_beat_the_recommender({**RECOMMENDED, **layout})
+    assert result.status == "failed" and hint in result.message, result.message
+
+
+def test_a_layout_the_fleet_cannot_have_or_a_half_answer_says_so():
+    wrong_size = workshop.check_beat_the_recommender({**RECOMMENDED, "mesh": "data=2,model=4"})
+    assert wrong_size.status == "failed" and "the fleet is 64 chips" in wrong_size.message
+    no_model_axis = workshop.check_beat_the_recommender({**RECOMMENDED, "mode": "tp", "mesh": "data=64"})
+    assert no_model_axis.status == "failed" and "needs a mesh axis 'model'" in no_model_axis.message
+    assert workshop.check_beat_the_recommender({**RECOMMENDED, "remat": ...}).status == "unanswered"
+    assert "exactly the keys" in workshop.check_beat_the_recommender({"mode": "dp"}).message
+
+
+def test_a_layout_that_does_not_fit_fails_however_fast():
+    seven_b = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "vocab": 32000, "max_len": 2048}  # 107 GB under dp
+    fleet = {**workshop.BEAT_FLEET, "model_options": seven_b, "target": "gpu:h100:8", "global_batch": 16}
+    result = workshop.check_beat_the_recommender({"mode": "dp", "mesh": "data=8", "remat": "none", "accum": 1}, fleet)
+    assert result.status == "failed" and "does not fit is no step" in result.message, result.message
+
+
+def test_notebook_03s_layout_answer_passes_and_its_exercise_starts_unanswered():
+    notebook = nbformat.read(DEBUG_LAYOUTS, as_version=4)
+    answer = {}
+    exec(answer_blocks(notebook)["beat-the-recommender"], answer)
+    assert workshop.check_beat_the_recommender(answer["ANSWER_LAYOUT"]).passed
+    exercise = next(c.source for c in notebook.cells
+                    if c.cell_type == "code" and "# EXERCISE beat-the-recommender" in c.source)
+    starting = {"workshop": workshop}
+    exec(exercise, starting)
+    assert workshop.check_beat_the_recommender(starting["ANSWER_LAYOUT"]).status == "unanswered"

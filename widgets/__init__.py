@@ -1,5 +1,5 @@
 """The ipywidgets UI over :mod:`workbench`'s public API (mesh picker, mode selector and its verdict, spec
-editor, inspector, dashboard).
+editor, inspector, dashboard, recommender).
 
 Widgets only present what the engine computes: anything a widget does, a script or the CLI can do too.
 ``Workbench()`` composes them all and is the notebooks' one-line entry point.
@@ -18,8 +18,8 @@ import workbench as _workbench  # noqa: F401  (simulated devices are configured 
 _EXPORTS = {
     "Selection": "common", "StatusArea": "common", "guarded": "common", "TrainingDashboard": "dashboard",
     "ShardingInspector": "inspector", "MeshPicker": "mesh_picker", "MeshVerdict": "mesh_verdict",
-    "ModeSelector": "mode_selector", "ProfilePanel": "profile_panel", "SpecEditor": "spec_editor",
-    "VerifyPanel": "verify_panel",
+    "ModeSelector": "mode_selector", "ProfilePanel": "profile_panel", "RecommendPanel": "recommend_panel",
+    "SpecEditor": "spec_editor", "VerifyPanel": "verify_panel",
     "Workbench": "workbench_widget",
 }
 
@@ -32,6 +32,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "MeshPicker", "MeshVerdict", "ModeSelector", "ProfilePanel", "Selection", "ShardingInspector", "SpecEditor",
-    "StatusArea", "TrainingDashboard", "VerifyPanel", "Workbench", "guarded",
+    "MeshPicker", "MeshVerdict", "ModeSelector", "ProfilePanel", "RecommendPanel", "Selection", "ShardingInspector",
+    "SpecEditor", "StatusArea", "TrainingDashboard", "VerifyPanel", "Workbench", "guarded",
 ]

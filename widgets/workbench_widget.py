@@ -1,8 +1,9 @@
 """Workbench: every widget in one, sharing one selection. ``Workbench()`` is the notebooks' entry point.
 
 Tabs follow the order a user thinks in: the mesh, the model and mode, the specs, the layout of every
-array, then training. All tabs read and write one :class:`~widgets.common.Selection`, so changing the
-mesh in the first tab changes what the inspector draws, and choosing ``fsdp`` shows FSDP's layout.
+array, then training, and last "which layout?" (the recommender), whose answer sets the others. All tabs read
+and write one :class:`~widgets.common.Selection`, so changing the mesh in the first tab changes what the
+inspector draws, and choosing ``fsdp`` shows FSDP's layout.
 
 Example:
     >>> wb_widget = Workbench(model="mlp", mesh="data=4,model=2", mode="dp-tp")
@@ -19,13 +20,14 @@ from .dashboard import TrainingDashboard
 from .inspector import ShardingInspector
 from .mesh_picker import MeshPicker
 from .mode_selector import ModeSelector
+from .recommend_panel import RecommendPanel
 from .spec_editor import SpecEditor
 
-TAB_TITLES = ("1 · Mesh", "2 · Model & mode", "3 · Specs", "4 · Inspect", "5 · Train")
+TAB_TITLES = ("1 · Mesh", "2 · Model & mode", "3 · Specs", "4 · Inspect", "5 · Train", "6 · Recommend")
 
 
 class Workbench(widgets.VBox):
-    """The mesh picker, mode selector, spec editor, sharding inspector and training dashboard, as tabs.
+    """The mesh picker, mode selector, spec editor, sharding inspector, training dashboard and recommender, as tabs.
 
     Args:
         model, mesh, mode: where to start (any registered model, mesh text, parallel mode); the mesh defaults to
@@ -43,15 +45,17 @@ class Workbench(widgets.VBox):
         self.spec_editor = SpecEditor(self.selection)
         self.inspector = ShardingInspector(self.selection)
         self.dashboard = TrainingDashboard(self.selection, run_root=run_root)
+        self.recommender = RecommendPanel(self.selection)
         self.tabs = widgets.Tab(children=[self.mesh_picker, self.mode_selector, self.spec_editor, self.inspector,
-                                          self.dashboard])
+                                          self.dashboard, self.recommender])
         self.tabs.titles = TAB_TITLES
         header = widgets.HTML("<b>Sharding Workbench</b> — pick a mesh and a mode, see where every array lives, "
-                              "then train and check gradient synchronisation.")
+                              "then train and check gradient synchronisation; or ask which layout (Recommend).")
         super().__init__([header, self.tabs], layout=widgets.Layout(width="100%"), **kwargs)
 
     def close(self) -> None:
-        """Stop any training or verification this workbench started, then close its widgets."""
+        """Stop any training, verification or recommendation this workbench started, then close its widgets."""
+        self.recommender.close()
         self.dashboard.close()
         self.inspector.close()
         super().close()

@@ -14,6 +14,7 @@ wrong and points at the idea to revisit, and which shows as one line in a notebo
 :func:`check_process_rows`          predict which rows of the global batch process 1 of 2 loads
 :func:`check_restored_shard_shape`  predict a leaf's shard shape once an fsdp checkpoint is restored under dp-tp
 :func:`check_dominant_collective`   read which collective kind dominates a profiled fsdp step, and its bytes
+:func:`check_beat_the_recommender`  pick a layout for a 1.3B model on 64 H100s at least as fast as recommend's
 ================================  ==========================================================================
 
 Example:
@@ -37,10 +38,13 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .analysis.collectives import COLLECTIVE_KINDS
 from .analysis.model_layout import model_layout
+from .analysis.planning import plan_training
+from .analysis.recommender import recommend
 from .analysis.reference_check import run_check
 from .analysis.step_ledger import ledger_for_config
+from .analysis.step_time import StepTime, step_time
 from .errors import MeshError, RunError, WorkbenchError
-from .formatting import align_columns, format_bytes
+from .formatting import align_columns, format_bytes, format_seconds
 from .layout.mesh import build_mesh
 from .layout.specs import format_spec
 from .training.config import TrainConfig
@@ -735,3 +739,84 @@ def check_dominant_collective(answer: Any, report: Any) -> ExerciseResult:
                           f"{len(truth['ops'])} ops carry {truth['bytes']:,} B per device per step" +
                           (f": {story}" if story else "") + ". On simulated devices the times are mostly copying and "
                           "waiting: profile again and the order may change, the bytes will not")
+
+
+# --- 9. beat the recommender (notebook 03) ---------------------------------------------------------------------
+
+# The fleet of the exercise: the README's 1.3B transformer on 64 H100s (8 hosts of 8), 128 sequences of 2,048 tokens.
+# Pure dp is the first guess and twice too slow here: its gradient all-reduce crosses hosts and outlasts the maths.
+BEAT_FLEET: dict[str, Any] = {
+    "model": "transformer", "target": "gpu:h100:64", "global_batch": 128, "seq_len": 2048,
+    "model_options": {"d_model": 2048, "n_layers": 24, "n_heads": 16, "vocab": 32000, "max_len": 2048},
+}
+LAYOUT_KEYS = ("mode", "mesh", "remat", "accum")
+SAME_TIME = 1e-9  # relative: the same layout priced twice is the same float; a tie is a tie
+
+
+def _priced(layout: dict[str, Any], recommended: Any) -> tuple[Any, StepTime]:
+    """``layout`` planned on the fleet ``recommended`` (a Recommendation) was for, by the formulas and on its
+    chips (as :func:`recommend` ranks before it simulates), and its step time. WorkbenchError for a layout the
+    fleet cannot have (a mesh of another size, a mode the mesh does not suit)."""
+    best = recommended.chosen.plan
+    plan = plan_training(best.model, dict(best.model_options), str(layout["mesh"]), layout["mode"],
+                         hardware=best.hardware, global_batch=recommended.global_batch, seq_len=recommended.seq_len,
+                         optimizer=recommended.optimizer, precision=recommended.precision,
+                         utilisation=recommended.utilisation, accum=int(layout["accum"]), remat=layout["remat"],
+                         simulate=False)
+    if plan.mesh.size != recommended.devices:
+        raise WorkbenchError(f"the fleet is {recommended.devices:,} chips but mesh {plan.mesh} has "
+                             f"{plan.mesh.size:,} devices: use every chip")
+    return plan, step_time(plan)
+
+
+def _why_slower(mine: StepTime, theirs: StepTime, layout: dict[str, Any]) -> str:
+    """What to change, from what sets the learner's step time."""
+    if mine.bound_kind == "overlapped":
+        return ("your collectives over 'data' outlast the maths they should hide behind: shard fewer ways over "
+                "'data' (a small 'model' axis inside a host takes the rest) so each chip syncs less")
+    if layout["remat"] != "none" and mine.compute_s > theirs.compute_s:
+        return "your remat policy recomputes the forward pass: use the lightest policy that still fits"
+    if int(layout["accum"]) > 1:
+        return ("each microbatch repeats the collectives over 'model' on smaller matmuls: use fewer microbatches "
+                "while the step fits")
+    if mine.exposed_s > theirs.exposed_s:
+        return ("your collectives over 'model' are not overlapped and add to every step: a smaller 'model' axis, "
+                "kept within a host's fast links")
+    return "compare the compute and collective parts of the two steps above"
+
+
+def check_beat_the_recommender(answer: Any, fleet: dict[str, Any] | None = None) -> ExerciseResult:
+    """Check a layout ``{"mode", "mesh", "remat", "accum"}`` for ``fleet`` (default :data:`BEAT_FLEET`): it passes
+    when it fits the chips and its predicted step time is at most that of :func:`recommend`'s choice. Both are
+    priced by the planner the same way (the formulas, each collective on the link it crosses, data collectives
+    overlapping the maths), and the message says what bounds each.
+
+    Example:
+        >>> check_beat_the_recommender({"mode": "dp", "mesh": "data=64", "remat": "none", "accum": 1}).status
+        'failed'
+    """
+    name = "beat-the-recommender"
+    fleet = BEAT_FLEET if fleet is None else fleet
+    if (result := _unanswered_dict(name, answer, LAYOUT_KEYS, "your layout's setting")) is not None:
+        return result
+    recommended = recommend(fleet["model"], fleet["target"], fleet["global_batch"], seq_len=fleet.get("seq_len"),
+                            model_options=fleet.get("model_options"), top=0, verify=False)
+    best = recommended.chosen
+    try:
+        plan, mine = _priced(answer, recommended)
+    except (WorkbenchError, TypeError, ValueError) as error:  # a mesh that is not text, an accum that is no number
+        return ExerciseResult(name, "failed", f"that layout cannot run on {fleet['target']}: {error}")
+    theirs = best.time
+    yours = f"{answer['mode']} on {plan.mesh}, remat {answer['remat']}, {int(answer['accum'])} microbatch(es)"
+    ours = f"{best.mode} on {best.mesh}, remat {best.remat}, {best.accum} microbatch(es)"
+    if plan.peak_bytes > plan.device_memory:
+        return ExerciseResult(name, "failed", f"{yours} needs {format_bytes(plan.peak_bytes)} per chip and an "
+                              f"{plan.hardware.name} has {format_bytes(plan.device_memory)}: a faster step that "
+                              "does not fit is no step; shard the state (fsdp) or recompute (remat)")
+    both = (f"yours, {yours}: {format_seconds(mine.step_s)} a step, bound by {mine.bound}. The recommender's, "
+            f"{ours}: {format_seconds(theirs.step_s)}, bound by {theirs.bound}")
+    if mine.step_s <= theirs.step_s * (1 + SAME_TIME):
+        won = "as fast as" if mine.step_s >= theirs.step_s * (1 - SAME_TIME) else "faster than"
+        return ExerciseResult(name, "passed", f"{won} the recommender: {both}")
+    return ExerciseResult(name, "failed", f"{mine.step_s / theirs.step_s:.2f}x the recommender's step time: {both}. "
+                          f"{_why_slower(mine, theirs, answer)}")

@@ -1,0 +1,174 @@
+"""The Recommend tab, headless, with the real engine: it recommends a layout for a small transformer on the 8
+simulated CPU devices (the best one compiled), "Use this layout" sets the selection every other tab shows,
+Cancel stops a running recommendation and leaves no child process, and bad input is shown inline with the last
+answer kept.
+
+Waits are generous and nothing is timed: the machine may be busy.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+import workbench as wb
+from widgets.common import Selection
+from widgets.recommend_panel import RecommendPanel
+from widgets.verify_panel import VerifyPanel
+from widgets.workbench_widget import Workbench
+from helpers import poll
+
+WAIT_S = 600  # a compile in a child process: seconds when quiet, far more on a busy machine
+SMALL = {"d_model": 32, "n_heads": 4, "n_layers": 1, "vocab": 32, "max_len": 16}
+
+
+def _children() -> list[int]:
+    """This process's child processes, read from /proc."""
+    found = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _last(panel: RecommendPanel) -> tuple[str, str]:
+    """The panel's last (level, text) status: one was shown."""
+    last = panel.status.last
+    assert last is not None
+    return last
+
+
+def _panel(**inputs) -> RecommendPanel:
+    selection = Selection(model="transformer", model_options=SMALL, mesh="data=8", mode="dp",
+                          options={"optimizer": "sgd", "precision": "fp32"})
+    panel = RecommendPanel(selection)
+    panel.target.value, panel.batch.value, panel.seq_len.value, panel.top.value = "cpu", 64, 16, 1
+    for name, value in inputs.items():
+        getattr(panel, name).value = value
+    return panel
+
+
+@pytest.fixture(scope="module")
+def recommended():
+    """One panel that has recommended (its best layout compiled): the tests read it, none changes its answer."""
+    bench = Workbench(model="transformer", mesh="data=8")
+    panel = bench.recommender
+    bench.selection.model_options = SMALL
+    bench.selection.options = {"optimizer": "sgd", "precision": "fp32", "batch": 64}
+    panel.target.value, panel.batch.value, panel.seq_len.value, panel.top.value = "cpu", 64, 16, 1
+    panel.recommend()
+    assert panel.running
+    answer = panel.wait(WAIT_S)
+    assert answer is not None, panel.status.messages
+    yield bench
+    bench.close()
+
+
+def test_the_tab_recommends_a_compiled_layout_and_explains_it(recommended):
+    panel = recommended.recommender
+    answer = panel.recommendation
+    assert answer is not None and answer.devices == 8 and answer.chosen.verified
+    level, text = _last(panel)
+    assert level == "ok" and "verified by the compiler" in text
+    assert answer.chosen.mode in panel.table.value and "rank" in panel.table.value
+    assert "transformer on cpu (8 chips), batch 64 x 16 tokens, sgd, fp32" in panel.table.value
+    names = {trace.name for trace in panel.figure.data}
+    assert "chosen" in names and answer.chosen.mode in names
+    assert all(f"{family.mode} ({family.verdict})" in panel.families.value for family in answer.rejected)
+    assert not panel.running and not panel.recommend_button.disabled and panel.cancel_button.disabled
+
+
+def test_use_this_layout_sets_the_selection_the_other_tabs_show(recommended):
+    panel, selection = recommended.recommender, recommended.selection
+    candidate = panel.recommendation.candidates[1]  # a picked one, not only the chosen
+    panel.pick.value = 1
+    panel.use_button.click()
+    assert (selection.mode, selection.mesh) == (candidate.mode, str(candidate.mesh))
+    assert selection.options["accum"] == candidate.accum and selection.options["remat"] == candidate.remat
+    assert selection.options["batch"] == 64 and selection.options["optimizer"] == "sgd"
+    assert recommended.mode_selector.mode.value == candidate.mode
+    assert recommended.mesh_picker.mesh_text.value.replace(" ", "") == str(candidate.mesh).replace(" ", "")
+    assert selection.train_config().mesh == str(candidate.mesh)
+    level, text = _last(panel)
+    assert level == "ok" and "Train trains it here" in text
+
+
+def test_export_shows_the_code_and_the_budget_test(recommended):
+    panel = recommended.recommender
+    panel.pick.value = 0
+    panel.code_button.click()
+    assert "CONFIG = " in panel.export.value and panel.export.layout.display is None
+    panel.test_button.click()
+    assert "def test_the_step_stays_within_its_budget" in panel.export.value
+
+
+def test_exporting_a_test_for_an_unverified_layout_says_why_inline(recommended):
+    panel = recommended.recommender
+    shown = panel.export.value
+    panel.pick.value = 1  # ranked below the compiled one: not verified
+    panel.test_button.click()
+    level, text = _last(panel)
+    assert level == "error" and "no compiled figures" in text
+    assert panel.export.value == shown
+
+
+def test_a_fleet_larger_than_this_machine_is_used_for_planning_and_the_status_says_training_cannot():
+    panel = _panel(target="gpu:h100:16", top=0)
+    panel.recommend()
+    answer = panel.wait(WAIT_S)
+    assert answer is not None and answer.devices == 16, panel.status.messages
+    assert "compile" not in " ".join(text for _, text in panel.status.messages[:-1])
+    panel.use_layout()
+    assert panel.selection.mesh_shape().size == 16
+    level, text = _last(panel)
+    assert level == "warning" and "abstract mesh" in text and "needs 16 devices" in text
+    assert not panel.selection.verdict().trains  # the Train tab refuses it, with its own verdict
+    verify = VerifyPanel(panel.selection)  # the Inspect tab's: it compiles the 16-device step, nothing refused
+    try:
+        assert verify.readiness.value == "" and not verify.verify_button.disabled
+        assert "gpu:h100:16" in verify.target.options
+    finally:
+        verify.close()
+
+
+def test_cancel_stops_a_running_recommendation_and_leaves_no_child_process():
+    panel = _panel(top=2)
+    panel.recommend()
+    assert poll(lambda: any(line.startswith("compiling") for line in panel._lines), timeout=WAIT_S)
+    panel.cancel()
+    assert panel.wait(60) is None and not panel.running
+    assert panel.status.last == ("warning", "cancelled: the compiles were stopped; the last answer stays")
+    assert poll(lambda: not _children(), timeout=30)
+    assert not panel.recommend_button.disabled and panel.cancel_button.disabled
+
+
+@pytest.mark.parametrize(("inputs", "said"), [
+    ({"target": "tpu:v99:2x2"}, "unknown TPU generation 'v99'"),
+    ({"batch": 3}, "use a batch of"),
+    ({"batch": 0}, "must be a positive number"),
+    ({"unit": "tokens", "seq_len": 0}, "needs a seq len"),
+])
+def test_bad_input_is_shown_inline_and_the_inputs_stay(inputs, said):
+    panel = _panel(top=0, **inputs)
+    panel.recommend_button.click()
+    panel.wait(WAIT_S)
+    level, text = _last(panel)
+    assert level == "error" and said in text, text
+    assert all(getattr(panel, name).value == value for name, value in inputs.items())
+    assert panel.recommendation is None and not panel.recommend_button.disabled
+
+
+def test_a_model_that_fits_nothing_says_what_would():
+    panel = _panel(top=0)
+    panel.selection.model_options = {"d_model": 8192, "n_heads": 64, "n_layers": 64, "vocab": 32000, "max_len": 16}
+    panel.recommend()
+    panel.wait(WAIT_S)
+    level, text = _last(panel)
+    assert level == "error" and "no layout fits" in text and "use a smaller model" in text, text
+    assert panel.selection.model_options["d_model"] == 8192 and wb.parse_mesh(panel.selection.mesh).size == 8
