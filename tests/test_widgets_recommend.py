@@ -97,6 +97,19 @@ def test_use_this_layout_sets_the_selection_the_other_tabs_show(recommended):
     assert selection.train_config().mesh == str(candidate.mesh)
     level, text = _last(panel)
     assert level == "ok" and "Train trains it here" in text
+    assert not panel.is_stale and panel.stale.value == ""  # using the answer does not make it stale
+
+
+def test_the_answer_is_marked_stale_when_the_selected_model_changes(recommended):
+    panel, selection = recommended.recommender, recommended.selection
+    before = dict(selection.model_options)
+    selection.model_options = {**before, "n_layers": before.get("n_layers", 2) + 1}
+    try:
+        assert panel.is_stale and "Stale: the answer below is for transformer" in panel.stale.value
+        assert panel.recommendation is not None and panel.table.value  # the answer stays, marked
+    finally:
+        selection.model_options = before
+    assert not panel.is_stale and panel.stale.value == ""
 
 
 def test_export_shows_the_code_and_the_budget_test(recommended):

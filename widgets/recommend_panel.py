@@ -85,6 +85,9 @@ class RecommendPanel(widgets.VBox):
         self.figure.add_class("wb-recommend-figure")
         self._figure_frame = widgets.Box([self.figure], layout=widgets.Layout(display="none", width="100%"))
         self.families = widgets.HTML()
+        self.stale = widgets.HTML()
+        self.stale.add_class("wb-recommend-stale")
+        self._asked: tuple | None = None  # what the answer shown was asked for (see _asked_key)
         self.pick = widgets.Dropdown(options=[], description="layout", style=_STYLE,
                                      layout=widgets.Layout(width="420px"))
         self.use_button = widgets.Button(description="Use this layout", icon="check", disabled=True)
@@ -105,11 +108,13 @@ class RecommendPanel(widgets.VBox):
         super().__init__([
             intro, widgets.HBox([self.target, self.top, self.verify]),
             widgets.HBox([self.batch, self.unit, self.seq_len]),
-            widgets.HBox([self.recommend_button, self.cancel_button]), self.progress, self.status, self.table,
+            widgets.HBox([self.recommend_button, self.cancel_button]), self.progress, self.status, self.stale,
+            self.table,
             self._figure_frame, self.families,
             widgets.HBox([self.pick, self.use_button, self.code_button, self.test_button]), self.export,
         ], **kwargs)
         self.add_class("wb-recommend-panel")
+        self.selection.observe(guarded(self.status)(self._mark_stale), names=["model", "model_options", "options"])
 
     # --- public actions ---------------------------------------------------------------------------------
 
@@ -145,9 +150,10 @@ class RecommendPanel(widgets.VBox):
         }
         self._stop = threading.Event()
         self._lines = []
+        asked = self._asked_key()
         self.recommend_button.disabled, self.cancel_button.disabled = True, False
         self.status.show(f"weighing layouts of {request['model']} on {request['target']}; the kernel stays free")
-        self._worker = threading.Thread(target=self._run, args=(request, self._stop), daemon=True,
+        self._worker = threading.Thread(target=self._run, args=(request, self._stop, asked), daemon=True,
                                         name="workbench-recommend-panel")
         self._worker.start()
 
@@ -213,7 +219,7 @@ class RecommendPanel(widgets.VBox):
 
     # --- the background side ----------------------------------------------------------------------------
 
-    def _run(self, request: dict[str, Any], stop: threading.Event) -> None:
+    def _run(self, request: dict[str, Any], stop: threading.Event, asked: tuple) -> None:
         """Run the engine on this thread; show its answer, or why there is none (the last answer kept)."""
         try:
             answer = wb.recommend(**request, on_progress=self._progress, stop=stop)
@@ -228,7 +234,31 @@ class RecommendPanel(widgets.VBox):
         finally:
             self.recommend_button.disabled, self.cancel_button.disabled = False, True
             self.progress.value = ""
+        self._asked = asked
         self._show(answer)
+        self._mark_stale()
+
+    def _asked_key(self) -> tuple:
+        """What a recommendation depends on in the selection: the model, its options, optimizer and precision (a
+        mode, mesh or batch set by "Use this layout" is the answer, not the question)."""
+        options = self.selection.options
+        return (self.selection.model, repr(sorted(dict(self.selection.model_options).items())),
+                options.get("optimizer", DEFAULTS.optimizer), options.get("precision", DEFAULTS.precision))
+
+    @property
+    def is_stale(self) -> bool:
+        """Whether an answer is shown and the selection's model, options, optimizer or precision changed since."""
+        return self.recommendation is not None and self._asked != self._asked_key()
+
+    def _mark_stale(self, _change: Any = None) -> None:
+        if not self.is_stale:
+            self.stale.value = ""
+            return
+        answer = self.recommendation
+        assert answer is not None
+        self.stale.value = level_html(f"Stale: the answer below is for {answer.model}, {answer.optimizer}, "
+                                      f"{answer.precision}; the selected model or its settings changed since. "
+                                      "Recommend again to update it.", "warning")
 
     def _progress(self, text: str) -> None:
         self._lines.append(text)
