@@ -6,8 +6,6 @@ in a child pytest, passes today and fails once the budget is broken; bad input s
 from __future__ import annotations
 
 import json
-import os
-import pathlib
 import subprocess
 import sys
 import threading
@@ -18,7 +16,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from helpers import TwoLayer, my_loss, poll
+from helpers import TwoLayer, child_processes, my_loss, poll
 from workbench.analysis import layout_code, budget_test_code
 from workbench.analysis.compiled_step import read_compiled_step
 from workbench.analysis.recommender import RecommendationError
@@ -225,19 +223,6 @@ def test_your_own_module_with_its_rules_is_ranked_on_the_plan_and_says_why_it_is
     assert {c.mode for c in rec.candidates} >= {"dp", "fsdp"}
 
 
-def _children() -> list[int]:
-    """This process's child processes, read from /proc."""
-    found = []
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            found.append(int(stat.parent.name))
-    return found
-
-
 def test_stopping_a_recommendation_kills_its_compiles_at_once():
     # Stopped as the first compile starts: its child process is killed and reaped on the way out.
     stop = threading.Event()
@@ -247,7 +232,7 @@ def test_stopping_a_recommendation_kills_its_compiles_at_once():
                      precision="fp32", stop=stop,
                      on_progress=lambda text: stop.set() if text.startswith("compiling") else None)
     assert time.monotonic() - started < 30
-    assert poll(lambda: not _children(), timeout=10)
+    assert poll(lambda: not child_processes(), timeout=10)
 
 
 def test_a_plans_verification_compiles_its_microbatches():

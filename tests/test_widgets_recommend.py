@@ -8,8 +8,6 @@ Waits are generous and nothing is timed: the machine may be busy.
 
 from __future__ import annotations
 
-import os
-import pathlib
 
 import pytest
 
@@ -18,23 +16,10 @@ from widgets.common import Selection
 from widgets.recommend_panel import RecommendPanel
 from widgets.verify_panel import VerifyPanel
 from widgets.workbench_widget import Workbench
-from helpers import poll
+from helpers import child_processes, poll
 
 WAIT_S = 600  # a compile in a child process: seconds when quiet, far more on a busy machine
 SMALL = {"d_model": 32, "n_heads": 4, "n_layers": 1, "vocab": 32, "max_len": 16}
-
-
-def _children() -> list[int]:
-    """This process's child processes, read from /proc."""
-    found = []
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            found.append(int(stat.parent.name))
-    return found
 
 
 def _last(panel: RecommendPanel) -> tuple[str, str]:
@@ -157,7 +142,7 @@ def test_cancel_stops_a_running_recommendation_and_leaves_no_child_process():
     panel.cancel()
     assert panel.wait(60) is None and not panel.running
     assert panel.status.last == ("warning", "cancelled: the compiles were stopped; the last answer stays")
-    assert poll(lambda: not _children(), timeout=30)
+    assert poll(lambda: not child_processes(), timeout=30)
     assert not panel.recommend_button.disabled and panel.cancel_button.disabled
 
 
