@@ -412,16 +412,21 @@ def test_the_restored_shard_shape_is_the_one_a_real_restore_gives(tmp_path):
     assert workshop.check_restored_shard_shape(...).status == "unanswered"
 
 
+def _answer_and_exercise(path, name: str) -> tuple[dict, dict]:
+    """The namespaces after running notebook ``path``'s answer block ``name`` and its ``# EXERCISE name`` cell
+    (whose last line is the check, run on the placeholder)."""
+    notebook = nbformat.read(path, as_version=4)
+    answer, exercise = {}, {"workshop": workshop}
+    exec(answer_blocks(notebook)[name], answer)
+    exec(next(c.source for c in notebook.cells if c.cell_type == "code" and f"# EXERCISE {name}" in c.source),
+         exercise)
+    return answer, exercise
+
+
 def test_notebook_04s_answer_passes_and_its_exercise_starts_unanswered():
-    notebook = nbformat.read(LIVE_TRAINING, as_version=4)
-    namespace = {}
-    exec(answer_blocks(notebook)["restored-shard-shape"], namespace)
-    assert workshop.check_restored_shard_shape(namespace["ANSWER_RESTORED_SHARD"]).passed
-    exercise = next(c.source for c in notebook.cells
-                    if c.cell_type == "code" and "# EXERCISE restored-shard-shape" in c.source)
-    namespace = {}
-    exec(exercise, namespace)  # its last line is the check, run on the placeholder
-    assert workshop.check_restored_shard_shape(namespace["ANSWER_RESTORED_SHARD"]).status == "unanswered"
+    answer, exercise = _answer_and_exercise(LIVE_TRAINING, "restored-shard-shape")
+    assert workshop.check_restored_shard_shape(answer["ANSWER_RESTORED_SHARD"]).passed
+    assert workshop.check_restored_shard_shape(exercise["ANSWER_RESTORED_SHARD"]).status == "unanswered"
 
 
 # --- beat the recommender (notebook 03, part 8) ----------------------------------------------------------------
@@ -469,12 +474,6 @@ def test_a_layout_that_does_not_fit_fails_however_fast():
 
 
 def test_notebook_03s_layout_answer_passes_and_its_exercise_starts_unanswered():
-    notebook = nbformat.read(DEBUG_LAYOUTS, as_version=4)
-    answer = {}
-    exec(answer_blocks(notebook)["beat-the-recommender"], answer)
+    answer, exercise = _answer_and_exercise(DEBUG_LAYOUTS, "beat-the-recommender")
     assert workshop.check_beat_the_recommender(answer["ANSWER_LAYOUT"]).passed
-    exercise = next(c.source for c in notebook.cells
-                    if c.cell_type == "code" and "# EXERCISE beat-the-recommender" in c.source)
-    starting = {"workshop": workshop}
-    exec(exercise, starting)
-    assert workshop.check_beat_the_recommender(starting["ANSWER_LAYOUT"]).status == "unanswered"
+    assert workshop.check_beat_the_recommender(exercise["ANSWER_LAYOUT"]).status == "unanswered"
