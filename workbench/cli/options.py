@@ -27,14 +27,16 @@ REQUIRED = object()
 _REQUIRED_HELP = {"mesh": "axes as name=size, e.g. data=64,model=8", "mode": "the parallel mode, e.g. fsdp"}
 
 
-def add_setup_options(parser, *, model: str, mesh: object, mode: object, optimizer: str, precision: str | None = None,
-                      remat: str = "none", helps: Mapping[str, str] | None = None) -> None:
+def add_setup_options(parser, *, model: str, mesh: object = None, mode: object = None, optimizer: str,
+                      precision: str | None = None,
+                      remat: str | None = "none", helps: Mapping[str, str] | None = None) -> None:
     """Add ``--model``, ``--mesh``, ``--mode``, ``--optimizer``, ``--precision`` (when ``precision`` is given) and
     ``--remat`` to an argparse ``parser``, in that order.
 
     Args:
         model, mesh, mode, optimizer, precision, remat: each option's default; :data:`REQUIRED` makes it required
-            (``--mesh`` and ``--mode`` only).
+            (``--mesh`` and ``--mode`` only); None leaves the option out (``recommend`` chooses mesh, mode and
+            remat itself).
         helps: option name (``"mesh"``) -> its help, where it should say more than ``default <value>``.
 
     Example:
@@ -58,11 +60,15 @@ def add_setup_options(parser, *, model: str, mesh: object, mode: object, optimiz
                                 help=helps.get(name, f"default {default}"))
 
     add("model", model, MODELS)
-    add("mesh", mesh)
-    add("mode", mode, MODES)
+    if mesh is not None:
+        add("mesh", mesh)
+    if mode is not None:
+        add("mode", mode, MODES)
     add("optimizer", optimizer, OPTIMIZERS)
     if precision is not None:
         add("precision", precision, PRECISIONS)
+    if remat is None:
+        return
     meanings = "; ".join(f"{name}: {REMAT_MEANINGS[name]}" for name in REMAT_POLICIES)
     helps.setdefault("remat", f"what each transformer block keeps for the backward pass ({meanings}; default {remat})")
     add("remat", remat, REMAT_POLICIES)

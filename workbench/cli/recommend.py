@@ -25,10 +25,9 @@ from ..analysis.cost_model import DEFAULT_UTILISATION
 from ..analysis.layout_export import budget_test_code, layout_code
 from ..analysis.recommender import DEFAULT_TOP, VERIFY_TIMEOUT_S, recommend
 from ..errors import WorkbenchError
-from ..training.config import OPTIMIZERS
-from ..training.models import MODELS, parse_model_options
-from ..training.modes import PRECISIONS
+from ..training.models import parse_model_options
 from .exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from .options import add_setup_options
 
 
 def add_recommend_parser(commands) -> None:
@@ -39,7 +38,7 @@ def add_recommend_parser(commands) -> None:
         description="Weigh every parallel mode, mesh, remat policy and microbatch count the target's chips allow, "
         "rank them by predicted step time, and compile the best few with the target's compiler.",
     )
-    parser.add_argument("--model", default="transformer", choices=MODELS, help="default transformer")
+    add_setup_options(parser, model="transformer", optimizer="adamw", precision="bf16", remat=None)
     parser.add_argument("--config", default="",
                         help="model options, e.g. 'd_model=2048,n_layers=24,n_heads=16,vocab=32000,max_len=2048'")
     parser.add_argument("--target", required=True,
@@ -50,8 +49,6 @@ def add_recommend_parser(commands) -> None:
     parser.add_argument("--batch-tokens", type=int, default=None,
                         help="the global batch in tokens instead (with --seq-len), e.g. 1048576")
     parser.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (transformer)")
-    parser.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw")
-    parser.add_argument("--precision", default="bf16", choices=PRECISIONS, help="default bf16")
     parser.add_argument("--utilisation", type=float, default=DEFAULT_UTILISATION,
                         help=f"assumed fraction of peak FLOP/s reached, MFU (default {DEFAULT_UTILISATION})")
     parser.add_argument("--device-memory", default=None, help="memory per chip, e.g. 16GiB (default: the chip's)")
