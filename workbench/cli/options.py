@@ -23,20 +23,22 @@ from ..training.remat import REMAT_MEANINGS, REMAT_POLICIES
 
 # A default that means "the user must give it".
 REQUIRED = object()
+# A default that means "this command has no such option".
+LEFT_OUT = object()
 # The help of a required option, which has no default to name.
 _REQUIRED_HELP = {"mesh": "axes as name=size, e.g. data=64,model=8", "mode": "the parallel mode, e.g. fsdp"}
 
 
-def add_setup_options(parser, *, model: str, mesh: object = None, mode: object = None, optimizer: str,
+def add_setup_options(parser, *, model: str, mesh: object = LEFT_OUT, mode: object = LEFT_OUT, optimizer: str,
                       precision: str | None = None,
-                      remat: str | None = "none", helps: Mapping[str, str] | None = None) -> None:
+                      remat: object = "none", helps: Mapping[str, str] | None = None) -> None:
     """Add ``--model``, ``--mesh``, ``--mode``, ``--optimizer``, ``--precision`` (when ``precision`` is given) and
     ``--remat`` to an argparse ``parser``, in that order.
 
     Args:
         model, mesh, mode, optimizer, precision, remat: each option's default; :data:`REQUIRED` makes it required
-            (``--mesh`` and ``--mode`` only); None leaves the option out (``recommend`` chooses mesh, mode and
-            remat itself).
+            (``--mesh`` and ``--mode`` only); :data:`LEFT_OUT` leaves the option out (``recommend`` chooses mesh,
+            mode and remat itself).
         helps: option name (``"mesh"``) -> its help, where it should say more than ``default <value>``.
 
     Example:
@@ -60,18 +62,18 @@ def add_setup_options(parser, *, model: str, mesh: object = None, mode: object =
                                 help=helps.get(name, f"default {default}"))
 
     add("model", model, MODELS)
-    if mesh is not None:
+    if mesh is not LEFT_OUT:
         add("mesh", mesh)
-    if mode is not None:
+    if mode is not LEFT_OUT:
         add("mode", mode, MODES)
     add("optimizer", optimizer, OPTIMIZERS)
     if precision is not None:
         add("precision", precision, PRECISIONS)
-    if remat is None:
+    if remat is LEFT_OUT:
         return
     meanings = "; ".join(f"{name}: {REMAT_MEANINGS[name]}" for name in REMAT_POLICIES)
     helps.setdefault("remat", f"what each transformer block keeps for the backward pass ({meanings}; default {remat})")
     add("remat", remat, REMAT_POLICIES)
 
 
-__all__ = ["REQUIRED", "add_setup_options"]
+__all__ = ["LEFT_OUT", "REQUIRED", "add_setup_options"]

@@ -27,7 +27,7 @@ from ..analysis.recommender import DEFAULT_TOP, VERIFY_TIMEOUT_S, recommend
 from ..errors import WorkbenchError
 from ..training.models import parse_model_options
 from .exit_codes import EXIT_INTERRUPTED, EXIT_OK
-from .options import add_setup_options
+from .options import LEFT_OUT, add_setup_options
 
 
 def add_recommend_parser(commands) -> None:
@@ -38,7 +38,7 @@ def add_recommend_parser(commands) -> None:
         description="Weigh every parallel mode, mesh, remat policy and microbatch count the target's chips allow, "
         "rank them by predicted step time, and compile the best few with the target's compiler.",
     )
-    add_setup_options(parser, model="transformer", optimizer="adamw", precision="bf16", remat=None)
+    add_setup_options(parser, model="transformer", optimizer="adamw", precision="bf16", remat=LEFT_OUT)
     parser.add_argument("--config", default="",
                         help="model options, e.g. 'd_model=2048,n_layers=24,n_heads=16,vocab=32000,max_len=2048'")
     parser.add_argument("--target", required=True,
