@@ -6,17 +6,21 @@ test file (tests/test_test_suite.py checks it)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import psutil
 from html.parser import HTMLParser
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 import workbench as wb
 from widgets.common import Selection
 from workbench.layout.mesh import MODEL_AXIS
 from workbench.training.modes import mode_class
+from workbench.training.step import build_step
 
 
 def poll(condition, timeout: float = 60.0, interval: float = 0.01) -> bool:
@@ -118,3 +122,21 @@ def mode_mesh(mode: str, model_width: int = 2) -> str:
     if MODEL_AXIS not in axes:
         return "data=8"
     return f"data=4,{MODEL_AXIS}=2" if len(axes) > 1 else f"{MODEL_AXIS}={model_width}"
+
+
+def trained(config: wb.TrainConfig, steps: int) -> tuple[np.ndarray, Any]:
+    """The losses of ``steps`` steps of ``config``'s step as the trainer builds it (its own first batches), and the
+    parameters after them, on the host: what two modes or two settings are compared on.
+
+    Example:
+        >>> losses, params = trained(wb.TrainConfig(model="linear", mode="dp", mesh="data=8"), 2)
+        >>> losses.shape
+        (2,)
+    """
+    built = build_step(config)
+    state = built.mode.place_state(built.state)
+    losses = []
+    for batch in built.first_batches(steps):
+        state, metrics = built.mode.step(state, built.mode.place_batch(batch))
+        losses.append(metrics["loss"])
+    return np.array(jax.device_get(losses)), jax.device_get(state.params)

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 import workbench as wb
+from helpers import trained
 from workbench.analysis.ledger import ledger_for_mode
 from workbench.training.layer_stack import LayerStack
 from workbench.training.modes import StepSetup, build_mode
@@ -122,8 +123,14 @@ def test_tensor_parallel_rules_never_split_the_layer_axis():
 
 
 def test_the_scanned_transformer_trains_exactly_in_fsdp():
-    # Exactness only (ledger=False): test_fsdp_gathers_a_stack_one_layer_per_iteration counts the gathers.
-    report = wb.run_check("fsdp", model="transformer", mesh="data=8", optimizer="sgd", steps=3, ledger=False,
-                          model_options={"n_layers": 3, "scan_layers": True})
-    assert not report.problems, report.problems
-    assert abs(report.grad_scale - 1) < 1e-5
+    # The losses and parameters of `single` (test_fsdp_gathers_a_stack_one_layer_per_iteration counts the gathers).
+    def run(mode):
+        return trained(wb.TrainConfig(model="transformer", data="tokens", optimizer="sgd", lr=0.1, batch=64,
+                                      model_options={"d_model": 32, "n_heads": 4, "n_layers": 2, "scan_layers": True},
+                                      mode=mode, mesh="data=8" if mode == "fsdp" else "data=1"), 3)
+
+    (losses, params), (reference, reference_params) = run("fsdp"), run("single")
+    np.testing.assert_allclose(losses, reference, rtol=1e-5)
+    for leaf, expected in zip(jax.tree.leaves(params), jax.tree.leaves(reference_params), strict=True):
+        np.testing.assert_allclose(leaf, expected, rtol=1e-4, atol=1e-6)
+    assert losses[-1] < losses[0]

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from helpers import mode_mesh
+from helpers import mode_mesh, trained
 from workbench.analysis.hlo import collective_ops
 from workbench.analysis.step_memory import planned_step_memory, step_memory
 from workbench.training.modes.base import ABSTRACT_DEVICES
 from workbench.training.remat import REMAT_POLICIES
-from workbench.training.step import build_abstract_step, build_step
+from workbench.training.step import build_abstract_step
 
 STEPS = 3
 SMALL = {"d_model": 32, "n_heads": 4, "n_layers": 2}
@@ -37,13 +37,7 @@ def _losses(mode: str, remat: str, scan: bool) -> np.ndarray:
     config = wb.TrainConfig(model="transformer", data="tokens", data_options=DATA,
                             model_options={**SMALL, "scan_layers": scan}, mode=mode, mesh=mode_mesh(mode), batch=64,
                             optimizer="sgd", lr=0.1, remat=remat)
-    built = build_step(config)
-    state = built.mode.place_state(built.state)
-    losses = []
-    for batch in built.first_batches(STEPS):
-        state, metrics = built.mode.step(state, built.mode.place_batch(batch))
-        losses.append(metrics["loss"])
-    return np.array(jax.device_get(losses))
+    return trained(config, STEPS)[0]
 
 
 @pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
