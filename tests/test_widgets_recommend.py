@@ -164,7 +164,7 @@ def test_bad_input_is_shown_inline_and_the_inputs_stay(inputs, said):
 
 def test_a_model_that_fits_nothing_says_what_would():
     panel = _panel(top=0)
-    panel.selection.model_options = {"d_model": 8192, "n_heads": 64, "n_layers": 64, "vocab": 32000, "max_len": 16}
+    panel.selection.model_options = {"d_model": 8192, "n_heads": 64, "n_layers": 24, "vocab": 32000, "max_len": 16}
     panel.recommend()
     panel.wait(WAIT_S)
     level, text = _last(panel)
