@@ -40,6 +40,7 @@ def test_every_mode_reaches_90_percent_on_held_out_digits(capsys, tmp_path, mode
     assert load_run(result["run_dir"]).status == "finished"
 
 
+@pytest.mark.e2e  # 150 steps trained to a bar, end to end, as the modes' long runs above (26 s with a cold cache)
 def test_the_transformer_learns_text_below_its_unigram_entropy(capsys, tmp_path):
     status, out, err = train(
         capsys, tmp_path, "--model", "transformer", "--data", "text", "--mode", "dp", "--steps", "150", "--batch", "32",
