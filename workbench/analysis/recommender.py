@@ -38,6 +38,7 @@ from .planned_model import resolve_planned_model
 from .planning import plan_training
 from .recommendation import Candidate, FamilyVerdict, Recommendation
 from .step_time import step_time
+from .exported_step import OwnModel
 from .verification import VerificationJob, VerifySettings, start_plan_verification
 
 DEFAULT_TOP = 3
@@ -138,7 +139,10 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         raise RecommendationError(_none_fits_message(analysed, chips, plan, batch, failed))
 
     started = time.perf_counter()
-    verify_note = _verification_problem(parsed, chips, verify, top, planned.registered, rules)
+    verify_note = _verification_problem(parsed, chips, verify, top)
+    own, own_note = _own_model(model, loss, example_batch, rules, planned.registered) if verify_note is None \
+        else (None, None)
+    verify_note = verify_note or own_note
     shortlist, jobs, refused = [], {}, {}
     simulate_at_most = 4 * top + 4  # and SIMULATION_BUDGET_S: a 1.3B step traces in 3-10 s, a scanned one in 0.5
     try:
@@ -164,7 +168,8 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
             if verify_note is None:
                 say(f"compiling for {parsed}: {simulated.choice}")
                 try:
-                    jobs[id(simulated)] = start_plan_verification(simulated.plan, VerifySettings(parsed, timeout))
+                    jobs[id(simulated)] = start_plan_verification(simulated.plan, VerifySettings(parsed, timeout),
+                                                                  own)
                 except WorkbenchError as error:  # refused before any process started: said in its row
                     refused[id(simulated)] = f"not verified: {error}"
         seconds["simulation"] = time.perf_counter() - started
@@ -319,14 +324,22 @@ def _largest_batch(smallest: Candidate, plan: Callable[..., Any], batch: int) ->
     return None
 
 
-def _verification_problem(target: Any, chips: int, verify: bool, top: int, registered: bool,
-                          rules: Any) -> str | None:
+def _own_model(model: Any, loss: Any, example_batch: Any, rules: Any,
+               registered: bool) -> tuple[OwnModel | None, str | None]:
+    """(what the compiles trace here, for your own module or rule table: None for a registered model's own layout;
+    why nothing is compiled, if your module cannot be traced: no example batch, no loss)."""
+    if registered and rules is None:
+        return None, None  # the child rebuilds the step from its config
+    try:
+        return OwnModel(model, loss, example_batch, rules), None
+    except WorkbenchError as error:
+        return None, f"not verified: {error}; meanwhile the ranking is the plan's alone"
+
+
+def _verification_problem(target: Any, chips: int, verify: bool, top: int) -> str | None:
     """Why nothing is compiled, in words (None: the top layouts are)."""
     if not verify or top == 0:
         return "not verified (--no-verify): the ranking is the plan's alone"
-    if not registered or rules is not None:
-        return ("not verified: the compile runs the workbench's own step in another process, which cannot rebuild "
-                "your module or rule table; the ranking is the plan's alone")
     try:
         validate_target(target, MeshShape((DATA_AXIS,), (chips,)))
     except WorkbenchError as error:
