@@ -10,6 +10,7 @@ import time
 import psutil
 from html.parser import HTMLParser
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -39,6 +40,12 @@ class TwoLayer(nnx.Module):
 
     def __call__(self, x):
         return self.b(nnx.tanh(self.a(x)))
+
+
+# TwoLayer's own tensor-parallel rules (a column-then-row split of its pair of layers over 'model') and an example of
+# its input: what a user passes to plan, recommend and verify it.
+TWO_LAYER_RULES = (("a/kernel", "None, model"), ("b/kernel", "model, None"))
+TWO_LAYER_BATCH = {"x": jax.ShapeDtypeStruct((8, 8), jnp.float32), "y": jax.ShapeDtypeStruct((8, 1), jnp.float32)}
 
 
 def child_processes() -> list[int]:
