@@ -89,6 +89,8 @@ def test_your_rule_table_is_the_layout_compiled():
     split_bytes = 8 * 16 * 4 * 3  # a/kernel (8 x 16 float32) and its two moments
     assert whole.compiled.argument_bytes - plan.compiled.argument_bytes == split_bytes - split_bytes // 8
     assert plan.params_layout.leaf("a/kernel").layout.spec == wb.parse_spec("None, data")
+    # The plan simulated the same step (the table's layout), so its arguments are the compiler's to the byte.
+    assert plan.memory is not None and plan.memory.argument_bytes == plan.compiled.argument_bytes
 
 
 def test_a_registered_model_with_your_table_compiles_your_table():
@@ -128,6 +130,7 @@ def test_recommend_compiles_the_top_layouts_of_your_module_on_16_devices():
         assert compiled.peak_bytes == (compiled.argument_bytes + compiled.output_bytes - compiled.alias_bytes
                                        + compiled.temp_bytes)
         assert candidate.verification.startswith("compiled for cpu")
+        assert candidate.memory_source == "simulated"  # the mode's step on your table, traced before compiling
     assert "verified by the compiler" in rec.to_text()
     assert poll(lambda: not child_processes(), timeout=10)
 
