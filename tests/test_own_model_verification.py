@@ -22,6 +22,7 @@ from workbench.analysis.compile_target import INSTALL_LIBTPU, libtpu_installed
 from workbench.analysis.exported_step import ExportedStep, OwnModel, OwnModelError, export_step
 from workbench.analysis.ledger import memory_figures
 from workbench.analysis.verification import VerifySettings, start_plan_verification
+from workbench.cli.main import main
 from workbench.errors import VerificationError
 from workbench.training.config import TrainConfig
 from workbench.training.step import CustomModel, build_step
@@ -105,6 +106,17 @@ def test_a_registered_model_with_your_table_compiles_your_table():
 
     assert batch_share(plan) == batch_share(replicated) > 0
     assert plan.compiled.argument_bytes < replicated.compiled.argument_bytes / 4
+
+
+def test_the_cli_verifies_a_rule_table_from_a_file(tmp_path, capsys):
+    rules = tmp_path / "rules.txt"
+    rules.write_text("kernel$ => None, data\n")
+    status = main(["plan", "--model", "mlp", "--mesh", "data=8", "--mode", "dp", "--hardware", "cpu", "--rules",
+                   str(rules), "--verify", "cpu", "--json"])
+    out, err = capsys.readouterr()
+    assert status == 0 and err == ""
+    rows = {row["figure"]: row for row in json.loads(out)["compiler"]["rows"]}
+    assert rows["arguments"]["analytic"] == rows["arguments"]["compiler"]  # the table's layout, compiled
 
 
 def test_the_exported_step_travels_as_json_and_compiles_anywhere_of_its_size():

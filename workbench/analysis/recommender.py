@@ -73,6 +73,9 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         optimizer, precision, utilisation, device_memory: as :func:`~.planning.plan_training` takes them.
         top: how many of the best layouts to simulate and compile (0: none).
         verify: compile the ``top`` layouts for the target; False ranks on the plan alone (marked unverified).
+            Your own module (given ``example_batch``), and any model with ``rules``, is traced and exported here
+            and compiled there (:mod:`.exported_step`); without an ``example_batch`` its ranking is the plan's,
+            and ``verification_note`` says what to pass.
         timeout: seconds each compile may take.
         on_progress: called with a line of text as each stage goes.
         stop: an event another thread sets to stop it (a widget's Cancel): the compiles are killed and
@@ -87,6 +90,10 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         >>> rec = recommend("transformer", "gpu:h100:512", 1024, seq_len=2048,  # doctest: +SKIP
         ...                 model_options={"d_model": 2048, "n_layers": 24, "n_heads": 16, "max_len": 2048})
         >>> print(rec.to_text())  # doctest: +SKIP
+        >>> rec = recommend(lambda: MyMLP(rngs=nnx.Rngs(0)), "tpu:v5e:4x4", 256, loss=my_loss,  # doctest: +SKIP
+        ...                 example_batch={"x": np.zeros((8, 256)), "y": np.zeros((8, 1))},
+        ...                 rules=[("up/kernel", "None, model"), ("down/kernel", "model, None")])
+        >>> rec.chosen.compiler_peak_bytes  # doctest: +SKIP
     """
     say = on_progress or (lambda text: None)
     parsed = parse_target(target)
