@@ -45,6 +45,12 @@ class TwoLayer(nnx.Module):
         return self.b(nnx.tanh(self.a(x)))
 
 
+# TwoLayer's own tensor-parallel rules (a column-then-row split of its pair of layers over 'model') and an example of
+# its input: what a user passes to plan, recommend and verify it.
+TWO_LAYER_RULES = (("a/kernel", "None, model"), ("b/kernel", "model, None"))
+TWO_LAYER_BATCH = {"x": jax.ShapeDtypeStruct((8, 8), jnp.float32), "y": jax.ShapeDtypeStruct((8, 1), jnp.float32)}
+
+
 def child_processes() -> list[int]:
     """The process ids of this process's children (a test that stops work checks none is left behind)."""
     return [child.pid for child in psutil.Process().children()]

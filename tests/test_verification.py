@@ -201,10 +201,9 @@ def test_more_cpu_devices_than_xla_compiles_for_is_refused_with_a_mesh_that_work
 def test_verify_refuses_what_the_step_cannot_express():
     from flax import nnx
 
-    with pytest.raises(WorkbenchError, match="cannot rebuild your module"):
+    # Your own module is traced here (tests/test_own_model_verification.py), from the shapes of its input.
+    with pytest.raises(WorkbenchError, match="needs the shapes of its input: pass example_batch="):
         wb.plan_training(lambda: nnx.Linear(4, 4, rngs=nnx.Rngs(0)), None, "data=8", "dp", verify="cpu")
-    with pytest.raises(WorkbenchError, match="not your rule table"):
-        wb.plan_training("mlp", {}, "data=8", "fsdp", rules=[(".*", "data")], verify="cpu")
     with pytest.raises(WorkbenchError, match="'dp-pmap'.*is not one jit program.*use 'dp'"):
         build_abstract_step(TrainConfig(model="mlp", mode="dp-pmap", mesh="data=8", batch=64))
     with pytest.raises(WorkbenchError, match="'simulated'.*is not one jit program.*use 'dp'"):

@@ -16,6 +16,9 @@ from .cost_model import Hardware as Hardware
 from .cost_model import collective_time as collective_time
 from .cost_model import group_spans_hosts as group_spans_hosts
 from .cost_model import hardware as hardware
+from .exported_step import ExportError as ExportError
+from .exported_step import OwnModel as OwnModel
+from .exported_step import OwnModelError as OwnModelError
 from .gpu_target import GPU_CHIPS as GPU_CHIPS
 from .gpu_target import gpu_compiler_problem as gpu_compiler_problem
 from .gpu_target import gpu_targets_for as gpu_targets_for
@@ -84,6 +87,7 @@ __all__ = [
     # checking a plan with the compiler
     "VerificationJob", "VerifySettings", "validate_verifiable", "start_plan_verification", "start_verification",
     "verify_plan", "verify_step",
+    "ExportError", "OwnModel", "OwnModelError",
     "CompiledStep", "MemoryComparison", "PLAN_ACCURACY_FROM_BYTES", "PlanComparison",
     # the reference check against one device
     "CheckReport", "ProcessCheckReport", "run_check", "check_across_processes",

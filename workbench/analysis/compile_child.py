@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
 from jax.experimental import mesh_utils, topologies
 
 from ..child_processes import exit_when_parent_goes
@@ -26,6 +27,7 @@ from ..training.config import TrainConfig
 from ..training.step import build_abstract_step
 from .compile_target import mesh_mismatch, parse_target
 from .compiled_step import read_compiled_step
+from .exported_step import ExportedStep, compile_exported
 from .gpu_target import gpu_chip, gpu_topology
 
 
@@ -73,7 +75,8 @@ def _gpu_devices(target, mesh) -> list:
 
 
 def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[str, Any]:
-    """Build the step ``request`` describes, compile it and return ``CompiledStep.to_json()``."""
+    """Build the step ``request`` describes (or read the one the parent exported: your own model), compile it and
+    return ``CompiledStep.to_json()``."""
     config = TrainConfig.from_json(request["config"])
     target = parse_target(request["target"])
     start = time.perf_counter()
@@ -84,16 +87,22 @@ def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[s
     elif target.kind == "gpu":
         say(progress=f"starting XLA:GPU for {target.chips:,} {target.generation} GPUs (no GPU needed)")
         devices = _gpu_devices(target, config.mesh_shape)
-    say(progress="tracing the model and laying out the step (nothing is allocated)")
-    step = build_abstract_step(config, seq_len=request.get("seq_len"), devices=devices)
-    built = time.perf_counter()
-    say(progress=f"compiling the step for {step.mode.mesh.size:,} {target} devices")
-    compiled = step.compile()
+    if request.get("exported"):  # your own model's step, traced by the parent: nothing to rebuild here
+        exported = ExportedStep.from_json(request["exported"])
+        built = time.perf_counter()
+        say(progress=f"compiling your model's exported step for {config.mesh_shape.size:,} {target} devices")
+        compiled, mesh = compile_exported(exported, devices or jax.devices()[: config.mesh_shape.size])
+        layers = exported.layers
+    else:
+        say(progress="tracing the model and laying out the step (nothing is allocated)")
+        step = build_abstract_step(config, seq_len=request.get("seq_len"), devices=devices)
+        built = time.perf_counter()
+        say(progress=f"compiling the step for {step.mode.mesh.size:,} {target} devices")
+        compiled, mesh, layers = step.compile(), step.mode.mesh, step.layers
     compiled_at = time.perf_counter()
     say(progress="reading the compiled program's memory, FLOPs and collectives")
-    report = read_compiled_step(compiled, step.mode.mesh, step.layers, target=str(target),
-                                compile_seconds=compiled_at - built, build_seconds=built - start,
-                                peak_rss_bytes=peak_rss_bytes())
+    report = read_compiled_step(compiled, mesh, layers, target=str(target), compile_seconds=compiled_at - built,
+                                build_seconds=built - start, peak_rss_bytes=peak_rss_bytes())
     return report.to_json()
 
 

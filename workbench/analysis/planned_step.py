@@ -35,6 +35,11 @@ def simulated_memory(planned: PlannedModel, declared: type, mesh: MeshShape, bat
                                 example_batch, compiler, accum, remat)
     except NotSimulated as reason:
         return None, str(reason)
+    except WorkbenchError as error:
+        if custom_rules is None:
+            raise
+        # The plan lays out what it can of your table; a step that cannot be traced with it is the plan's alone.
+        return None, f"the step could not be traced with your rule table: {error}"
 
 
 def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, batch: int, seq_len: int | None,
@@ -44,8 +49,10 @@ def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, bat
         validate_compiles_ahead(declared)
     except WorkbenchError:
         return None, f"mode {declared.name!r} is not one jit program, so there is no single step to simulate"
-    if custom_rules is not None:
-        return None, "the step lays out the mode's own state, not your rule table"
+    if planned.registered and custom_rules is not None:  # the mode's step on your table's layout (not cached)
+        config = step_config(planned.name, dict(planned.options), declared, mesh, batch, precision, optimizer,
+                             model_class(planned.name), accum, remat)
+        return planned_step_memory(config, seq_len=seq_len, compiler=compiler, state_rules=custom_rules), None
     if planned.registered:
         key = (planned.name, tuple(sorted(planned.options.items())), declared, mesh, batch, seq_len, precision,
                optimizer, compiler.kind, accum, remat)
@@ -61,8 +68,11 @@ def _simulate_memory(planned: PlannedModel, declared: type, mesh: MeshShape, bat
         raise WorkbenchError(f"your {planned.name} has no loss method: pass loss=fn with fn(model, batch) -> "
                              "(loss, aux) to simulate its step")
     config = step_config(f"custom:{planned.name}", {}, declared, mesh, batch, precision, optimizer, None, accum)
-    custom = CustomModel(planned.abstract, loss, batches=())
-    return planned_step_memory(config, custom=custom, example_batch=example_batch, compiler=compiler), None
+    # Your table is also the tensor-parallel rules a mode that splits over 'model' asks for (the same layout).
+    pairs = () if custom_rules is None else tuple((rule.pattern, rule.spec) for rule in custom_rules.rules)
+    custom = CustomModel(planned.abstract, loss, batches=(), tp_rules=pairs)
+    return planned_step_memory(config, custom=custom, example_batch=example_batch, compiler=compiler,
+                               state_rules=custom_rules), None
 
 
 @functools.lru_cache(maxsize=32)

@@ -58,7 +58,8 @@ from .planned_collectives import PlannedCollective, step_collectives
 from .planned_model import planned_seq_len, planned_tensor_parallel_rules, resolve_planned_model
 from .planned_step import simulated_memory, step_config
 from .training_plan import TrainingPlan
-from .verification import planned_hardware, verify_settings, verify_step
+from .exported_step import OwnModel
+from .verification import planned_hardware, verify_plan, verify_settings, verify_step
 
 # Examples (sequences for the transformer) per data-parallel replica when no global batch is given:
 # small enough to fit activations of a 1B model on a 16 GiB chip at the preset's 128 tokens.
@@ -127,8 +128,10 @@ def plan_training(
         verify: also compile the real step for this mesh and attach the compiler's figures (``compiled``,
             ``comparison``): ``"cpu"`` (simulated CPU devices, up to 2048) or ``"tpu:v5p:8x8x8"`` (any
             topology libtpu knows; needs the ``tpu`` extra), or :class:`~.verification.VerifySettings`
-            for a time limit and progress messages. Registered models only, without ``rules``; see
-            :mod:`workbench.analysis.verification` to run it in the background.
+            for a time limit and progress messages; a ``gpu:<chip>:<count>`` target compiles with XLA:GPU, no
+            GPU needed. Your own module (with ``loss`` and ``example_batch``), or any model with ``rules``, is
+            traced and exported here and compiled there (:mod:`.exported_step`): the compiled step lays out the
+            state as this plan does. See :mod:`workbench.analysis.verification` to run it in the background.
         loss, example_batch: for your own module, ``loss(model, batch) -> (value, aux)`` (default: the
             module's ``loss`` method) and a batch of its input (arrays or ``ShapeDtypeStruct``s, any
             number of rows), so that its step can be traced and its memory simulated; without them its
@@ -159,10 +162,13 @@ def plan_training(
         raise WorkbenchError(f"unknown precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     mesh_shape = parse_mesh(mesh)  # parsed once, here; everything below takes the record
     if settings is not None:
-        _check_verifiable(settings, mesh_shape, declared, model, rules)
+        _check_verifiable(settings, mesh_shape, declared)
     notes = _check_mesh(mesh_shape, declared)
     custom_rules = RuleTable(rules) if rules is not None else None
     planned = resolve_planned_model(model, model_options, seq_len, notes)
+    # Your own module, or your table: the child cannot rebuild it, so verify traces it here (checked before planning).
+    own = OwnModel(planned.name if planned.registered else planned.abstract, loss, example_batch, rules) \
+        if settings is not None and (not planned.registered or rules is not None) else None
     remat = validate_remat(remat, planned.name if planned.registered else None,
                            planned.model_class.REMAT_POLICIES if planned.model_class is not None else ("none",))
     abstract = planned.abstract
@@ -244,6 +250,8 @@ def plan_training(
     )
     if settings is None:
         return plan
+    if own is not None:
+        return plan.with_compiled(verify_plan(plan, settings, own))
     # The step the plan describes, from the records read above: the compile checks it without reading text again.
     step = step_config(planned.name, dict(planned.options), declared, mesh_shape, batch, precision, optimizer,
                        planned.model_class, accum, remat)
@@ -308,17 +316,11 @@ def _optimizer_for_shapes(name: str) -> Any:
     return make_optimizer(name, 1e-3)
 
 
-def _check_verifiable(settings: Any, mesh: MeshShape, declared: type, model: Any, rules: Any) -> None:
+def _check_verifiable(settings: Any, mesh: MeshShape, declared: type) -> None:
     """Bad ``verify`` input, before anything is planned: the target against the mesh, a mode that is not one
-    program, your own model or rules."""
+    program."""
     validate_compiles_ahead(declared)
     validate_target(settings.target, mesh)
-    if not isinstance(model, str):
-        raise WorkbenchError("verify compiles the workbench's own step, which cannot rebuild your module in another "
-                             "process: verify a registered model of similar size, or drop verify")
-    if rules is not None:
-        raise WorkbenchError("verify compiles the mode's own layout, not your rule table: drop rules to verify, or "
-                             "drop verify to plan your table")
 
 
 __all__ = [

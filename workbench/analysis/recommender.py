@@ -38,6 +38,7 @@ from .planned_model import resolve_planned_model
 from .planning import plan_training
 from .recommendation import Candidate, FamilyVerdict, Recommendation
 from .step_time import step_time
+from .exported_step import OwnModel
 from .verification import VerificationJob, VerifySettings, start_plan_verification
 
 DEFAULT_TOP = 3
@@ -72,6 +73,9 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         optimizer, precision, utilisation, device_memory: as :func:`~.planning.plan_training` takes them.
         top: how many of the best layouts to simulate and compile (0: none).
         verify: compile the ``top`` layouts for the target; False ranks on the plan alone (marked unverified).
+            Your own module (given ``example_batch``), and any model with ``rules``, is traced and exported here
+            and compiled there (:mod:`.exported_step`); without an ``example_batch`` its ranking is the plan's,
+            and ``verification_note`` says what to pass.
         timeout: seconds each compile may take.
         on_progress: called with a line of text as each stage goes.
         stop: an event another thread sets to stop it (a widget's Cancel): the compiles are killed and
@@ -86,6 +90,10 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         >>> rec = recommend("transformer", "gpu:h100:512", 1024, seq_len=2048,  # doctest: +SKIP
         ...                 model_options={"d_model": 2048, "n_layers": 24, "n_heads": 16, "max_len": 2048})
         >>> print(rec.to_text())  # doctest: +SKIP
+        >>> rec = recommend(lambda: MyMLP(rngs=nnx.Rngs(0)), "tpu:v5e:4x4", 256, loss=my_loss,  # doctest: +SKIP
+        ...                 example_batch={"x": np.zeros((8, 256)), "y": np.zeros((8, 1))},
+        ...                 rules=[("up/kernel", "None, model"), ("down/kernel", "model, None")])
+        >>> rec.chosen.compiler_peak_bytes  # doctest: +SKIP
     """
     say = on_progress or (lambda text: None)
     parsed = parse_target(target)
@@ -138,7 +146,10 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         raise RecommendationError(_none_fits_message(analysed, chips, plan, batch, failed))
 
     started = time.perf_counter()
-    verify_note = _verification_problem(parsed, chips, verify, top, planned.registered, rules)
+    verify_note = _verification_problem(parsed, chips, verify, top)
+    own, own_note = _own_model(model, loss, example_batch, rules, planned.registered) if verify_note is None \
+        else (None, None)
+    verify_note = verify_note or own_note
     shortlist, jobs, refused = [], {}, {}
     simulate_at_most = 4 * top + 4  # and SIMULATION_BUDGET_S: a 1.3B step traces in 3-10 s, a scanned one in 0.5
     try:
@@ -164,7 +175,8 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
             if verify_note is None:
                 say(f"compiling for {parsed}: {simulated.choice}")
                 try:
-                    jobs[id(simulated)] = start_plan_verification(simulated.plan, VerifySettings(parsed, timeout))
+                    jobs[id(simulated)] = start_plan_verification(simulated.plan, VerifySettings(parsed, timeout),
+                                                                  own)
                 except WorkbenchError as error:  # refused before any process started: said in its row
                     refused[id(simulated)] = f"not verified: {error}"
         seconds["simulation"] = time.perf_counter() - started
@@ -319,14 +331,22 @@ def _largest_batch(smallest: Candidate, plan: Callable[..., Any], batch: int) ->
     return None
 
 
-def _verification_problem(target: Any, chips: int, verify: bool, top: int, registered: bool,
-                          rules: Any) -> str | None:
+def _own_model(model: Any, loss: Any, example_batch: Any, rules: Any,
+               registered: bool) -> tuple[OwnModel | None, str | None]:
+    """(what the compiles trace here, for your own module or rule table: None for a registered model's own layout;
+    why nothing is compiled, if your module cannot be traced: no example batch, no loss)."""
+    if registered and rules is None:
+        return None, None  # the child rebuilds the step from its config
+    try:
+        return OwnModel(model, loss, example_batch, rules), None
+    except WorkbenchError as error:
+        return None, f"not verified: {error}; meanwhile the ranking is the plan's alone"
+
+
+def _verification_problem(target: Any, chips: int, verify: bool, top: int) -> str | None:
     """Why nothing is compiled, in words (None: the top layouts are)."""
     if not verify or top == 0:
         return "not verified (--no-verify): the ranking is the plan's alone"
-    if not registered or rules is not None:
-        return ("not verified: the compile runs the workbench's own step in another process, which cannot rebuild "
-                "your module or rule table; the ranking is the plan's alone")
     try:
         validate_target(target, MeshShape((DATA_AXIS,), (chips,)))
     except WorkbenchError as error:

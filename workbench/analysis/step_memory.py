@@ -936,14 +936,15 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
 
 
 def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any = None, example_batch: Any = None,
-                        compiler: CompilerRules | str = XLA_CPU) -> StepMemory:
+                        compiler: CompilerRules | str = XLA_CPU, state_rules: Any = None) -> StepMemory:
     """The simulated memory of ``config``'s step on its mesh, of any size (traced over an abstract mesh).
 
     A registered model's identical blocks (counted by its ``BLOCKS_OPTION``: the transformer's ``n_layers``)
     each add the same buffers (measured: the simulated peak grows by the same bytes per block): deeper models
     are simulated with 2 blocks, traced once, and extended to their depth by what the first block holds at
     the peak, which keeps a 24-layer plan fast. A scanned stack (``scan_layers``) is one loop whose body is
-    simulated once, whatever its depth: it is traced as it is.
+    simulated once, whatever its depth: it is traced as it is. ``state_rules``: your rule table laying out the
+    state instead of the mode's placement (:func:`~workbench.training.step.build_abstract_step`).
 
     Example:
         >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=1024)
@@ -956,7 +957,7 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
 
     def simulate(resolved):
         step = build_abstract_step(resolved, seq_len=seq_len, devices=ABSTRACT_DEVICES, custom=custom,
-                                   example_batch=example_batch)
+                                   example_batch=example_batch, state_rules=state_rules)
         return _step_memory(step, rules)
 
     options = model_config(config.model, **config.model_options).options if custom is None else {}

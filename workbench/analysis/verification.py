@@ -45,6 +45,7 @@ from ..training.models import MODELS
 from ..training.step import validate_compiles_ahead
 from .compile_target import CompileTarget, validate_target, parse_target
 from .compiled_step import CompiledStep
+from .exported_step import ExportedStep, OwnModel, OwnModelError, export_step
 from .cost_model import hardware as lookup_hardware
 from .gpu_target import DEVICELESS_XLA_FLAGS, gpu_compiler_dir
 from .verdict_record import refusal
@@ -126,7 +127,7 @@ class VerificationJob:
     """
 
     def __init__(self, config: Any, target: CompileTarget, seq_len: int | None, timeout: float,
-                 on_progress: ProgressFn | None):
+                 on_progress: ProgressFn | None, exported: ExportedStep | None = None):
         resolved = resolve_config(config)
         config = resolved.config
         self.config, self.target, self.timeout = config, target, float(timeout)
@@ -138,7 +139,8 @@ class VerificationJob:
         self._done = threading.Event()
         self._started = time.monotonic()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - the child's stderr, read when it ends; closed there
-        request = {"config": config.to_json(), "target": str(target), "seq_len": seq_len}
+        request = {"config": config.to_json(), "target": str(target), "seq_len": seq_len,
+                   "exported": None if exported is None else exported.to_json()}
         self._process = subprocess.Popen(
             [sys.executable, "-m", "workbench.analysis.compile_child"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._stderr, env=_child_environment(resolved, target),
@@ -242,7 +244,9 @@ class VerificationJob:
             self._done.set()
 
     def _what(self) -> str:
-        return f"the {self.config.mode} step of {self.config.model} on {self.config.mesh} for {self.target}"
+        model = self.config.model
+        model = f"your {model.removeprefix('custom:')}" if model.startswith("custom:") else model
+        return f"the {self.config.mode} step of {model} on {self.config.mesh} for {self.target}"
 
     def _stderr_tail(self) -> str:
         try:
@@ -354,38 +358,63 @@ def _finished(job: VerificationJob) -> CompiledStep:
 
 
 def plan_config(plan: Any) -> Any:
-    """The :class:`~workbench.TrainConfig` whose step a :class:`~workbench.analysis.TrainingPlan` describes.
+    """The :class:`~workbench.TrainConfig` whose step a :class:`~workbench.analysis.TrainingPlan` of a registered
+    model describes (what a fresh process rebuilds the step from).
 
-    Raises WorkbenchError for your own module (the child process cannot rebuild it). The step lays out
-    its state as the mode does: a plan made with your own ``rules`` is not what it compiles
-    (:func:`~workbench.plan_training` refuses ``verify`` with ``rules``).
+    Raises WorkbenchError for your own module: no config rebuilds it. Verify it with
+    :func:`start_plan_verification`'s ``own`` (or :func:`~workbench.plan_training`'s ``verify`` with ``loss`` and
+    ``example_batch``), which traces the step in this process; a plan made with your own ``rules`` compiles your
+    table that way too.
     """
     if plan.model not in MODELS:
         raise WorkbenchError(
-            f"verifying compiles the workbench's own step, which cannot rebuild your {plan.model} in another "
-            "process: verify a registered model (mlp, cnn, transformer) of similar size, or compile yours with "
-            "mode.compile_step on a mesh this machine has"
+            f"no config rebuilds your {plan.model} in another process: verify it with plan_training(..., verify=..., "
+            "loss=..., example_batch=...) or start_plan_verification(plan, target, OwnModel(module, loss, "
+            "example_batch)), which trace its step here; a budget test, compiled in a fresh process, needs a "
+            "registered model"
         )
     return TrainConfig(model=plan.model, model_options=dict(plan.model_options), mode=plan.mode, mesh=str(plan.mesh),
                        batch=plan.global_batch, optimizer=plan.optimizer, precision=plan.precision, accum=plan.accum,
                        remat=plan.remat)
 
 
-def start_plan_verification(plan: Any, verify: Any = "cpu") -> VerificationJob:
+def start_plan_verification(plan: Any, verify: Any = "cpu", own: OwnModel | None = None) -> VerificationJob:
     """:func:`start_verification` of the step ``plan`` describes (``verify``: a target or VerifySettings).
+
+    ``own``: the plan's own module (or registered model) with its loss, example batch and rule table, as an
+    :class:`~.exported_step.OwnModel`: the child cannot rebuild it, so the step is traced and exported here for
+    the target's platform (seconds) and only compiled there (:mod:`.exported_step`).
 
     Example:
         >>> job = start_plan_verification(plan_training("mlp", {}, "data=64", "dp"), "cpu")  # doctest: +SKIP
         >>> plan.with_compiled(job.result()).to_text()  # doctest: +SKIP
+        >>> own = OwnModel(lambda: TwoLayer(nnx.Rngs(0)), my_loss, batch, rules)  # doctest: +SKIP
+        >>> plan = plan_training(own.model, None, "data=4,model=4", "dp-tp", rules=rules, loss=my_loss,
+        ...                      example_batch=batch)  # doctest: +SKIP
+        >>> start_plan_verification(plan, "tpu:v5e:4x4", own).result().peak_bytes  # doctest: +SKIP
     """
     settings = verify_settings(verify)
-    return start_verification(plan_config(plan), settings.target, seq_len=plan.seq_len, timeout=settings.timeout,
-                              on_progress=settings.on_progress)
+    if own is None:
+        return start_verification(plan_config(plan), settings.target, seq_len=plan.seq_len, timeout=settings.timeout,
+                                  on_progress=settings.on_progress)
+    if own.name != plan.model:
+        raise OwnModelError(f"the plan is for {plan.model}, but the model to verify is {own.name}: pass the module "
+                            "the plan was made for")
+    target = parse_target(settings.target)
+    config = own.step_config(plan.mode, plan.mesh, plan.global_batch, plan.precision, plan.optimizer, plan.accum,
+                             dict(plan.model_options), plan.remat)
+    resolved = _verifiable(config, target)
+    if settings.on_progress is not None:
+        settings.on_progress(f"tracing and exporting the step of {own.described} for {target.kind} (in this "
+                             "process)")
+    exported = export_step(resolved, own, target, seq_len=plan.seq_len)
+    return VerificationJob(resolved, target, plan.seq_len, settings.timeout, settings.on_progress, exported)
 
 
-def verify_plan(plan: Any, verify: Any = "cpu") -> CompiledStep:
-    """Compile the step ``plan`` describes for ``verify`` (a target or VerifySettings) and wait for it."""
-    return _finished(start_plan_verification(plan, verify))
+def verify_plan(plan: Any, verify: Any = "cpu", own: OwnModel | None = None) -> CompiledStep:
+    """Compile the step ``plan`` describes for ``verify`` (a target or VerifySettings) and wait for it (``own``:
+    as :func:`start_plan_verification` takes it)."""
+    return _finished(start_plan_verification(plan, verify, own))
 
 
 __all__ = [

@@ -26,6 +26,7 @@ from flax import nnx
 
 from .process_share import ProcessShare
 from ..errors import MeshError, WorkbenchError
+from ..layout.rules import RuleTable
 from .config import ResolvedConfig, TrainConfig, make_optimizer, resolve_config
 from .data import Dataset, load_dataset
 from .host_memory import batch_bytes, validate_batch_fits_host
@@ -200,15 +201,16 @@ def _own_loss(custom: CustomModel) -> LossFn:
 
 
 def _mode(resolved: ResolvedConfig, graphdef: Any, state: TrainState, loss: LossFn, tp_rules: tuple, optimizer: Any,
-          modes: dict | None, devices: tuple | None = None) -> ParallelMode:
+          modes: dict | None, devices: tuple | None = None, state_rules: RuleTable | None = None) -> ParallelMode:
     """The built mode for this step, reused from ``modes`` when nothing that decides its program changed."""
     config = resolved.config
     key = (config.mode, config.mesh, config.batch, config.accum, config.precision, config.optimizer, config.faults,
-           str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules, devices)
+           str(graphdef), str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), state)), id(loss), tp_rules, devices,
+           id(state_rules))
     modes = {} if modes is None else modes
     if key not in modes:
         setup = StepSetup(graphdef, loss, optimizer, resolved.mesh_shape, config.batch, config.accum, config.precision,
-                        tp_rules, config.faults, devices)
+                          tp_rules, config.faults, devices, state_rules)
         modes[key] = resolved.mode_class(setup)
     return modes[key]
 
@@ -249,7 +251,8 @@ def _with_shardings(tree: Any, shardings: Any) -> Any:
 
 
 def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | None = None, devices: Any = None,
-                        custom: CustomModel | None = None, example_batch: Any = None) -> AbstractStep:
+                        custom: CustomModel | None = None, example_batch: Any = None,
+                        state_rules: Any = None) -> AbstractStep:
     """The step :func:`build_step` builds for ``config`` (a registered model), with nothing allocated and no
     data read: parameters and optimizer state come from ``jax.eval_shape``, the batch is
     ``config.batch`` examples of the shapes the model's data holds (``seq_len`` tokens for the
@@ -264,6 +267,9 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
         custom, example_batch: your own model (``custom.module``, real or abstract, and ``custom.loss``)
             instead of ``config.model``, and a batch of its input (arrays or ``ShapeDtypeStruct``s with
             any number of rows: ``config.batch`` rows are traced).
+        state_rules: your own rule table (a :class:`~workbench.layout.rules.RuleTable` or ``(regex, spec)`` pairs)
+            placing the whole state instead of the mode's placement (:class:`~.modes.StepSetup`'s
+            ``state_rules``): the step :func:`~workbench.plan_training` plans with ``rules``.
 
     Example:
         >>> step = build_abstract_step(TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64))
@@ -289,7 +295,8 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
         graphdef, state = jax.eval_shape(lambda: init_state(model_of(), optimizer))
         batch = abstract_batch(model_cfg, config.batch, seq_len)
     # validate_compiles_ahead refused every mode that is not one jit program over a mesh.
-    mode = cast(ShardedJitMode, _mode(resolved, graphdef, state, loss, tp_rules, optimizer, None, devices))
+    table = None if state_rules is None else RuleTable(state_rules)  # a table given as pairs is read once, here
+    mode = cast(ShardedJitMode, _mode(resolved, graphdef, state, loss, tp_rules, optimizer, None, devices, table))
     batch = _with_shardings(batch, jax.tree.map(mode.batch_sharding, batch))
     layers = tuple(module_paths(nnx.merge(graphdef, state.params, state.other)))
     return AbstractStep(config, mode, _with_shardings(state, mode.state_shardings(state)), batch, layers)

@@ -70,6 +70,10 @@ class StepSetup:
         faults: teaching faults to write into the step (see :mod:`.faults`); none unless asked for.
         devices: the devices to build the mesh over, in mesh order (e.g. a TPU topology's, to compile for
             chips this machine does not have); None: the local devices.
+        state_rules: your own rule table (a :class:`~workbench.layout.rules.RuleTable`) placing the whole state
+            instead of the mode's declared placement, a leaf whose spec does not fit replicated: the layout
+            :func:`~workbench.plan_training` plans with ``rules``, so its verification compiles that layout. None:
+            the mode's own placement.
     """
 
     graphdef: Any
@@ -82,6 +86,7 @@ class StepSetup:
     tp_rules: tuple = ()
     faults: tuple = ()
     devices: tuple | None = None
+    state_rules: RuleTable | None = None
 
     def __post_init__(self):
         if not isinstance(self.mesh, MeshShape):  # parsed where it entered, once: a setup holds the record
@@ -441,6 +446,8 @@ class ShardedJitMode(ParallelMode):
         return training_mesh(setup.mesh, setup.devices)
 
     def state_layout(self, state: TrainState) -> TreeLayout:
+        if self.setup.state_rules is not None:  # laid out as the planner lays out your table: a misfit replicates
+            return layout_tree(state, self.mesh, self.setup.state_rules, data_axis=DATA_AXIS, on_invalid="replicate")
         placement = placement_argument(self.state_placement, self.setup.tp_rules)
         return layout_tree(state, self.mesh, placement, data_axis=DATA_AXIS)
 
@@ -482,13 +489,18 @@ class ShardedJitMode(ParallelMode):
         if diagnostics not in self._steps:
             shardings = self.state_shardings(state)
             self._steps[diagnostics] = jax.jit(  # the state is donated: the new state reuses its buffers
-                functools.partial(self._step_fn, diagnostics=diagnostics), out_shardings=(shardings, None),
-                donate_argnums=0,
+                self.step_function(diagnostics), out_shardings=(shardings, None), donate_argnums=0,
             )
         return self._steps[diagnostics]
 
     def step(self, state: TrainState, batch: Any, diagnostics: bool = False):
         return self._compiled_step(state, diagnostics)(state, batch)
+
+    def step_function(self, diagnostics: bool = False):
+        """The step as a plain function ``(state, batch) -> (state, metrics)``: what :meth:`step` jits (with the
+        state's shardings out and the state donated), for a caller that jits it its own way (exporting it to
+        compile in another process, :mod:`workbench.analysis.exported_step`)."""
+        return functools.partial(self._step_fn, diagnostics=diagnostics)
 
     def _accumulated_sums(self, params: Any, other: Any, batch: Any) -> dict[str, Any]:
         """Weighted sums over the microbatches, synchronised ONCE over ``data``.
