@@ -638,9 +638,9 @@ def dominant_collective_truth(report: Any) -> dict[str, Any]:
             another mode than fsdp.
 
     Example:
-        >>> truth = dominant_collective_truth(wb.read_profile(trainer.profile(5)))  # doctest: +SKIP
-        >>> truth["bytes"] == truth["bytes_by_kind"][truth["kind"]]  # doctest: +SKIP
-        True
+        >>> truth = dominant_collective_truth(read_profile("runs/mlp-fsdp"))  # a profiled fsdp run
+        >>> truth["bytes"] == truth["bytes_by_kind"][truth["kind"]], truth["devices"]
+        (True, 8)
     """
     timeline = _profiled_timeline(report)
     time_us, bytes_by_kind = timeline.collective_time_by_kind(), timeline.collective_bytes_by_kind()
@@ -691,7 +691,7 @@ def check_dominant_collective(answer: Any, report: Any) -> ExerciseResult:
         WorkbenchError: ``report`` is not a profile of an fsdp run with collectives (see the truth's).
 
     Example:
-        >>> check_dominant_collective(("all-gather", -1), fsdp_report).message  # doctest: +SKIP
+        >>> check_dominant_collective(("all-gather", -1), read_profile("runs/mlp-fsdp")).message
         'give the bytes as a whole number, 0 or more, not -1'
     """
     name = "dominant-collective"
