@@ -33,6 +33,7 @@ MODULES = sorted(
 RUN = wb.TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64, steps=20, log_every=5, eval_every=10,
                      sync_every=10, checkpoint_every=10)
 PROFILED_STEPS = 3
+COMPILE_TIMEOUT_S = 300  # the plan's compile in a child process: killed and reaped if it takes longer
 GIVEN = {
     "config": "the TrainConfig of runs/mlp-dp",
     "trainer": "the Trainer that ran runs/mlp-dp, finished",
@@ -45,6 +46,7 @@ GIVEN = {
     "my_module": "a module of your own (two Linear layers)",
     "my_loss": "its loss",
     "my_batches": "seed -> its batches (64 rows of 8 features)",
+    "plan": 'plan_training("mlp", {}, "data=8", "dp", hardware="cpu", verify="cpu"): verified by the compiler',
 }
 
 
@@ -64,9 +66,16 @@ def world(tmp_path_factory):
         "batch": built.first_batches(1)[0], "graphdef": built.mode.setup.graphdef, "loss_fn": built.loss,
         "optimizer": built.mode.setup.optimizer, "my_module": TwoLayer(nnx.Rngs(0)), "my_loss": my_loss,
         "my_batches": lambda seed: regression.batches(64, seed=seed, drop_remainder=True),
+        "plan": wb.plan_training("mlp", {}, "data=8", "dp", hardware="cpu",
+                                 verify=wb.analysis.VerifySettings("cpu", timeout=COMPILE_TIMEOUT_S)),
     }
     assert set(names) == set(GIVEN)
     yield folder, names
+    _stop(trainer)
+
+
+def _stop(trainer) -> None:
+    """Stop ``trainer``'s run if one is active (an example that failed half-way), and wait for it to end."""
     if trainer.is_active:
         trainer.stop()
         trainer.wait(60)
@@ -75,20 +84,20 @@ def world(tmp_path_factory):
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name, world, tmp_path, monkeypatch):
     folder, given = world
-    shutil.copytree(folder / "runs", tmp_path / "runs")  # examples may add runs, resume or reopen one
-    monkeypatch.chdir(tmp_path)
     module = importlib.import_module(name)
     public = {key: getattr(workbench, key) for key in dir(workbench) if not key.startswith("_")}
     given = {key: value for key, value in given.items() if key not in vars(module)}  # a module's own name wins
     finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    tests = [test for test in finder.find(module, name, extraglobs={**public, **given}) if test.examples]
+    if tests:
+        shutil.copytree(folder / "runs", tmp_path / "runs")  # examples may add runs, resume or reopen one
+        monkeypatch.chdir(tmp_path)
     failures = []
     try:
-        for test in finder.find(module, name, extraglobs={**public, **given}):
+        for test in tests:
             runner.run(test, out=failures.append)
         assert runner.failures == 0, "".join(failures)
     finally:
         trainer = world[1]["trainer"]
-        if trainer.is_active:  # an example that failed half-way leaves no run behind for the next module
-            trainer.stop()
-            trainer.wait(60)
+        _stop(trainer)  # no run is left behind for the next module
         trainer.config = RUN  # start(steps=...) changed it: every module starts from the same trainer

@@ -25,11 +25,11 @@ One training run at a time across dashboards: starting a run stops any other das
 re-running a notebook cell never leaves a second training thread behind.
 
 Example:
-    >>> selection = Selection(mesh="data=8", mode="dp", options={"steps": 300, "batch": 64})
+    >>> selection = Selection(mesh="data=8", mode="dp", options={"steps": 50, "batch": 64})
     >>> dashboard = TrainingDashboard(selection, run_root="runs")
     >>> dashboard  # in a notebook: the buttons, the progress bar and the plots  # doctest: +SKIP
     >>> name = dashboard.start(); dashboard.wait(120)["steps"]
-    300
+    50
     >>> watching = TrainingDashboard.attach("mlp-fsdp", run_root="runs")  # follows it
     >>> watching.wait(60)["status"]
     'finished'
@@ -77,9 +77,9 @@ class TrainingDashboard(widgets.VBox):
     error (e.g. an invalid option) is shown in :attr:`status`, and the settings are kept.
 
     Example:
-        >>> dashboard = TrainingDashboard(Selection(mesh="data=8", options={"steps": 100}), run_root="runs")
+        >>> dashboard = TrainingDashboard(Selection(mesh="data=8", options={"steps": 50}), run_root="runs")
         >>> name = dashboard.start(); dashboard.wait(60)["steps"]
-        100
+        50
         >>> bool(dashboard.loss_figure.data[0].y[-1] < dashboard.loss_figure.data[0].y[0])
         True
     """

@@ -48,7 +48,7 @@ def comparison_table_html(comparison: wb.analysis.PlanComparison) -> str:
     orange), and what each side counts.
 
     Example:
-        >>> "ratio" in comparison_table_html(plan.comparison)  # doctest: +SKIP
+        >>> "ratio" in comparison_table_html(plan.comparison)  # plan: a verified TrainingPlan
         True
     """
     warn = f"color:{LEVEL_STYLES['warning'][0]};font-weight:bold"

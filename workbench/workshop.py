@@ -321,10 +321,11 @@ def check_fits_chip(answer: Any, plan: Any, compiled: Any = None, *, name: str =
     for, so the learner answers while it compiles), a :class:`~workbench.analysis.CompiledStep`, or None when
     ``plan`` is verified (``plan.compiled``). A failed compile raises its WorkbenchError.
 
-    Example:
-        >>> plan = plan_training("mlp", {}, "data=16", "fsdp", device_memory="1GiB")  # doctest: +SKIP
-        >>> check_fits_chip(True, plan, start_plan_verification(plan)).passed  # doctest: +SKIP
+    Example (``plan``: ``plan_training("mlp", {}, "data=8", "dp", hardware="cpu", verify="cpu")``, verified):
+        >>> check_fits_chip(True, plan).passed
         True
+        >>> check_fits_chip(False, plan).message
+        "it fits: the compiler's peak is ... per device, ...; the plan said ..."
     """
     if (result := _unanswered(name, answer)) is not None:
         return result

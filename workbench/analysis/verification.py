@@ -296,9 +296,10 @@ def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None 
     any process starts.
 
     Example:
-        >>> config = TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64)  # doctest: +SKIP
-        >>> job = start_verification(config, "cpu")  # doctest: +SKIP
-        >>> job.cancel()  # doctest: +SKIP
+        >>> config = TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64)
+        >>> job = start_verification(config, "cpu")  # returns at once: the compile runs in a child process
+        >>> job.cancel(); job.done  # the child is killed and reaped
+        True
     """
     settings = VerifySettings(target, timeout, on_progress)
     resolved = _verifiable(config, settings.target)
@@ -336,10 +337,10 @@ def verify_step(config: Any, target: Any = "cpu", *, seq_len: int | None = None,
     """Compile ``config``'s step for ``target`` in a child process and wait for the compiler's figures.
 
     Example:
-        >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=256)  # doctest: +SKIP
-        >>> step = verify_step(config, "cpu")  # doctest: +SKIP
-        >>> step.devices, step.alias_bytes <= step.argument_bytes  # doctest: +SKIP
-        (64, True)
+        >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=16", batch=64)
+        >>> step = verify_step(config, "cpu", timeout=300)
+        >>> step.devices, step.alias_bytes <= step.argument_bytes
+        (16, True)
     """
     return _finished(start_verification(config, target, seq_len=seq_len, timeout=timeout, on_progress=on_progress))
 
@@ -375,8 +376,11 @@ def start_plan_verification(plan: Any, verify: Any = "cpu") -> VerificationJob:
     """:func:`start_verification` of the step ``plan`` describes (``verify``: a target or VerifySettings).
 
     Example:
-        >>> job = start_plan_verification(plan_training("mlp", {}, "data=64", "dp"), "cpu")  # doctest: +SKIP
-        >>> plan.with_compiled(job.result()).to_text()  # doctest: +SKIP
+        >>> plan = plan_training("mlp", {}, "data=16", "dp")
+        >>> job = start_plan_verification(plan, "cpu")  # returns at once: the compile runs in a child process
+        >>> verified = plan.with_compiled(job.result(timeout=300))
+        >>> verified.compiled.devices, verified.comparison.row("arguments").ratio
+        (16, 1.0)
     """
     settings = verify_settings(verify)
     return start_verification(plan_config(plan), settings.target, seq_len=plan.seq_len, timeout=settings.timeout,

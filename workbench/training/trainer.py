@@ -324,8 +324,8 @@ class Trainer:
 
         Example:
             >>> name = trainer.start(steps=20); trainer.save_checkpoint()
-            >>> trainer.wait()["checkpoints"]  # the one asked for, and the last step's
-            [...]
+            >>> trainer.wait()["checkpoints"]  # the one asked for, then every checkpoint_every=10 steps
+            [..., 10, 20]
             >>> Trainer.resuming(trainer.run_path, steps=40).run()["steps"]
             40
         """
