@@ -2,8 +2,9 @@
 after a couple of training runs. Each module's examples run in a fresh folder of their own holding the runs that
 :func:`world` made once with the workbench itself (``runs/mlp-dp`` and ``runs/mlp-fsdp``), with the public
 ``workbench`` names in scope (as after ``from workbench import *``) and the few names examples take as given
-(:data:`GIVEN`). Examples marked ``+SKIP`` need minutes, several processes, a TPU or GPU compiler, a browser, or
-would change the machine (the compilation cache), and are only read."""
+(:data:`GIVEN`). Examples marked ``+SKIP`` are only read: they compile for minutes, start several processes, need
+a GPU compiler, show a widget or figure in a notebook or browser, clear the machine's compilation cache, or run only
+inside a traced ``shard_map``."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ MODULES = sorted(
 # The runs every example may read: the digits mlp on the 8 simulated devices, 20 steps, checkpointed every 10,
 # 3 steps profiled as soon as they are compiled. Small, so that making them costs seconds.
 RUN = wb.TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64, steps=20, log_every=5, eval_every=10,
-                     sync_every=10, checkpoint_every=10)
+                     sync_every=0, checkpoint_every=10)
 PROFILED_STEPS = 3
 COMPILE_TIMEOUT_S = 300  # the plan's compile in a child process: killed and reaped if it takes longer
 GIVEN = {
