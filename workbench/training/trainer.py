@@ -38,10 +38,12 @@ Example:
     >>> unsubscribe = trainer.subscribe(lambda event: print(event.kind, event.step, event.data.get("loss")))
     >>> name = trainer.start(); trainer.wait()["eval"]["accuracy"] > 0.9
     start 0 None
-    compiled 1 ...
+    compiled 1 None
+    metrics 1 ...
     metrics 10 ...
     ...
-    end 300 ...
+    eval 300 None
+    end 300 None
     True
 """
 
@@ -324,8 +326,8 @@ class Trainer:
 
         Example:
             >>> name = trainer.start(steps=20); trainer.save_checkpoint()
-            >>> trainer.wait()["checkpoints"]  # the one asked for, then every checkpoint_every=10 steps
-            [..., 10, 20]
+            >>> trainer.wait()["checkpoints"][-2:]  # every checkpoint_every=10 steps, after the one asked for
+            [10, 20]
             >>> Trainer.resuming(trainer.run_path, steps=40).run()["steps"]
             40
         """
