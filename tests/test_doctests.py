@@ -1,16 +1,17 @@
 """Every docstring example in the engine and the widgets runs and prints what it says, as a user would type it
-after a couple of training runs. Each module's examples run in a fresh folder of their own holding the runs that
-:func:`world` made once with the workbench itself (``runs/mlp-dp`` and ``runs/mlp-fsdp``), with the public
-``workbench`` names in scope (as after ``from workbench import *``) and the few names examples take as given
-(:data:`GIVEN`). Examples marked ``+SKIP`` are only read: they compile for minutes, start several processes, need
-a GPU compiler, show a widget or figure in a notebook or browser, clear the machine's compilation cache, or run only
-inside a traced ``shard_map``."""
+after a couple of training runs. Each module's examples run in a fresh folder of their own, holding a copy of the
+runs that :func:`world` made once with the workbench itself (``runs/mlp-dp`` and ``runs/mlp-fsdp``) when the
+examples name them, with the public ``workbench`` names in scope (as after ``from workbench import *``) and the
+few names examples take as given (:data:`GIVEN`). Examples marked ``+SKIP`` are only read: they compile for a
+minute, start several processes, need a GPU compiler, show a widget or figure in a notebook or browser, clear the
+machine's compilation cache, or run only inside a traced ``shard_map``."""
 
 from __future__ import annotations
 
 import doctest
 import importlib
 import pkgutil
+import re
 import shutil
 
 import pytest
@@ -34,6 +35,7 @@ MODULES = sorted(
 RUN = wb.TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64, steps=20, log_every=5, eval_every=10,
                      sync_every=0, checkpoint_every=10)
 PROFILED_STEPS = 3
+READS_RUNS = re.compile(r"\bruns\b|\bmlp-(?:dp|fsdp)\b")  # an example that names the runs gets its own copy
 COMPILE_TIMEOUT_S = 300  # the plan's compile in a child process: killed and reaped if it takes longer
 GIVEN = {
     "config": "the TrainConfig of runs/mlp-dp",
@@ -90,9 +92,9 @@ def test_docstring_examples_run(name, world, tmp_path, monkeypatch):
     given = {key: value for key, value in given.items() if key not in vars(module)}  # a module's own name wins
     finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     tests = [test for test in finder.find(module, name, extraglobs={**public, **given}) if test.examples]
-    if tests:
-        shutil.copytree(folder / "runs", tmp_path / "runs")  # examples may add runs, resume or reopen one
-        monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # whatever an example writes lands here, never in the repository
+    if any(READS_RUNS.search(example.source) for test in tests for example in test.examples):
+        shutil.copytree(folder / "runs", "runs")  # the module's own: its examples may resume or reopen one
     failures = []
     try:
         for test in tests:

@@ -15,7 +15,7 @@ CSS hooks: ``wb-recommend-panel``, ``wb-recommend``, ``wb-recommend-cancel``, ``
 Example:
     >>> panel = RecommendPanel(Selection(model="mlp"))
     >>> panel.target.value, panel.top.value = "cpu", 1
-    >>> panel.recommend(); panel.wait(120).chosen.mode
+    >>> panel.recommend(); panel.wait(120).chosen.mode  # doctest: +SKIP
     'tp'
 """
 

@@ -11,9 +11,9 @@ CSS hooks: ``wb-verify-panel`` (the whole), ``wb-verify`` (the button), ``wb-ver
 
 Example:
     >>> panel = VerifyPanel(Selection(model="mlp", mesh="data=16", mode="fsdp", options={"batch": 64}))
-    >>> panel.verify(); panel.running      # returns at once: the compile runs in a child process
+    >>> panel.verify(); panel.running      # returns at once: the compile runs in a child process  # doctest: +SKIP
     True
-    >>> panel.wait(300).comparison.row("arguments").ratio  # the plan's figure / the compiler's
+    >>> panel.wait(300).comparison.row("arguments").ratio  # the plan's figure / the compiler's  # doctest: +SKIP
     1.0
 """
 
