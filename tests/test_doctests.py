@@ -3,8 +3,9 @@ after a couple of training runs. Each module's examples run in a fresh folder of
 runs that :func:`world` made once with the workbench itself (``runs/mlp-dp`` and ``runs/mlp-fsdp``) when the
 examples name them, with the public ``workbench`` names in scope (as after ``from workbench import *``) and the
 few names examples take as given (:data:`GIVEN`). Examples marked ``+SKIP`` are only read: they compile for a
-minute, start several processes, need a GPU compiler, show a widget or figure in a notebook or browser, clear the
-machine's compilation cache, or run only inside a traced ``shard_map``."""
+minute, or for seconds in a panel's background child (the engine's calls run in their own examples), start several
+processes, need a GPU compiler, show a widget or figure in a notebook or browser, clear the machine's compilation
+cache, or run only inside a traced ``shard_map``."""
 
 from __future__ import annotations
 
