@@ -6,7 +6,8 @@ Widgets only present what the engine computes: anything a widget does, a script 
 
 Example:
     >>> from widgets import Workbench
-    >>> Workbench(model="mlp", mesh="data=8", mode="fsdp")  # doctest: +SKIP
+    >>> app = Workbench(model="mlp", mesh="data=8", mode="fsdp")
+    >>> app  # in a notebook: the tabs, Mesh to Train  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 figures, each finding with its likely cause, why and fix, and the compiled step's communication ledger.
 
 Example:
-    >>> report = wb.run_check("dp", mesh="data=4")  # doctest: +SKIP
-    >>> check_html(report, ledger_text_of(report, "dp"))  # doctest: +SKIP
+    >>> report = wb.run_check("dp", mesh="data=4")
+    >>> check_html(report, ledger_text_of(report, "dp"))
     '<div ...>reference check: <b>ok</b> ...'
 """
 
@@ -28,7 +28,7 @@ def check_html(report: wb.analysis.CheckReport | wb.analysis.ProcessCheckReport,
     """The check panel's HTML: the verdict, the key figures, each finding in full, and the ledger.
 
     Example:
-        >>> check_html(wb.run_check("dp", mesh="data=4"))  # doctest: +SKIP
+        >>> check_html(wb.run_check("dp", mesh="data=4"))
         '<div ...>reference check: <b>ok</b> ...'
     """
     ok = report.verdict == "ok"

@@ -25,12 +25,14 @@ One training run at a time across dashboards: starting a run stops any other das
 re-running a notebook cell never leaves a second training thread behind.
 
 Example:
-    >>> selection = Selection(mesh="data=8", mode="dp", options={"steps": 300, "batch": 64})
+    >>> selection = Selection(mesh="data=8", mode="dp", options={"steps": 50, "batch": 64})
     >>> dashboard = TrainingDashboard(selection, run_root="runs")
     >>> dashboard  # in a notebook: the buttons, the progress bar and the plots  # doctest: +SKIP
-    >>> dashboard.start(); dashboard.wait(120)["steps"]  # doctest: +SKIP
-    300
-    >>> TrainingDashboard.attach("mlp-dp-20250101-120000", run_root="runs")  # follows it  # doctest: +SKIP
+    >>> name = dashboard.start(); dashboard.wait(120)["steps"]
+    50
+    >>> watching = TrainingDashboard.attach("mlp-fsdp", run_root="runs")  # follows it
+    >>> watching.wait(60)["status"]
+    'finished'
 """
 
 from __future__ import annotations
@@ -75,10 +77,10 @@ class TrainingDashboard(widgets.VBox):
     error (e.g. an invalid option) is shown in :attr:`status`, and the settings are kept.
 
     Example:
-        >>> dashboard = TrainingDashboard(Selection(mesh="data=8", options={"steps": 100}), run_root="runs")
-        >>> dashboard.start(); dashboard.wait(60)["steps"]  # doctest: +SKIP
-        100
-        >>> dashboard.loss_figure.data[0].y[-1] < dashboard.loss_figure.data[0].y[0]  # doctest: +SKIP
+        >>> dashboard = TrainingDashboard(Selection(mesh="data=8", options={"steps": 50}), run_root="runs")
+        >>> name = dashboard.start(); dashboard.wait(60)["steps"]
+        50
+        >>> bool(dashboard.loss_figure.data[0].y[-1] < dashboard.loss_figure.data[0].y[0])
         True
     """
 
@@ -227,8 +229,8 @@ class TrainingDashboard(widgets.VBox):
         ``poll_interval``, ``silent_after``, ``appear_timeout``.
 
         Example:
-            >>> dashboard = TrainingDashboard.attach("mlp-fsdp-20250101-120000", silent_after=60)  # doctest: +SKIP
-            >>> dashboard.wait(600)["status"]  # doctest: +SKIP
+            >>> dashboard = TrainingDashboard.attach("mlp-fsdp", silent_after=60)
+            >>> dashboard.wait(600)["status"]
             'finished'
         """
         dashboard = cls(selection, run_root=run_root, redraw_interval=redraw_interval, max_points=max_points)

@@ -13,10 +13,15 @@ CSS hooks: ``wb-profile-panel``, ``wb-profile`` (the button), ``wb-profile-steps
 ``wb-profile-memory``.
 
 Example:
-    >>> panel = ProfilePanel(lambda: trainer)  # the dashboard composes one  # doctest: +SKIP
-    >>> panel.set_active(True); panel.profile_button.click()  # doctest: +SKIP
-    >>> panel.wait(30).timeline.steps[0].collective_share  # doctest: +SKIP
-    0.58
+    >>> panel = ProfilePanel(lambda: trainer)  # the dashboard composes one and hands it the profile events:
+    >>> unsubscribe = trainer.subscribe(lambda event: event.kind == "profile" and panel.show_capture(event.data))
+    >>> name = trainer.start(steps=1000); panel.set_active(True)
+    >>> request = panel.profile()  # what a click on panel.profile_button does: returns at once
+    >>> capture = request.result(60); trainer.stop(); summary = trainer.wait(); trainer.status
+    'stopped'
+    >>> len(panel.wait(30).timeline.steps)
+    5
+    >>> unsubscribe()
 """
 
 from __future__ import annotations

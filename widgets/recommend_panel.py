@@ -16,7 +16,7 @@ Example:
     >>> panel = RecommendPanel(Selection(model="mlp"))
     >>> panel.target.value, panel.top.value = "cpu", 1
     >>> panel.recommend(); panel.wait(120).chosen.mode  # doctest: +SKIP
-    'dp'
+    'tp'
 """
 
 from __future__ import annotations

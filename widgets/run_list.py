@@ -8,8 +8,8 @@ says what that changes of its saved config, and :func:`layout_change_html` shows
 
 Example:
     >>> runs = RunList("runs", StatusArea(), overlay=print)
-    >>> runs.refresh(); runs.select.options  # the runs in runs/  # doctest: +SKIP
-    (('mlp-dp-20250101-120000 (finished)', 'mlp-dp-20250101-120000'),)
+    >>> runs.refresh(); runs.select.options  # the runs in runs/
+    (('mlp-dp (finished)', 'mlp-dp'), ('mlp-fsdp (finished)', 'mlp-fsdp'))
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ program (same JAX version, devices and code), so it reaches its first step sever
   deletes the compiled programs (JAX's files only: the folder may hold others).
 
 Example:
-    >>> import workbench as wb  # doctest: +SKIP
-    >>> wb.compile_cache.compilation_cache_info()["enabled"]  # doctest: +SKIP
+    >>> import workbench as wb
+    >>> wb.compile_cache.compilation_cache_info()["enabled"]
     True
 """
 
@@ -82,8 +82,8 @@ def configure_compilation_cache() -> CacheSetup:
     (read-only home, say) leaves the cache off with the reason, never an import error.
 
     Example:
-        >>> configure_compilation_cache().reason  # doctest: +SKIP
-        'the per-user default folder'
+        >>> configure_compilation_cache() is configure_compilation_cache()  # the first call's setup, kept
+        True
     """
     global _setup
     if _setup is not None:

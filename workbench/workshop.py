@@ -321,10 +321,11 @@ def check_fits_chip(answer: Any, plan: Any, compiled: Any = None, *, name: str =
     for, so the learner answers while it compiles), a :class:`~workbench.analysis.CompiledStep`, or None when
     ``plan`` is verified (``plan.compiled``). A failed compile raises its WorkbenchError.
 
-    Example:
-        >>> plan = plan_training("mlp", {}, "data=16", "fsdp", device_memory="1GiB")  # doctest: +SKIP
-        >>> check_fits_chip(True, plan, start_plan_verification(plan)).passed  # doctest: +SKIP
+    Example (``plan``: ``plan_training("mlp", {}, "data=8", "dp", hardware="cpu", verify="cpu")``, verified):
+        >>> check_fits_chip(True, plan).passed
         True
+        >>> check_fits_chip(False, plan).message
+        "it fits: the compiler's peak is ... per device, ...; the plan said ..."
     """
     if (result := _unanswered(name, answer)) is not None:
         return result
@@ -638,9 +639,9 @@ def dominant_collective_truth(report: Any) -> dict[str, Any]:
             another mode than fsdp.
 
     Example:
-        >>> truth = dominant_collective_truth(wb.read_profile(trainer.profile(5)))  # doctest: +SKIP
-        >>> truth["bytes"] == truth["bytes_by_kind"][truth["kind"]]  # doctest: +SKIP
-        True
+        >>> truth = dominant_collective_truth(read_profile("runs/mlp-fsdp"))  # a profiled fsdp run
+        >>> truth["bytes"] == truth["bytes_by_kind"][truth["kind"]], truth["devices"]
+        (True, 8)
     """
     timeline = _profiled_timeline(report)
     time_us, bytes_by_kind = timeline.collective_time_by_kind(), timeline.collective_bytes_by_kind()
@@ -691,7 +692,7 @@ def check_dominant_collective(answer: Any, report: Any) -> ExerciseResult:
         WorkbenchError: ``report`` is not a profile of an fsdp run with collectives (see the truth's).
 
     Example:
-        >>> check_dominant_collective(("all-gather", -1), fsdp_report).message  # doctest: +SKIP
+        >>> check_dominant_collective(("all-gather", -1), read_profile("runs/mlp-fsdp")).message
         'give the bytes as a whole number, 0 or more, not -1'
     """
     name = "dominant-collective"

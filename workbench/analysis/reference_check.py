@@ -233,8 +233,9 @@ def fault_trajectories(setup: StepSetup, replicas: int, state: TrainState, batch
     ``same-shard`` is replayed only across processes: ``first_process_rows`` are the rows process 0 loads.
 
     Example:
-        >>> fault_trajectories(setup, 4, state, batches)["optimizer-reset"][0].shape  # doctest: +SKIP
-        (104458,)
+        >>> trajectories = fault_trajectories(mode.setup, 8, state, [batch, batch])  # mode: dp on data=8
+        >>> len(trajectories["optimizer-reset"]), trajectories["optimizer-reset"][0].shape  # 2 steps of 26,122 floats
+        (2, (26122,))
     """
     replay = _Replay(setup, replicas, first_process_rows)
     summed = replay.trajectory("psum", state, batches)
@@ -475,7 +476,7 @@ def check_built_step(built, *, steps: int | None = None, ledger: bool = True) ->
     the step exactly as it trains (accumulation, precision, data and model options, faults, custom model).
 
     Example:
-        >>> check_built_step(build_step(TrainConfig(mode="dp", accum=2, precision="bf16"))).verdict  # doctest: +SKIP
+        >>> check_built_step(build_step(TrainConfig(mode="dp", batch=64, accum=2, precision="bf16"))).verdict
         'ok'
     """
     steps = MIN_STEPS if steps is None else steps
@@ -505,7 +506,7 @@ def run_check(config: Any, *, steps: int = MIN_STEPS, ledger: bool = True,
     Example:
         >>> run_check("dp", mesh="data=8").verdict
         'ok'
-        >>> run_check(TrainConfig(mode="fsdp", precision="bf16", accum=2, batch=64)).verdict  # doctest: +SKIP
+        >>> run_check(TrainConfig(mode="fsdp", precision="bf16", accum=2, batch=64)).verdict
         'ok'
     """
     if isinstance(config, str):

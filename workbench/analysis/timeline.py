@@ -10,9 +10,10 @@ op's kind, bytes and model layer. A trace it cannot read raises :class:`TraceFor
 never touched. What the trace holds on XLA:CPU and how it is read: docs/design/profiling.md.
 
 Example:
-    >>> timeline = read_timeline(trace_file, hlo_text=compiled.as_text(), mesh=mode.mesh)  # doctest: +SKIP
-    >>> [round(step.collective_share, 2) for step in timeline.steps]  # doctest: +SKIP
-    [0.31, 0.29, 0.3]
+    >>> compiled = mode.compile_step(mode.place_state(state), mode.place_batch(batch))  # what runs/mlp-dp ran
+    >>> timeline = read_timeline("runs/mlp-dp/profile", hlo_text=compiled.as_text(), mesh=mode.mesh)
+    >>> len(timeline.steps), all(0 < step.collective_share < 1 for step in timeline.steps)
+    (3, True)
 """
 
 from __future__ import annotations
@@ -413,9 +414,9 @@ def read_timeline(trace: str | Path, *, hlo_text: str | Sequence[str] | None = N
         TraceFormatError: the file is missing, unreadable, or holds no per-device op events.
 
     Example:
-        >>> timeline = read_timeline("runs/mlp-dp/profile")  # doctest: +SKIP
-        >>> timeline.steps[0].slowest_device  # doctest: +SKIP
-        5
+        >>> timeline = read_timeline("runs/mlp-dp/profile")
+        >>> timeline.steps[0].slowest_device in range(8)
+        True
     """
     path = find_trace_file(trace) if Path(trace).is_dir() else Path(trace)
     module, raw = _device_events(trace_events(path), module)

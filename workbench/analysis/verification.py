@@ -300,9 +300,10 @@ def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None 
     any process starts.
 
     Example:
-        >>> config = TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64)  # doctest: +SKIP
-        >>> job = start_verification(config, "cpu")  # doctest: +SKIP
-        >>> job.cancel()  # doctest: +SKIP
+        >>> config = TrainConfig(model="mlp", mode="dp", mesh="data=16", batch=64)
+        >>> job = start_verification(config, "cpu")  # returns at once: the compile runs in a child process
+        >>> job.cancel(); job.done  # the child is killed and reaped
+        True
     """
     settings = VerifySettings(target, timeout, on_progress)
     resolved = _verifiable(config, settings.target)
@@ -340,10 +341,10 @@ def verify_step(config: Any, target: Any = "cpu", *, seq_len: int | None = None,
     """Compile ``config``'s step for ``target`` in a child process and wait for the compiler's figures.
 
     Example:
-        >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=64", batch=256)  # doctest: +SKIP
-        >>> step = verify_step(config, "cpu")  # doctest: +SKIP
-        >>> step.devices, step.alias_bytes <= step.argument_bytes  # doctest: +SKIP
-        (64, True)
+        >>> config = TrainConfig(model="mlp", mode="fsdp", mesh="data=16", batch=64)
+        >>> step = verify_step(config, "cpu", timeout=300)
+        >>> step.devices, step.alias_bytes <= step.argument_bytes
+        (16, True)
     """
     return _finished(start_verification(config, target, seq_len=seq_len, timeout=timeout, on_progress=on_progress))
 
@@ -386,8 +387,11 @@ def start_plan_verification(plan: Any, verify: Any = "cpu", own: OwnModel | None
     the target's platform (seconds) and only compiled there (:mod:`.exported_step`).
 
     Example:
-        >>> job = start_plan_verification(plan_training("mlp", {}, "data=64", "dp"), "cpu")  # doctest: +SKIP
-        >>> plan.with_compiled(job.result()).to_text()  # doctest: +SKIP
+        >>> plan = plan_training("mlp", {}, "data=16", "dp")
+        >>> job = start_plan_verification(plan, "cpu")  # returns at once: the compile runs in a child process
+        >>> verified = plan.with_compiled(job.result(timeout=300))
+        >>> verified.compiled.devices, verified.comparison.row("arguments").ratio
+        (16, 1.0)
         >>> own = OwnModel(lambda: TwoLayer(nnx.Rngs(0)), my_loss, batch, rules)  # doctest: +SKIP
         >>> plan = plan_training(own.model, None, "data=4,model=4", "dp-tp", rules=rules, loss=my_loss,
         ...                      example_batch=batch)  # doctest: +SKIP

@@ -9,9 +9,14 @@ mid-save leaves the earlier checkpoints usable). A restore reads straight into t
 target's ``jax.ShapeDtypeStruct`` leaves, so a state saved under one mesh and mode loads into another.
 
 Example:
-    >>> writer = CheckpointWriter("runs/mlp-dp", keep=3)  # doctest: +SKIP
-    >>> writer.save(100, state, checkpoint_meta(config, 100, state)); writer.close()  # doctest: +SKIP
-    >>> info = latest_checkpoint("runs/mlp-dp"); state = restore_state(info, target)  # doctest: +SKIP
+    >>> placed = mode.place_state(state)  # a dp mode's state, laid out on its mesh
+    >>> writer = CheckpointWriter("runs/my-run", keep=3)
+    >>> writer.save(100, placed, checkpoint_meta(config, 100, placed)); writer.close()
+    >>> target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+    ...                       state, mode.restore_shardings(state))
+    >>> info = latest_checkpoint("runs/my-run"); restored = restore_state(info, target)
+    >>> info.step, restored.params["hidden1"]["kernel"].sharding == placed.params["hidden1"]["kernel"].sharding
+    (100, True)
 """
 
 from __future__ import annotations
@@ -149,10 +154,13 @@ class CheckpointWriter:
     saves collectively; process 0 writes the JSON item). :meth:`close` waits for the last save.
 
     Example:
-        >>> writer = CheckpointWriter("runs/mlp-dp", keep=3)  # doctest: +SKIP
+        >>> placed = mode.place_state(state)
+        >>> writer = CheckpointWriter("runs/my-other-run", keep=3)
         >>> # returns before the disk is written:
-        >>> writer.save(10, state, checkpoint_meta(config, 10, state))  # doctest: +SKIP
-        >>> writer.close()  # doctest: +SKIP
+        >>> writer.save(10, placed, checkpoint_meta(config, 10, placed))
+        >>> writer.close()
+        >>> checkpoint_steps("runs/my-other-run")
+        [10]
     """
 
     def __init__(self, run_path: str | os.PathLike, keep: int):
@@ -224,8 +232,8 @@ def checkpoint_steps(run_path: str | os.PathLike) -> list[int]:
     """The steps of the complete checkpoints of a run, oldest first (interrupted saves are not listed).
 
     Example:
-        >>> checkpoint_steps("runs/mlp-dp")  # doctest: +SKIP
-        [80, 90, 100]
+        >>> checkpoint_steps("runs/mlp-dp")  # a run of 20 steps with checkpoint_every=10
+        [10, 20]
     """
     return sorted(step for step, folder in _step_folders(Path(run_path)).items() if _is_complete(folder))
 
@@ -237,8 +245,8 @@ def latest_checkpoint(run_path: str | os.PathLike) -> CheckpointInfo:
         CheckpointError: no such folder, no checkpoint in it, or a newest one that is incomplete or unreadable.
 
     Example:
-        >>> latest_checkpoint("runs/mlp-dp").step  # doctest: +SKIP
-        100
+        >>> latest_checkpoint("runs/mlp-dp").step
+        20
     """
     run_path = Path(run_path)
     if not run_path.is_dir():
@@ -289,7 +297,11 @@ def validate_matches(info: CheckpointInfo, target: Any, what: str = "this run's 
     structure, shapes and dtypes.
 
     Example:
-        >>> validate_matches(latest_checkpoint("runs/mlp-dp"), abstract_state)  # doctest: +SKIP
+        >>> validate_matches(latest_checkpoint("runs/mlp-dp"), state)  # the same model and optimizer: no error
+        >>> validate_matches(latest_checkpoint("runs/mlp-dp"), {"w": jax.ShapeDtypeStruct((2,), "float32")})
+        Traceback (most recent call last):
+        ...
+        workbench.training.checkpoints.CheckpointError: checkpoint 'runs/mlp-dp/checkpoints/20' holds another state ...
     """
     differences = signature_differences(info.meta["state"], state_signature(target))
     if differences:
@@ -312,9 +324,10 @@ def validate_resumable(info: CheckpointInfo, config: Any) -> None:
     model, data and optimizer settings (:data:`FIXED_ON_RESUME`), and more steps than were done.
 
     Example:
-        >>> validate_resumable(latest_checkpoint("runs/mlp-dp"), TrainConfig(model="cnn"))  # doctest: +SKIP
+        >>> validate_resumable(latest_checkpoint("runs/mlp-dp"), TrainConfig(model="cnn"))
         Traceback (most recent call last):
-        workbench.training.checkpoints.CheckpointError: ...
+        ...
+        workbench.training.checkpoints.CheckpointError: run 'mlp-dp' was saved with model='mlp', not 'cnn': ...
     """
     saved = info.config
     for field in FIXED_ON_RESUME:
@@ -336,9 +349,11 @@ def restore_state(info: CheckpointInfo, target: Any) -> Any:
             checkpoint cannot be read (e.g. a truncated file).
 
     Example:
-        >>> target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),  # doctest: +SKIP
-        ...                       state, shardings)
-        >>> restored = restore_state(latest_checkpoint("runs/mlp-fsdp"), target)  # doctest: +SKIP
+        >>> target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        ...                       state, mode.restore_shardings(state))  # where a dp mode computes on it
+        >>> restored = restore_state(latest_checkpoint("runs/mlp-fsdp"), target)  # saved by an fsdp run
+        >>> restored.params["hidden1"]["kernel"].sharding.is_fully_replicated  # as dp lays it out
+        True
     """
     import orbax.checkpoint as ocp
 

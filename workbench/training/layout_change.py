@@ -2,10 +2,13 @@
 saving mode laid it out, and as the resuming mode lays it out (plain records, then a text view).
 
 Example:
-    >>> change = checkpoint_layout_change(latest_checkpoint("runs/mlp-fsdp"), config)  # doctest: +SKIP
-    >>> print(layout_change_text(change))  # doctest: +SKIP
-    fsdp on data=8 -> dp-tp on data=4,model=2
-    params.hidden1.kernel.value  [64, 128]  P('data', None) [8, 128] -> P(None, 'model') [64, 64]
+    >>> config = TrainConfig(mode="dp-tp", mesh="data=4,model=2")
+    >>> change = checkpoint_layout_change(latest_checkpoint("runs/mlp-fsdp"), config)
+    >>> print(layout_change_text(change, only_moved=True))
+    fsdp on data=8 -> dp-tp on data=4,model=2 (15 of 20 leaves move)
+    * params/hidden1/bias                        [128]  P(data) [16] -> P(model) [64]
+    * params/hidden1/kernel                      [64, 128]  P(None, data) [64, 16] -> P(None, model) [64, 64]
+    ...
 """
 
 from __future__ import annotations
@@ -61,9 +64,9 @@ def checkpoint_layout_change(info: CheckpointInfo, config: TrainConfig) -> Layou
         CheckpointError: a checkpoint of your own model (its layout needs the module: see the run's Inspect).
 
     Example:
-        >>> config = TrainConfig(mode="dp-tp", mesh="data=4,model=2")  # doctest: +SKIP
-        >>> change = checkpoint_layout_change(latest_checkpoint("runs/mlp-fsdp"), config)  # doctest: +SKIP
-        >>> change.leaf("params.hidden1.kernel.value").shard_after  # doctest: +SKIP
+        >>> config = TrainConfig(mode="dp-tp", mesh="data=4,model=2")
+        >>> change = checkpoint_layout_change(latest_checkpoint("runs/mlp-fsdp"), config)
+        >>> change.leaf("params/hidden1/kernel").shard_after
         (64, 64)
     """
     saved = TrainConfig.from_json(info.config)

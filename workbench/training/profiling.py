@@ -16,9 +16,11 @@ work, drawing it :mod:`workbench.views.profile_figures`' (the layers above). One
 process (JAX's rule): a second request, here or in another trainer, is refused with a message.
 
 Example:
-    >>> trainer.start(); capture = trainer.profile(steps=5)  # doctest: +SKIP
-    >>> capture.folder  # doctest: +SKIP
-    PosixPath('runs/mlp-dp/profile/step-000012')
+    >>> name = trainer.start(steps=1000); capture = trainer.profile(steps=5)
+    >>> capture.folder
+    PosixPath('runs/mlp-dp-.../profile/step-...')
+    >>> trainer.stop(); summary = trainer.wait(); trainer.status
+    'stopped'
 """
 
 from __future__ import annotations

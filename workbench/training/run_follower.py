@@ -13,10 +13,11 @@ time on ``compiled`` while the run is still going (it is in ``summary.json`` onl
 Standard library only: a notebook can watch a run without starting JAX.
 
 Example:
-    >>> follower = follow_run("mlp-dp-20250101-120000")  # doctest: +SKIP
-    >>> follower.subscribe(lambda event: print(event.kind, event.step))  # doctest: +SKIP
-    >>> follower.wait(600)["final_loss"]  # doctest: +SKIP
-    0.0123
+    >>> follower = follow_run("mlp-dp")
+    >>> follower.wait(600)["status"]
+    'finished'
+    >>> [(event.kind, event.step) for event in follower.history][:3]
+    [('start', 0), ('compiled', 1), ('metrics', 1)]
 """
 
 from __future__ import annotations
@@ -64,8 +65,12 @@ class RunFollower:
         RunError: a bad ``run``, ``poll_interval``, ``silent_after`` or ``appear_timeout``.
 
     Example:
-        >>> follower = RunFollower("mlp-dp-20250101-120000", run_root="runs")  # doctest: +SKIP
-        >>> unsubscribe = follower.subscribe(print); follower.start()  # doctest: +SKIP
+        >>> follower = RunFollower("mlp-dp", run_root="runs")
+        >>> unsubscribe = follower.subscribe(print)
+        >>> follower.start().wait(60)["status"]
+        TrainEvent(kind='start', step=0, ...)
+        ...
+        'finished'
     """
 
     def __init__(self, run: str | os.PathLike | Run, run_root: str | os.PathLike = "runs", *,
@@ -113,8 +118,15 @@ class RunFollower:
         returns an unsubscribe. A callback that raises is dropped, its error kept in :attr:`subscriber_errors`.
 
         Example:
-            >>> follower = RunFollower("mlp-dp-20250101-120000")  # doctest: +SKIP
-            >>> unsubscribe = follower.subscribe(lambda event: print(event.kind)); follower.start()  # doctest: +SKIP
+            >>> follower = RunFollower("mlp-dp")
+            >>> unsubscribe = follower.subscribe(lambda event: print(event.kind))
+            >>> follower.start().wait(60)["status"]
+            start
+            compiled
+            metrics
+            ...
+            end
+            'finished'
         """
         self._subscribers.append(callback)
         return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
@@ -289,8 +301,8 @@ def follow_run(run: str | os.PathLike | Run, run_root: str | os.PathLike = "runs
     """Start following a run (see :class:`RunFollower` for the arguments); events so far are in ``history``.
 
     Example:
-        >>> follower = follow_run("mlp-dp-20250101-120000", silent_after=60)  # doctest: +SKIP
-        >>> follower.wait(300)["status"], [event.kind for event in follower.history][:3]  # doctest: +SKIP
+        >>> follower = follow_run("mlp-dp", silent_after=60)
+        >>> follower.wait(300)["status"], [event.kind for event in follower.history][:3]
         ('finished', ['start', 'compiled', 'metrics'])
     """
     follower = RunFollower(run, run_root, poll_interval=poll_interval, silent_after=silent_after,

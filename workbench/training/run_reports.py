@@ -55,8 +55,8 @@ def compare_runs(
         RunError: a run cannot be loaded, or a key in ``keys`` is in no run's metrics (the keys are listed).
 
     Example:
-        >>> compare_runs(["mlp-dp-20250101-120000"], keys=["loss"])  # doctest: +SKIP
-        [{'name': 'mlp-dp-20250101-120000', 'status': 'finished', 'model': 'mlp', 'mode': 'dp', 'loss': 0.012}]
+        >>> compare_runs(["mlp-dp"], keys=["loss"])
+        [{'name': 'mlp-dp', 'status': 'finished', 'model': 'mlp', ..., 'loss': ...}]
     """
     if isinstance(runs, (str, os.PathLike, Run)):
         runs = [runs]  # one run given on its own, not a sequence of names to iterate letter by letter
@@ -150,11 +150,12 @@ def compare_table(
         RunError: as :func:`compare_runs`, or a name in ``columns`` is no column of these runs.
 
     Example:
-        >>> columns = ["name", "status", "lr", "last_step", "loss"]  # doctest: +SKIP
-        >>> print(compare_table(list_runs("runs"), columns=columns))  # doctest: +SKIP
-        name                    status    lr     last_step  loss
-        ----------------------  --------  -----  ---------  -------
-        mlp-dp-20250101-120000  finished  0.001        999  0.01234
+        >>> columns = ["name", "status", "mode", "lr", "last_step", "loss"]
+        >>> print(compare_table(list_runs("runs"), columns=columns))
+        name      status    mode     lr  last_step  loss...
+        --------  --------  ----  -----  ---------  ----...
+        mlp-dp    finished  dp    0.001         20  ...
+        mlp-fsdp  finished  fsdp  0.001         20  ...
     """
     rows = compare_runs(runs, keys, run_root)
     shown = choose_columns(rows, columns)

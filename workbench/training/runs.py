@@ -222,12 +222,12 @@ class RunWriter:
         RunError: a name that is empty or holds a path separator or '..', or a config value that is not JSON.
 
     Example:
-        >>> with RunWriter("runs", config={"model": "mlp", "mode": "dp", "lr": 1e-3}) as run:  # doctest: +SKIP
+        >>> with RunWriter("runs", config={"model": "mlp", "mode": "dp", "lr": 1e-3}) as run:
         ...     for step in range(100):
         ...         run.append({"step": step, "loss": 1.0 / (step + 1)})
         ...     run.finish("finished", final_loss=0.01)
-        >>> run.name  # doctest: +SKIP
-        'mlp-dp-20250101-120000'
+        >>> run.name  # <model>-<mode>-<UTC time>
+        'mlp-dp-...'
     """
 
     def __init__(self, run_root: str | os.PathLike = "runs", name: str | None = None, config: Mapping | None = None):
@@ -254,8 +254,11 @@ class RunWriter:
             RunError: ``path`` holds no run (no ``config.json``) or the run has ended (``summary.json``).
 
         Example:
-            >>> config = {"model": "mlp", "processes": 2}  # doctest: +SKIP
-            >>> writer = RunWriter.adopt("runs/mlp-dp-20261123-101500", config)  # doctest: +SKIP
+            >>> folder = RunWriter("runs", "mlp-dp-workers", {"model": "mlp"}).hand_over()  # the launcher's
+            >>> writer = RunWriter.adopt(folder, {"model": "mlp", "processes": 2})  # a worker's
+            >>> writer.append({"step": 10, "loss": 0.52}); writer.finish("finished")
+            >>> load_run("mlp-dp-workers").config["processes"]
+            2
         """
         path = Path(path)
         begun = _read_json_file(path / CONFIG_FILE, "config") if (path / CONFIG_FILE).is_file() else None
@@ -288,8 +291,13 @@ class RunWriter:
             RunError: ``path`` holds no run (no ``config.json``).
 
         Example:
-            >>> writer = RunWriter.reopen("runs/mlp-dp-20261123-101500", {"model": "mlp"},  # doctest: +SKIP
-            ...                           through_step=200)
+            >>> with RunWriter("runs", "mlp-dp-resumed", {"model": "mlp"}) as run:
+            ...     for step in (100, 200, 300):
+            ...         run.append({"step": step, "loss": 1 / step})
+            >>> writer = RunWriter.reopen("runs/mlp-dp-resumed", {"model": "mlp"}, through_step=200)
+            >>> again = load_run("mlp-dp-resumed")
+            >>> [record["step"] for record in again.metrics], again.status
+            ([100, 200], 'incomplete')
         """
         path = Path(path)
         if not (path / CONFIG_FILE).is_file():
@@ -329,7 +337,10 @@ class RunWriter:
             RunError: the run has ended, ``record`` is not a dict, or a value is not JSON (the key is named).
 
         Example:
-            >>> run.append({"step": 10, "loss": 0.52, "accuracy": 0.81})  # doctest: +SKIP
+            >>> run = RunWriter("runs", "mlp-dp-by-hand", {"model": "mlp"})
+            >>> run.append({"step": 10, "loss": 0.52, "accuracy": 0.81})
+            >>> load_run(run.name).metrics
+            [{'step': 10, 'loss': 0.52, 'accuracy': 0.81}]
         """
         self._check_open("append a record")
         if not isinstance(record, Mapping):
@@ -352,7 +363,10 @@ class RunWriter:
             RunError: an unknown status, a summary value that is not JSON, or a run that already ended.
 
         Example:
-            >>> run.finish("finished", final_loss=0.012, steps_done=1000)  # doctest: +SKIP
+            >>> run = RunWriter("runs", "mlp-dp-by-hand", {"model": "mlp"})
+            >>> run.finish("finished", final_loss=0.012, steps_done=1000)
+            >>> load_run(run.name).summary
+            {'status': 'finished', 'final_loss': 0.012, 'steps_done': 1000, 'ended': '...'}
         """
         self._check_open("finish it again")
         if status not in END_STATUSES:
@@ -391,9 +405,9 @@ class Run:
         summary: ``summary.json``, or None if the run never finished (crashed, or still running).
 
     Example:
-        >>> run = load_run("mlp-dp-20250101-120000")  # doctest: +SKIP
-        >>> run.status, run.final["loss"]  # doctest: +SKIP
-        ('finished', 0.0123)
+        >>> run = load_run("mlp-dp")
+        >>> run.status, run.final["step"], run.config["mode"]
+        ('finished', 20, 'dp')
     """
 
     name: str
@@ -552,8 +566,10 @@ def load_run(run: str | os.PathLike, run_root: str | os.PathLike = "runs") -> Ru
             ``config.json``, or a garbled file (named, with the line number for ``metrics.jsonl``).
 
     Example:
-        >>> run = load_run("mlp-dp-20250101-120000")  # doctest: +SKIP
-        >>> steps, losses = run.series("loss")  # doctest: +SKIP
+        >>> run = load_run("mlp-dp")
+        >>> steps, losses = run.series("loss")
+        >>> steps  # the first step, then every log_every=5
+        [1, 5, 10, 15, 20]
     """
     candidates = _candidate_folders(run, run_root, "load_run")
     for folder in candidates:
@@ -588,7 +604,7 @@ def list_runs(run_root: str | os.PathLike = "runs") -> list[Run]:
         RunError: a run's files are garbled (see :func:`load_run`); fix or delete that run.
 
     Example:
-        >>> [(run.name, run.status) for run in list_runs("runs")]  # doctest: +SKIP
-        [('mlp-dp-20250101-120000', 'finished'), ('mlp-fsdp-20250101-121500', 'incomplete')]
+        >>> [(run.name, run.status) for run in list_runs("runs")][:2]
+        [('mlp-dp', 'finished'), ('mlp-fsdp', 'finished')]
     """
     return [_read_run(folder) for folder in _run_folders(run_root)]

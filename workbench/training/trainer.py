@@ -34,9 +34,16 @@ steps: per-replica and synchronised gradient norms, cosines, replica divergence,
 ``resumed`` and ``end`` (``status`` finished/stopped/failed).
 
 Example:
-    >>> trainer = Trainer(TrainConfig(model="mlp", data="digits", mode="dp", steps=300))  # doctest: +SKIP
-    >>> trainer.subscribe(lambda event: print(event.kind, event.step, event.data.get("loss")))  # doctest: +SKIP
-    >>> trainer.start(); trainer.wait()["eval"]["accuracy"] > 0.9  # doctest: +SKIP
+    >>> trainer = Trainer(TrainConfig(model="mlp", data="digits", mode="dp", steps=300))
+    >>> unsubscribe = trainer.subscribe(lambda event: print(event.kind, event.step, event.data.get("loss")))
+    >>> name = trainer.start(); trainer.wait()["eval"]["accuracy"] > 0.9
+    start 0 None
+    compiled 1 None
+    metrics 1 ...
+    metrics 10 ...
+    ...
+    eval 300 None
+    end 300 None
     True
 """
 
@@ -115,8 +122,10 @@ class Trainer:
             (default a free one).
 
     Example:
-        >>> trainer = Trainer(model=my_module, loss=my_loss, batches=my_batches, mode="dp", batch=64)  # doctest: +SKIP
-        >>> trainer.run(steps=100)["final_loss"]  # doctest: +SKIP
+        >>> trainer = Trainer(model=my_module, loss=my_loss, batches=my_batches, mode="dp", batch=64)
+        >>> summary = trainer.run(steps=100)
+        >>> trainer.status, summary["steps"]
+        ('finished', 100)
     """
 
     ACTIVE_STATUSES = ACTIVE_STATUSES  # the module's tuple, for code that holds a Trainer (the dashboard)
@@ -183,8 +192,8 @@ class Trainer:
                 or no steps left (pass a larger ``steps``).
 
         Example:
-            >>> Trainer.resuming("runs/mlp-fsdp", mode="dp-tp", mesh="data=4,model=2").run()["steps"]  # doctest: +SKIP
-            300
+            >>> Trainer.resuming("runs/mlp-fsdp", mode="dp-tp", mesh="data=4,model=2", steps=30).run()["steps"]
+            30
         """
         info = latest_checkpoint(run)
         own = {k: settings.pop(k) for k in ("model", "loss", "batches", "eval_batches", "tp_rules") if k in settings}
@@ -316,8 +325,11 @@ class Trainer:
             WorkbenchError: no run is active, or the run trains across processes (they save on their schedule only).
 
         Example:
-            >>> trainer.start(); trainer.save_checkpoint(); trainer.wait()  # doctest: +SKIP
-            >>> Trainer.resuming(trainer.run_path, steps=2000).run()  # doctest: +SKIP
+            >>> name = trainer.start(steps=20); trainer.save_checkpoint()
+            >>> trainer.wait()["checkpoints"][-2:]  # every checkpoint_every=10 steps, after the one asked for
+            [10, 20]
+            >>> Trainer.resuming(trainer.run_path, steps=40).run()["steps"]
+            40
         """
         if not self.is_active:
             raise WorkbenchError(f"no run to save ({self._status}): start one, then save it while it trains")
@@ -344,9 +356,11 @@ class Trainer:
                 across processes, or (waiting) the run ended first or the capture failed.
 
         Example:
-            >>> trainer.start(); report = read_profile(trainer.profile(steps=5))  # doctest: +SKIP
-            >>> report.timeline.steps[0].collective_share  # doctest: +SKIP
-            0.38
+            >>> name = trainer.start(steps=1000); report = read_profile(trainer.profile(steps=5))
+            >>> trainer.stop(); summary = trainer.wait(); trainer.status
+            'stopped'
+            >>> len(report.timeline.steps), 0 < report.timeline.steps[0].collective_share < 1
+            (5, True)
         """
         steps = validate_profile_steps(steps)
         with self._lock:

@@ -6,9 +6,10 @@ kind of collective moves per step (the rows named ``"<kind> bytes"``). The plan'
 the ratio; a figure the plan does not model has no plan bar and says so. The chip's memory is a dashed line.
 FLOPs stay in the table.
 
-Example:
-    >>> plan = plan_training("mlp", {}, "data=16", "dp", verify="cpu")  # doctest: +SKIP
-    >>> comparison_figure(plan.comparison, capacity_bytes=plan.device_memory)  # doctest: +SKIP
+Example (``plan``: ``plan_training("mlp", {}, "data=8", "dp", hardware="cpu", verify="cpu")``, verified):
+    >>> figure = comparison_figure(plan.comparison, capacity_bytes=plan.device_memory)
+    >>> [trace.name for trace in figure.data]  # memory, then the collectives' bytes
+    ['plan (analytic)', 'compiler', 'plan (analytic)', 'compiler']
 """
 
 from __future__ import annotations

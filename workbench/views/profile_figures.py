@@ -9,7 +9,7 @@ bytes side by side, live stacked by role, the predicted and compiled peaks as ma
 This layer draws, the analysis layer computes. Plotly is imported only here.
 
 Example:
-    >>> report = read_profile(trainer.profile(steps=5))  # doctest: +SKIP
+    >>> report = read_profile("runs/mlp-dp")
     >>> timeline_figure(report.timeline, step=1).show(); memory_figure(report.memory).show()  # doctest: +SKIP
 """
 
@@ -86,8 +86,8 @@ def timeline_figure(timeline: Timeline, step: int = 0) -> go.Figure:
         WorkbenchError: ``step`` is not one of the profiled steps.
 
     Example:
-        >>> figure = timeline_figure(report.timeline, step=0)  # doctest: +SKIP
-        >>> [trace.name for trace in figure.data]  # doctest: +SKIP
+        >>> figure = timeline_figure(read_profile("runs/mlp-dp").timeline, step=0)
+        >>> [trace.name for trace in figure.data]
         ['compute', 'all-reduce']
     """
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(timeline.steps):
@@ -224,8 +224,8 @@ def memory_figure(memory: MemoryComparison) -> go.Figure:
         memory: a :class:`~workbench.analysis.memory_comparison.MemoryComparison` (``report.memory``).
 
     Example:
-        >>> figure = memory_figure(report.memory)  # doctest: +SKIP
-        >>> sorted({trace.name for trace in figure.data})[:3]  # doctest: +SKIP
+        >>> figure = memory_figure(read_profile("runs/mlp-dp").memory)
+        >>> sorted({trace.name for trace in figure.data})[:3]
         ['compiled: arguments', 'compiled: peak', 'live: batch']
     """
     lanes = [_lane(d.device) for d in memory.devices]

@@ -7,7 +7,9 @@ a :class:`~workbench.analysis.timeline.Timeline` and a
 :class:`~workbench.analysis.memory_comparison.MemoryComparison` (this layer formats, the analysis computes).
 
 Example:
-    >>> print(profile_text(read_profile("runs/mlp-dp")))  # doctest: +SKIP
+    >>> print(profile_text(read_profile("runs/mlp-dp")))
+    profile of run mlp-dp: training steps ...
+    ...
 """
 
 from __future__ import annotations
@@ -165,8 +167,11 @@ def profile_text(report: ProfileReport) -> str:
     full trace.
 
     Example:
-        >>> print(profile_text(read_profile(trainer.profile(steps=5))))  # doctest: +SKIP
-        profile of run mlp-dp-...: training steps 2 to 6 (5 steps) in runs/mlp-dp-.../profile/step-000002
+        >>> name = trainer.start(steps=1000); report = read_profile(trainer.profile(steps=5))
+        >>> trainer.stop(); summary = trainer.wait(); trainer.status
+        'stopped'
+        >>> print(profile_text(report))
+        profile of run mlp-dp-...: training steps ... (5 steps) in runs/mlp-dp-.../profile/step-...
         ...
     """
     last = report.first_step + report.steps - 1

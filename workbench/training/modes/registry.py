@@ -42,8 +42,11 @@ def build_mode(name: str, setup: StepSetup) -> ParallelMode:
     """Mode ``name`` for ``setup``, checked: a bad combination raises here, before anything compiles.
 
     Example:
-        >>> build_mode("tp", StepSetup(g, loss, tx, parse_mesh("data=8"), 64))  # doctest: +SKIP
-        MeshError: mode 'tp' needs a mesh axis 'model', but mesh data=8 has data: use e.g. --mesh model=8
+        >>> from workbench.training import StepSetup
+        >>> build_mode("tp", StepSetup(graphdef, loss_fn, optimizer, parse_mesh("data=8"), 64))
+        Traceback (most recent call last):
+        ...
+        workbench.errors.MeshError: mode 'tp' needs a mesh axis 'model', but mesh data=8 has data: use e.g. ...
     """
     return mode_class(name)(setup)
 
