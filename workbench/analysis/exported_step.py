@@ -15,7 +15,8 @@ Example:
     ...         self.w = nnx.Linear(4, 1, rngs=rngs)
     ...     def loss(self, batch):
     ...         return ((self.w(batch["x"]) - batch["y"]) ** 2).mean(), {}
-    >>> own = OwnModel(lambda: Tiny(nnx.Rngs(0)), example_batch={"x": np.zeros((2, 4)), "y": np.zeros((2, 1))})
+    >>> own = OwnModel(lambda: Tiny(nnx.Rngs(0)), example_batch={"x": np.zeros((2, 4), np.float32),
+    ...                "y": np.zeros((2, 1), np.float32)})
     >>> step = own.step_config("fsdp", "data=16", 32)
     >>> exported = export_step(step, own, "cpu")
     >>> exported.mesh, exported.platform, exported.layers
