@@ -16,7 +16,7 @@ from widgets.common import Selection
 from widgets.recommend_panel import RecommendPanel
 from widgets.verify_panel import VerifyPanel
 from widgets.workbench_widget import Workbench
-from helpers import child_processes, poll
+from helpers import TableRows, child_processes, poll
 
 WAIT_S = 600  # a compile in a child process: seconds when quiet, far more on a busy machine
 SMALL = {"d_model": 32, "n_heads": 4, "n_layers": 1, "vocab": 32, "max_len": 16}
@@ -61,8 +61,18 @@ def test_the_tab_recommends_a_compiled_layout_and_explains_it(recommended):
     assert answer is not None and answer.devices == 8 and answer.chosen.verified
     level, text = _last(panel)
     assert level == "ok" and "verified by the compiler" in text
-    assert answer.chosen.mode in panel.table.value and "rank" in panel.table.value
     assert "transformer on cpu (8 chips), batch 64 x 16 tokens, sgd, fp32" in panel.table.value
+    table = TableRows()
+    table.feed(panel.table.value)
+    header, *rows = table.rows
+    assert header[1:] == answer.table_cells()[0]
+    assert [row[1:] for row in rows] == answer.table_cells()[1] and rows[0][0] == "▶"  # the chosen one marked
+    if len(rows) > 1:  # picking another candidate moves the mark to its row
+        panel.pick.value = 1
+        table = TableRows()
+        table.feed(panel.table.value)
+        assert [row[0] for row in table.rows[1:3]] == ["", "▶"]
+        panel.pick.value = 0
     names = {trace.name for trace in panel.figure.data}
     assert "chosen" in names and answer.chosen.mode in names
     assert all(f"{family.mode} ({family.verdict})" in panel.families.value for family in answer.rejected)

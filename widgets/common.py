@@ -46,6 +46,35 @@ LEVEL_STYLES = {
 }
 
 
+HIGHLIGHT = "#fff1cc"  # a pale tint behind a selected row; the ▶ marker says it without colour too
+_CELL = "padding:2px 8px;text-align:left;white-space:nowrap"
+_TABLE_STYLE = "border-collapse:collapse;font-family:monospace;font-size:12px"
+
+
+def html_table(headers: list[str], rows: list[list[str]], highlight: int | None = None,
+               right: tuple[int, ...] = ()) -> str:
+    """An HTML table of already-escaped cells; row ``highlight`` gets a tint and a ▶ marker; the columns
+    ``right`` are aligned right (figures).
+
+    Example:
+        >>> "<td" in html_table(["a"], [["1"]], highlight=0, right=(0,))
+        True
+    """
+    def style(column: int) -> str:
+        return _CELL.replace("text-align:left", "text-align:right") if column in right else _CELL
+
+    head = "".join(f'<th style="{style(i - 1)};border-bottom:1px solid #888">{h}</th>'
+                   for i, h in enumerate(["", *headers]))
+    body = []
+    for number, row in enumerate(rows):
+        chosen = number == highlight
+        tint = f' style="background:{HIGHLIGHT};font-weight:bold"' if chosen else ""
+        marked = ["▶" if chosen else "", *row]
+        cells = "".join(f'<td style="{style(i - 1)}">{cell}</td>' for i, cell in enumerate(marked))
+        body.append(f"<tr{tint}>{cells}</tr>")
+    return f'<table style="{_TABLE_STYLE}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
 def level_html(text: str, level: str) -> str:
     """``text`` (escaped) after its level's mark, in its level's colour: how every status and verdict looks.
 

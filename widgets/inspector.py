@@ -41,7 +41,7 @@ import plotly.graph_objects as go
 
 import workbench as wb
 
-from .common import LEVEL_STYLES, Quiet, Selection, StatusArea, guarded
+from .common import LEVEL_STYLES, Quiet, Selection, StatusArea, guarded, html_table
 from .figure_widget import FigureWidget, replace_figure
 from .mesh_verdict import MeshVerdict
 from .verify_panel import VerifyPanel
@@ -49,23 +49,8 @@ from .verify_panel import VerifyPanel
 TREES = (("parameters", "params"), ("optimizer state", "opt_state"), ("batch", "batch"))
 # Every Selection trait that changes a layout (axis_types does not: layouts are abstract).
 WATCHED_TRAITS = ["mesh", "model", "mode", "rules", "model_options", "options"]
-HIGHLIGHT = "#fff1cc"  # a pale tint behind the selected row; the ▶ marker says it without colour too
 COMPILER_MARKER = "#000000"  # black diamonds: distinct from every device colour in the palette
-_CELL = "padding:2px 8px;text-align:left;white-space:nowrap"
-_TABLE_STYLE = "border-collapse:collapse;font-family:monospace;font-size:12px"
 DEVICE_HINT = "<i>Click a device in the figure to list its slice of every array.</i>"
-
-
-def _html_table(headers: list[str], rows: list[list[str]], highlight: int | None = None) -> str:
-    """An HTML table of already-escaped cells; row ``highlight`` gets a tint and a ▶ marker."""
-    head = "".join(f'<th style="{_CELL};border-bottom:1px solid #888">{h}</th>' for h in ["", *headers])
-    body = []
-    for number, row in enumerate(rows):
-        chosen = number == highlight
-        style = f' style="background:{HIGHLIGHT};font-weight:bold"' if chosen else ""
-        cells = "".join(f'<td style="{_CELL}">{cell}</td>' for cell in ["▶" if chosen else "", *row])
-        body.append(f"<tr{style}>{cells}</tr>")
-    return f'<table style="{_TABLE_STYLE}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
 def tree_table_html(tree: wb.layout.TreeLayout, selected: str | None = None) -> str:
@@ -86,7 +71,7 @@ def tree_table_html(tree: wb.layout.TreeLayout, selected: str | None = None) -> 
                  wb.format_bytes(layout.bytes_per_device), str(layout.replication), leaf.reason]
         rows.append([html.escape(cell, quote=False) for cell in cells])  # element text: quotes may stay
     total = f"<div>total: {html.escape(wb.formatting.format_bytes_exact(tree.bytes_per_device))} per device</div>"
-    return _html_table(headers, rows, highlight) + total
+    return html_table(headers, rows, highlight) + total
 
 
 def device_slices_html(layout: wb.analysis.ModelLayout, position: int) -> str:
@@ -103,7 +88,7 @@ def device_slices_html(layout: wb.analysis.ModelLayout, position: int) -> str:
                                                      wb.views.format_index(row["index"]),
                                                      wb.format_bytes(row["bytes"]))]
              for row in rows]
-    return header + _html_table(["tree", "path", "shape", "index (its slice)", "bytes"], cells)
+    return header + html_table(["tree", "path", "shape", "index (its slice)", "bytes"], cells)
 
 
 def _any_leaf(layout: wb.analysis.ModelLayout) -> wb.layout.LeafLayout:

@@ -30,7 +30,7 @@ import jax
 
 import workbench as wb
 
-from .common import DEFAULTS, LABEL_WIDTH, Selection, StatusArea, guarded, level_html
+from .common import DEFAULTS, LABEL_WIDTH, Selection, StatusArea, guarded, html_table, level_html
 from .figure_widget import FigureWidget, replace_figure
 
 COMPILE_TIMEOUT_S = 300.0  # each compile the engine starts may take this long before its child is killed
@@ -60,6 +60,7 @@ class RecommendPanel(widgets.VBox):
         self.selection = selection if selection is not None else Selection()
         self.timeout = timeout
         self.recommendation: wb.analysis.Recommendation | None = None
+        self._caption = ""  # what the answer shown was asked, above its table
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
         self._lines: list[str] = []
@@ -115,6 +116,7 @@ class RecommendPanel(widgets.VBox):
         ], **kwargs)
         self.add_class("wb-recommend-panel")
         self.selection.observe(guarded(self.status)(self._mark_stale), names=["model", "model_options", "options"])
+        self.pick.observe(lambda change: self._draw_table(change["new"]), names="value")
 
     # --- public actions ---------------------------------------------------------------------------------
 
@@ -273,8 +275,8 @@ class RecommendPanel(widgets.VBox):
         caption = (f"{answer.model} on {answer.target} ({answer.devices:,} chips), batch {answer.global_batch:,}"
                    f"{tokens}, {answer.optimizer}, {answer.precision}: {answer.analysed} layouts analysed, "
                    f"{len(answer.candidates)} fit")
-        rows = html.escape(answer.table(SHOWN_ROWS))
-        self.table.value = f'<b>{html.escape(caption)}</b><pre style="overflow-x:auto;font-size:12px">{rows}</pre>'
+        self._caption = f"<b>{html.escape(caption)}</b>"
+        self._draw_table(0)
         replace_figure(self.figure, figure)
         self._figure_frame.layout.display = None
         lines = [level_html(f"{family.mode} ({family.verdict}): {family.reason}", "info") for family in answer.rejected]
@@ -288,6 +290,15 @@ class RecommendPanel(widgets.VBox):
         self.status.show(f"use {best.mode} on {best.mesh}, remat {best.remat}, {best.accum} microbatch(es): "
                          f"{wb.formatting.format_seconds(best.step_s)} a step, {best.bound} "
                          f"({'verified by the compiler' if best.verified else 'unverified'})", "ok")
+
+    def _draw_table(self, picked: int | None) -> None:
+        """The answer's table, the picked candidate's row marked (the first: the recommendation)."""
+        if self.recommendation is None:
+            return
+        headers, rows = self.recommendation.table_cells(SHOWN_ROWS)
+        cells = [[html.escape(cell) for cell in row] for row in rows]
+        table = html_table([html.escape(h) for h in headers], cells, picked, right=wb.analysis.TABLE_FIGURES)
+        self.table.value = f'{self._caption}<div style="overflow-x:auto">{table}</div>'
 
     def _show_export(self, text: str) -> None:
         self.export.value = text

@@ -45,6 +45,7 @@ from .recommender import RecommendationError as RecommendationError
 from .recommender import recommend as recommend
 from .recommendation import Candidate as Candidate
 from .recommendation import FamilyVerdict as FamilyVerdict
+from .recommendation import TABLE_FIGURES as TABLE_FIGURES
 from .recommendation import Recommendation as Recommendation
 from .recommendation import layout_settings as layout_settings
 from .layout_search import LayoutChoice as LayoutChoice
@@ -80,7 +81,7 @@ __all__ = [
     "GPU_CHIPS", "gpu_compiler_problem", "gpu_targets_for",
     "INSTALL_LIBTPU", "libtpu_installed", "topologies_for",
     # which layout: the recommendation, its records and step-time model
-    "Candidate", "FamilyVerdict", "LayoutChoice", "Recommendation", "RecommendationError", "StepTime",
+    "Candidate", "FamilyVerdict", "LayoutChoice", "Recommendation", "RecommendationError", "StepTime", "TABLE_FIGURES",
     "layout_settings", "recommend",
     # a layout exported as code and as a budget test, and the assertions that test makes
     "assert_layout", "assert_step_budget", "budget_test_code", "layout_code", "layout_specs",

@@ -23,6 +23,8 @@ from .layout_search import LayoutChoice
 from .step_time import OVERLAP_MODEL, StepTime
 from .training_plan import TrainingPlan
 
+TABLE_FIGURES = (0, 4, 5, 6, 7, 8, 9, 10)  # the columns of Recommendation.table_cells that hold figures
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Candidate:
@@ -220,6 +222,12 @@ class Recommendation:
 
     def table(self, limit: int = 10) -> str:
         """The candidates as a text table, best first, at most ``limit`` rows."""
+        headers, rows = self.table_cells(limit)
+        return "\n".join(align_columns(headers, rows, right=TABLE_FIGURES))
+
+    def table_cells(self, limit: int = 10) -> tuple[list[str], list[list[str]]]:
+        """The table's headers and rows of text cells, best first, at most ``limit`` rows (the widget's HTML
+        table and :meth:`table` are both made from them; :data:`TABLE_FIGURES` are the columns of figures)."""
         headers = ["rank", "mode", "mesh", "remat", "micro", "peak plan", "compiler", "headroom", "step",
                    "tok/s/chip", "MFU", "collectives per step", "verified"]
         rows = [[str(c.rank), c.mode, str(c.mesh), c.remat, str(c.accum),
@@ -229,7 +237,7 @@ class Recommendation:
                  format_seconds(c.step_s), f"{c.tokens_per_s_per_chip:,.0f}", f"{c.mfu:.0%}",
                  _collective_words(c), "yes" if c.verified else "no"]
                 for c in self.candidates[:limit]]
-        return "\n".join(align_columns(headers, rows, right=(0, 4, 5, 6, 7, 8, 9, 10)))
+        return headers, rows
 
     def to_text(self, limit: int = 10) -> str:
         """The answer, the table, why each leading candidate is bound as it is, the families not chosen, the
