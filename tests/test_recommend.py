@@ -5,6 +5,7 @@ in a child pytest, passes today and fails once the budget is broken; bad input s
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -214,15 +215,68 @@ def test_assert_layout_names_a_parameter_that_moved():
         wb.analysis.assert_layout(wb.TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64), specs)
 
 
-def test_your_own_module_with_its_rules_is_ranked_and_its_top_layouts_compiled():
-    from flax import nnx
+# A user's own module, in a module of theirs that their tests import (as a budget test must).
+USERS_MODULE = """
+import jax.numpy as jnp
+from flax import nnx
 
+
+class Pair(nnx.Module):
+    def __init__(self, rngs):
+        self.a, self.b = nnx.Linear(8, 16, rngs=rngs), nnx.Linear(16, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.b(nnx.tanh(self.a(x)))
+
+
+def make_pair():
+    return Pair(nnx.Rngs(0))
+
+
+def pair_loss(model, batch):
+    return jnp.mean((model(batch["x"])[:, 0] - batch["y"][:, 0]) ** 2), {}
+"""
+
+
+def _pytest(*paths, cwd):
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, paths)],
+                          capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def test_your_own_module_is_ranked_compiled_and_held_to_its_budget_by_an_exported_test(tmp_path, monkeypatch):
+    (tmp_path / "users_models.py").write_text(USERS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    users = importlib.import_module("users_models")
     # Traced and exported here, compiled in the child (tests/test_own_model_verification.py compares the figures).
-    rec = wb.recommend(lambda: TwoLayer(nnx.Rngs(0)), "cpu", 64, rules=TWO_LAYER_RULES, loss=my_loss,
+    rec = wb.recommend(users.make_pair, "cpu", 64, rules=TWO_LAYER_RULES, loss=users.pair_loss,
                        example_batch=TWO_LAYER_BATCH, top=1, timeout=300)
-    assert rec.model == "TwoLayer" and rec.chosen.fits and rec.chosen.verified
+    assert rec.model == "Pair" and rec.chosen.fits and rec.chosen.verified
     assert rec.verification_note is None and rec.chosen.compiler_peak_bytes > 0
     assert {c.mode for c in rec.candidates} >= {"dp", "fsdp"}
+
+    with pytest.raises(wb.WorkbenchError, match=r"your Pair: pass own=rec.own"):
+        budget_test_code(rec.chosen)
+    code = budget_test_code(rec.chosen, own=rec.own)
+    assert "from users_models import make_pair" in code and "from users_models import pair_loss" in code
+    (tmp_path / "test_pair_budget.py").write_text(code)
+    peak = rec.chosen.compiler_peak_bytes
+    (tmp_path / "test_pair_broken.py").write_text(code.replace(f"PEAK_BYTES = {peak}", f"PEAK_BYTES = {peak // 2}"))
+    ran = _pytest("test_pair_budget.py", "test_pair_broken.py", cwd=tmp_path)
+    # Today's budget holds (the step compiled again, every spec kept); half of it fails, naming the figure.
+    assert "1 failed, 3 passed" in ran.stdout, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert "FAILED test_pair_broken.py::test_the_step_stays_within_its_budget" in ran.stdout
+    assert "peak memory per device" in ran.stdout and "above the budget" in ran.stdout
+
+
+def test_a_builder_a_test_file_cannot_import_is_named_with_the_fix(small_rec):
+    from flax import nnx
+
+    own = wb.analysis.OwnModel(lambda: TwoLayer(nnx.Rngs(0)), my_loss, TWO_LAYER_BATCH, TWO_LAYER_RULES)
+    with pytest.raises(wb.WorkbenchError, match=r"your model .*<lambda> cannot be imported by a test file: define "
+                                                r"it at the top level .* imports=\{'model': 'mypkg.module:name'\}"):
+        budget_test_code(small_rec.chosen, own=own)
+    with pytest.raises(wb.WorkbenchError, match=r"imports\['model'\]='make_pair' is not 'module:name'"):
+        budget_test_code(small_rec.chosen, own=own, imports={"model": "make_pair"})
 
 
 def test_stopping_a_recommendation_kills_its_compiles_at_once(monkeypatch):

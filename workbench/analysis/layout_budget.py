@@ -18,6 +18,7 @@ from ..layout.specs import format_spec
 from ..training.config import resolve_config
 from .compiled_step import CompiledStep
 from .planning import plan_training
+from .training_plan import TrainingPlan
 
 DEFAULT_MARGIN = 0.05
 REGENERATE = ("if the change is intended, write the budget again: workbench recommend ... --export-test FILE, or "
@@ -25,23 +26,27 @@ REGENERATE = ("if the change is intended, write the budget again: workbench reco
 
 
 def layout_specs(config: Any, *, seq_len: int | None = None) -> dict[str, str]:
-    """Parameter path -> the spec (as text) that ``config``'s mode gives it on its mesh (a
-    :class:`~workbench.TrainConfig` of a registered model; laid out abstractly, any mesh size).
+    """Parameter path -> the spec (as text) that ``config``'s mode gives it on its mesh: a
+    :class:`~workbench.TrainConfig` of a registered model (laid out abstractly, any mesh size), or a
+    :class:`~.training_plan.TrainingPlan` (your own module's, or any model's with your rules: the plan's specs).
 
     Example:
         >>> layout_specs(TrainConfig(model="mlp", mode="dp", mesh="data=8", batch=64))["hidden1/kernel"]
         'P()'
     """
+    if isinstance(config, TrainingPlan):
+        return {path: format_spec(spec) for path, spec in config.specs.items()}
     config = resolve_config(config).config
     plan = plan_training(config.model, dict(config.model_options), config.mesh, config.mode, optimizer=config.optimizer,
                          global_batch=config.batch, seq_len=seq_len, precision=config.precision, accum=config.accum,
                          simulate=False)
-    return {path: format_spec(spec) for path, spec in plan.specs.items()}
+    return layout_specs(plan)
 
 
 def assert_layout(config: Any, expected: dict[str, str], *, seq_len: int | None = None) -> None:
-    """Raise ``AssertionError`` unless every parameter of ``config``'s model keeps the spec in ``expected``
-    (path -> spec text, as :func:`layout_specs` gives), naming each one that moved, appeared or went.
+    """Raise ``AssertionError`` unless every parameter of ``config``'s model (a config or a plan, as
+    :func:`layout_specs` takes) keeps the spec in ``expected`` (path -> spec text, as :func:`layout_specs` gives),
+    naming each one that moved, appeared or went.
 
     Example:
         >>> fsdp_specs = layout_specs(TrainConfig(model="mlp", mode="fsdp", mesh="data=8", batch=64))
@@ -50,7 +55,8 @@ def assert_layout(config: Any, expected: dict[str, str], *, seq_len: int | None 
         ...
         AssertionError: the layout of mlp in dp on data=8 changed: hidden1/bias is P() (was data); ...
     """
-    config = resolve_config(config).config
+    if not isinstance(config, TrainingPlan):
+        config = resolve_config(config).config
     today = layout_specs(config, seq_len=seq_len)
     changes = [f"{path} is {today[path]} (was {spec})" for path, spec in expected.items()
                if path in today and today[path] != spec]

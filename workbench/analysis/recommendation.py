@@ -176,6 +176,9 @@ class Recommendation:
         analysed: how many layouts were planned.
         verification_note: why nothing was compiled (``--no-verify``, a compiler not installed), else None.
         seconds: wall time of each stage (``analysis``, ``simulation``, ``verification``).
+        own: your module, loss, example batch and rules as the compiles traced them (an
+            :class:`~.exported_step.OwnModel`; None for a registered model's own layout): what
+            :func:`~.layout_export.budget_test_code` needs to write your budget test.
     """
 
     model: str
@@ -193,6 +196,7 @@ class Recommendation:
     analysed: int
     verification_note: str | None = None
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    own: Any = None
 
     @property
     def chosen(self) -> Candidate:

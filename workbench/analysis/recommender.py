@@ -206,7 +206,7 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         model=planned.name, model_options=dict(planned.options), target=str(parsed), devices=chips,
         global_batch=batch, seq_len=final[0].plan.seq_len, optimizer=optimizer, precision=precision,
         utilisation=utilisation, candidates=final, unfit=tuple(sorted(unfit, key=lambda c: c.peak_bytes)),
-        families=families, analysed=len(analysed), verification_note=verify_note, seconds=seconds,
+        families=families, analysed=len(analysed), verification_note=verify_note, seconds=seconds, own=own,
     )
 
 
