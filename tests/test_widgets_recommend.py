@@ -16,7 +16,7 @@ from widgets.common import Selection
 from widgets.recommend_panel import RecommendPanel
 from widgets.verify_panel import VerifyPanel
 from widgets.workbench_widget import Workbench
-from helpers import TableRows, child_processes, poll
+from helpers import TWO_LAYER_BATCH, TWO_LAYER_RULES, TableRows, TwoLayer, child_processes, my_loss, poll
 
 WAIT_S = 600  # a compile in a child process: seconds when quiet, far more on a busy machine
 SMALL = {"d_model": 32, "n_heads": 4, "n_layers": 1, "vocab": 32, "max_len": 16}
@@ -124,6 +124,33 @@ def test_exporting_a_test_for_an_unverified_layout_says_why_inline(recommended):
     level, text = _last(panel)
     assert level == "error" and "no compiled figures" in text
     assert panel.export.value == shown
+
+
+def test_your_own_module_is_recommended_compiled_and_exported_but_not_put_in_the_other_tabs():
+    from flax import nnx
+
+    own = wb.analysis.OwnModel(lambda: TwoLayer(nnx.Rngs(0)), my_loss, TWO_LAYER_BATCH, TWO_LAYER_RULES)
+    selection = Selection(model="mlp", mesh="data=8", mode="dp")
+    panel = RecommendPanel(selection, own=own)
+    panel.target.value, panel.batch.value, panel.top.value = "cpu", 64, 1
+    panel.recommend_button.click()
+    answer = panel.wait(WAIT_S)
+    assert answer is not None and answer.model == "TwoLayer" and answer.chosen.verified, panel.status.messages
+    assert "TwoLayer on cpu" in panel.table.value and panel.use_button.disabled
+    # The other tabs show registered models: the button is disabled, and a call from code says why.
+    with pytest.raises(wb.WorkbenchError, match="not your TwoLayer: export this layout"):
+        panel.use_layout()
+    assert (selection.model, selection.mode) == ("mlp", "dp")  # the selection is left as it was
+    panel.code_button.click()
+    assert "SHARDING_RULES = [" in panel.export.value
+    panel.test_button.click()  # a lambda: the test file could not import it, said inline with the fix
+    level, text = _last(panel)
+    assert level == "error" and "cannot be imported by a test file" in text and "imports=" in text
+    panel.imports = {"model": "mypkg.models:make_two_layer", "loss": "mypkg.train:loss_fn"}
+    panel.test_button.click()
+    assert "from mypkg.models import make_two_layer" in panel.export.value
+    assert "verify_plan(_plan(), settings, OwnModel(MODEL, LOSS, EXAMPLE_BATCH, RULES))" in panel.export.value
+    panel.close()
 
 
 def test_a_fleet_larger_than_this_machine_is_used_for_planning_and_the_status_says_training_cannot():

@@ -12,6 +12,11 @@ microbatches and batch into the :class:`~widgets.common.Selection`, so the other
 CSS hooks: ``wb-recommend-panel``, ``wb-recommend``, ``wb-recommend-cancel``, ``wb-recommend-table``,
 ``wb-recommend-figure``, ``wb-recommend-use``, ``wb-recommend-export``.
 
+Your own module: ``RecommendPanel(own=wb.analysis.OwnModel(make_model, loss_fn, example_batch, rules))`` weighs it
+instead of the selection's model, compiles its top layouts the same way, and exports its code and budget test
+(``imports`` names your builder and loss for the test where a test file cannot import them, e.g. a notebook's);
+"Use this layout" is for registered models, which the other tabs show.
+
 Example:
     >>> panel = RecommendPanel(Selection(model="mlp"))
     >>> panel.target.value, panel.top.value = "cpu", 1
@@ -46,6 +51,10 @@ class RecommendPanel(widgets.VBox):
     Args:
         selection: the :class:`~widgets.common.Selection` whose model is weighed and which "Use this layout" sets.
         timeout: seconds each compile may take (default :data:`COMPILE_TIMEOUT_S`).
+        own: your own module with its loss, example batch and rules (an :class:`workbench.analysis.OwnModel`),
+            weighed instead of the selection's model.
+        imports: where the exported budget test imports your builder and loss from (see
+            :func:`workbench.analysis.budget_test_code`).
 
     Attributes:
         target, batch, unit, seq_len, top, verify: the inputs (``cpu``, ``gpu:h100:512``, ``tpu:v5p:8x8x8``).
@@ -56,9 +65,11 @@ class RecommendPanel(widgets.VBox):
         recommendation: the :class:`workbench.analysis.Recommendation` shown, None before one.
     """
 
-    def __init__(self, selection: Selection | None = None, *, timeout: float = COMPILE_TIMEOUT_S, **kwargs: Any):
+    def __init__(self, selection: Selection | None = None, *, timeout: float = COMPILE_TIMEOUT_S,
+                 own: wb.analysis.OwnModel | None = None, imports: dict[str, str] | None = None, **kwargs: Any):
         self.selection = selection if selection is not None else Selection()
         self.timeout = timeout
+        self.own, self.imports = own, imports
         self.recommendation: wb.analysis.Recommendation | None = None
         self._caption = ""  # what the answer shown was asked, above its table
         self._worker: threading.Thread | None = None
@@ -103,9 +114,11 @@ class RecommendPanel(widgets.VBox):
         self.use_button.on_click(guarded(self.status)(self.use_layout))
         self.code_button.on_click(guarded(self.status)(self.export_code))
         self.test_button.on_click(guarded(self.status)(self.export_test))
-        intro = widgets.HTML("<b>Which layout?</b> Every mode, mesh, remat policy and microbatch count for the "
-                             "selected model on the fleet, ranked by predicted step time; the best few compiled "
-                             "for the target. Pick one and use it in the other tabs.")
+        weighed = "the selected model" if own is None else html.escape(own.described)
+        intro = widgets.HTML(f"<b>Which layout?</b> Every mode, mesh, remat policy and microbatch count for {weighed} "
+                             "on the fleet, ranked by predicted step time; the best few compiled for the target. "
+                             + ("Pick one and use it in the other tabs." if own is None else
+                                "Pick one and export it as code or as a budget test."))
         super().__init__([
             intro, widgets.HBox([self.target, self.top, self.verify]),
             widgets.HBox([self.batch, self.unit, self.seq_len]),
@@ -141,8 +154,9 @@ class RecommendPanel(widgets.VBox):
         by_tokens = self.unit.value == "tokens"
         if by_tokens and seq_len is None:
             raise wb.WorkbenchError("a batch in tokens needs a seq len: tokens per step = sequences x seq len")
+        own = self.own
         request = {
-            "model": self.selection.model, "target": self.target.value.strip() or "cpu",
+            "model": self.selection.model if own is None else own.model, "target": self.target.value.strip() or "cpu",
             "global_batch": None if by_tokens else self.batch.value,
             "global_batch_tokens": self.batch.value if by_tokens else None, "seq_len": seq_len,
             "model_options": dict(self.selection.model_options) or None,
@@ -150,11 +164,15 @@ class RecommendPanel(widgets.VBox):
             "precision": self.selection.options.get("precision", DEFAULTS.precision),
             "top": self.top.value, "verify": self.verify.value, "timeout": self.timeout,
         }
+        if own is not None:  # your module (or a registered one with your rules): its own inputs, no preset options
+            request.update(loss=own.loss, example_batch=own.example_batch, rules=own.rules,
+                           model_options=None if own.module is not None else request["model_options"])
         self._stop = threading.Event()
         self._lines = []
         asked = self._asked_key()
         self.recommend_button.disabled, self.cancel_button.disabled = True, False
-        self.status.show(f"weighing layouts of {request['model']} on {request['target']}; the kernel stays free")
+        weighed = request["model"] if own is None else own.described
+        self.status.show(f"weighing layouts of {weighed} on {request['target']}; the kernel stays free")
         self._worker = threading.Thread(target=self._run, args=(request, self._stop, asked), daemon=True,
                                         name="workbench-recommend-panel")
         self._worker.start()
@@ -186,6 +204,9 @@ class RecommendPanel(widgets.VBox):
         and the status says that training it needs the fleet.
         """
         candidate = self.picked()
+        if self.own is not None:
+            raise wb.WorkbenchError(f"the other tabs show registered models, not {self.own.described}: export "
+                                    "this layout as code (Export code) or as a budget test (Export test)")
         settings = wb.analysis.layout_settings(candidate)
         selection = self.selection
         with selection.hold_trait_notifications():
@@ -211,7 +232,9 @@ class RecommendPanel(widgets.VBox):
 
     def export_test(self, _button: Any = None) -> None:
         """Show the picked layout's budget test: a pytest file for the user's CI (a verified layout only)."""
-        self._show_export(wb.analysis.budget_test_code(self.picked()))
+        answer = self.recommendation
+        self._show_export(wb.analysis.budget_test_code(self.picked(), own=answer.own if answer else None,
+                                                       imports=self.imports))
 
     def close(self) -> None:
         """Stop a running recommendation (its compiles are killed), then close the panel."""
@@ -243,6 +266,8 @@ class RecommendPanel(widgets.VBox):
     def _asked_key(self) -> tuple:
         """What a recommendation depends on in the selection: the model, its options, optimizer and precision (a
         mode, mesh or batch set by "Use this layout" is the answer, not the question)."""
+        if self.own is not None:  # your module is the question, whatever the selection shows
+            return ("own",)
         options = self.selection.options
         return (self.selection.model, repr(sorted(dict(self.selection.model_options).items())),
                 options.get("optimizer", DEFAULTS.optimizer), options.get("precision", DEFAULTS.precision))
@@ -286,7 +311,8 @@ class RecommendPanel(widgets.VBox):
         self.pick.options = [(f"{c.rank}. {c.mode} on {c.mesh}, remat {c.remat}, x{c.accum}"
                               f"{' (verified)' if c.verified else ''}", i) for i, c in enumerate(answer.candidates)]
         self.pick.value = 0
-        self.use_button.disabled = self.code_button.disabled = self.test_button.disabled = False
+        self.code_button.disabled = self.test_button.disabled = False
+        self.use_button.disabled = self.own is not None  # the other tabs show registered models
         self.status.show(f"use {best.mode} on {best.mesh}, remat {best.remat}, {best.accum} microbatch(es): "
                          f"{wb.formatting.format_seconds(best.step_s)} a step, {best.bound} "
                          f"({'verified by the compiler' if best.verified else 'unverified'})", "ok")
