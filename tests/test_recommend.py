@@ -277,6 +277,10 @@ def test_a_builder_a_test_file_cannot_import_is_named_with_the_fix(small_rec):
         budget_test_code(small_rec.chosen, own=own)
     with pytest.raises(wb.WorkbenchError, match=r"imports\['model'\]='make_pair' is not 'module:name'"):
         budget_test_code(small_rec.chosen, own=own, imports={"model": "make_pair"})
+    # A registered model with your rules needs no import: its name, your table, and no example batch.
+    code = budget_test_code(small_rec.chosen, own=wb.analysis.OwnModel("transformer", rules=[("kernel$", "P()")]))
+    compile(code, "test_budget.py", "exec")
+    assert "MODEL = 'transformer'" in code and "EXAMPLE_BATCH = None" in code and "(r'kernel$', P())" in code
 
 
 def test_stopping_a_recommendation_kills_its_compiles_at_once(monkeypatch):

@@ -224,7 +224,9 @@ def _defined_at(value: Any) -> str | None:
 
 def _batch_code(batch: Any) -> str:
     """Python for ``batch`` as ``jax.ShapeDtypeStruct`` leaves (dicts, lists and tuples of arrays): all a trace
-    needs of an example batch."""
+    needs of an example batch (None: a registered model's, which its data set gives)."""
+    if batch is None:
+        return "None"
     if isinstance(batch, dict):
         return "{" + ", ".join(f"{key!r}: {_batch_code(value)}" for key, value in batch.items()) + "}"
     if isinstance(batch, (list, tuple)):
