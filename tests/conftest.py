@@ -5,11 +5,6 @@ import os
 # Tests always run on the CPU, even on a GPU host, with the device count the tests assume.
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("WORKBENCH_CPU_DEVICES", "8")
-# Tests compile thousands of small programs and run each for a few steps: LLVM's optimisation of the CPU code is
-# a quarter of the suite's CPU time and buys nothing there (cold `make test`, 2 cores: 1,000 -> 772 CPU-s, 9 m 36 s ->
-# 7 m 42 s). The level is LLVM's only: the optimised HLO, and so every memory figure and collective the tests compare
-# with, is the same at every level (checked: dp-tp, fsdp, scanned fsdp-tp and dp steps, identical HLO and memory).
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
 import workbench as wb  # first: configures the devices before JAX starts
 
