@@ -155,7 +155,8 @@ def _own_test_code(candidate: Candidate, own: OwnModel, imports: dict[str, str],
         if own.loss is not None:
             loss_import, loss = _import_of("loss", own.loss, imports.get("loss"))
             lines.append(loss_import)
-    rules = "RULES = None" if own.table is None else own.table.to_code("RULES").split("\n", 2)[2]
+    # The table's own import of P is already among the imports above.
+    rules = "RULES = None" if own.table is None else own.table.to_code("RULES").replace(lines[1] + "\n\n", "", 1)
     settings = {"optimizer": plan.optimizer, "global_batch": plan.global_batch, "seq_len": plan.seq_len,
                 "precision": plan.precision, "accum": plan.accum, "remat": plan.remat}
     options = dict(plan.model_options) if isinstance(own.model, str) else None

@@ -15,13 +15,16 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..formatting import align_columns, format_bytes, format_seconds
 from .collectives import COLLECTIVE_KINDS
 from .layout_search import LayoutChoice
 from .step_time import OVERLAP_MODEL, StepTime
 from .training_plan import TrainingPlan
+
+if TYPE_CHECKING:
+    from .exported_step import OwnModel
 
 TABLE_FIGURES = (0, 4, 5, 6, 7, 8, 9, 10)  # the columns of Recommendation.table_cells that hold figures
 
@@ -196,7 +199,7 @@ class Recommendation:
     analysed: int
     verification_note: str | None = None
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
-    own: Any = None
+    own: OwnModel | None = None
 
     @property
     def chosen(self) -> Candidate:
