@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 
-import jax
 import numpy as np
 import pytest
 
@@ -131,19 +130,21 @@ def _compiled_figures(options, mode, mesh, precision, batch, remat):
     return peak, compiled.cost_analysis()["flops"]
 
 
-# JAX 0.12's XLA:CPU (CI's newest stack) holds less than 0.10.2's under `dots` in the unrolled steps, which the
-# simulation does not follow yet: plan / compiler 1.16-1.18 there (0.10.2: within 1.15). Strict: a fix shows as a pass.
-NEWER_XLA = tuple(int(part) for part in jax.__version__.split(".")[:2]) >= (0, 12)
+# Long sequences of a narrow model: the attention's (batch, heads, T, T) buffers are most of the peak. The causal mask
+# is a constant XLA broadcasts inside each reader; stored, it put `block` at 1.16x. Under `dots` the plan is 1.17x:
+# XLA:CPU's YNN fusion computes the attention's backward matmul inside the softmax's gradient, never storing it, which
+# the simulation does not follow (README, "Planning a production layout").
+LONG = {"d_model": 64, "n_heads": 4, "n_layers": 4, "max_len": 512, "vocab": 64}
 
 
 def _planned_params():
-    for options, mode, mesh, precision, batch in PLANNED:
+    rows = [(row, REMAT_POLICIES) for row in PLANNED] + [((LONG, "dp", "data=8", "fp32", 64), ("none", "block"))]
+    for (options, mode, mesh, precision, batch), policies in rows:
         scanned = bool(options.get("scan_layers"))
-        for remat in REMAT_POLICIES:
-            leaner = NEWER_XLA and remat == "dots" and not scanned
+        for remat in policies:
             yield pytest.param(options, mode, mesh, precision, batch, remat,
-                               id=f"{'scanned-' * scanned}{mode}-{mesh}-{precision}-{batch}-{remat}",
-                               marks=pytest.mark.xfail(leaner, reason="JAX 0.12's XLA:CPU holds less", strict=True))
+                               id=f"{'scanned-' * scanned}{mode}-{mesh}-{precision}-{batch}-{remat}"
+                                  f"{'-long' * (options is LONG)}")
 
 
 @pytest.mark.parametrize("options,mode,mesh,precision,batch,remat", list(_planned_params()))

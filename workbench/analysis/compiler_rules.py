@@ -40,6 +40,8 @@ class CompilerRules:
         stores_shared_broadcasts: whether a non-scalar broadcast read by several fusions is stored.
         fuses_matmul_operands: whether a matmul reads elementwise work on its operands fused (not stored).
         casts_before_gathering: whether an all-gather read only by a narrowing cast gathers the cast values.
+        stores_reduced_sums: whether work combining two or more computed values (a residual sum) is stored
+            where a reduction and other work read it, rather than computed again inside each reader.
         trust: where the simulation cannot follow this compiler, which figure to trust and why; None where
             it does (the simulated peak holds ±15% of the compiler's from 4 MiB per device).
     """
@@ -52,6 +54,7 @@ class CompilerRules:
     stores_shared_broadcasts: bool = True
     fuses_matmul_operands: bool = False
     casts_before_gathering: bool = False
+    stores_reduced_sums: bool = False
     trust: str | None = None
 
     def is_expensive(self, op: str, dtype_name: str) -> bool:
@@ -66,7 +69,7 @@ class CompilerRules:
         return not (op in self.cheap_in_f32 and dtype_name in ("float32", "float16"))
 
 
-XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4})
+XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True)
 XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),
                         stores_shared_broadcasts=False, fuses_matmul_operands=True, casts_before_gathering=True)
 # Measured (tests/test_verification.py's configs, bench/bench_gpu_memory.py): libtpu lays out and schedules
