@@ -164,9 +164,6 @@ def test_the_table_and_json_say_what_was_verified_and_why_the_rest_was_not(small
     assert sum(len(t.x) for t in diamonds) == 2
 
 
-@pytest.mark.xfail(tuple(int(part) for part in jax.__version__.split(".")[:2]) >= (0, 12), strict=True,
-                   reason="JAX 0.12's XLA:CPU holds less: every verified plan is above its compiled peak there, so "
-                          "no layout of this fleet can turn out not to fit")
 def test_a_step_that_does_not_fit_after_all_is_flagged(small_rec):
     # A layout whose plan promises less than its compiler needs, on chips with memory between the two: the plan
     # ranks it as fitting, the compiler says it does not, and the table says so.

@@ -179,7 +179,7 @@ class _Program:
         self.ops: list[tuple[str, list[_Value], list[_Value], int]] = []  # name, ins, outs, body temporaries
         self.origin = ""  # the name stack of the equation being added
         self.block_at_peak = 0  # one block's bytes live at the peak: what each further block adds (_peak)
-        # Per loop (by its outputs' list), the first block's bytes live at its body's peak: a loop over microbatches
+        # Per loop (by its outputs' list), one block's bytes live at its body's peak (_peak): a loop over microbatches
         # (gradient accumulation) runs every block inside its body, so each further block adds there.
         self.body_blocks: dict[int, int] = {}
         self.broadcasts: dict[tuple, _Value] = {}  # implicit broadcasts, by operand and shape (XLA's CSE)
@@ -915,7 +915,7 @@ def _rules(compiler: CompilerRules | str) -> CompilerRules:
 def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_specs: list[AxesPerDimension | None],
                    mesh_sizes: dict[str, int], donated: list[bool] | None,
                    rules: CompilerRules) -> tuple[StepMemory, int]:
-    """:func:`simulate_step_memory`, and the temporaries the first block's forward pass leaves live at the peak."""
+    """:func:`simulate_step_memory`, and what each further block adds to its temporaries at the peak (``_peak``)."""
     program = _Program(dict(mesh_sizes), rules)
     jaxpr = closed_jaxpr.jaxpr
     inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs, strict=False)]
@@ -987,7 +987,7 @@ def step_memory(step: Any, compiler: CompilerRules | str = XLA_CPU) -> StepMemor
 
 
 def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]:
-    """:func:`step_memory`; the temporaries of the first block's forward pass live at the peak; the bytes per
+    """:func:`step_memory`; what each further block adds to the temporaries at the peak (``_peak``); the bytes per
     device of the first block's state (its parameters and optimizer state: an argument, output and alias)."""
     mode = step.mode
     traced = mode._compiled_step(step.state, False).trace(step.state, step.batch)
@@ -1014,8 +1014,9 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
 
     A registered model's identical blocks (counted by its ``BLOCKS_OPTION``: the transformer's ``n_layers``)
     each add the same buffers (measured: the simulated peak grows by the same bytes per block): deeper models
-    are simulated with 2 blocks, traced once, and extended to their depth by what the first block holds at
-    the peak, which keeps a 24-layer plan fast. A scanned stack (``scan_layers``) is one loop whose body is
+    are simulated with 2 blocks, traced once, and extended to their depth by what one block holds at the peak
+    besides the block running there (its saved activations, or in the first block's backward the second's
+    gradients: see ``_peak``), which keeps a 24-layer plan fast. A scanned stack (``scan_layers``) is one loop whose body is
     simulated once, whatever its depth: it is traced as it is. ``state_rules``: your rule table laying out the
     state instead of the mode's placement (:func:`~workbench.training.step.build_abstract_step`).
 
@@ -1050,8 +1051,8 @@ def planned_step_memory(config: Any, *, seq_len: int | None = None, custom: Any 
         (one, _, _), (two, _, _) = simulate(with_layers(1)), simulate(with_layers(2))
         extend = lambda a, b: a + (layers - 1) * (b - a)  # noqa: E731
         return StepMemory(*(extend(getattr(one, f.name), getattr(two, f.name)) for f in dataclasses.fields(StepMemory)))
-    # One trace of 2 blocks: each further block adds what the first adds, its state and the buffers its forward
-    # pass leaves live at the peak (its saved activations); equal to the 1-and-2-block increment (a test).
+    # One trace of 2 blocks: each further block adds its state and what one block other than the running one holds
+    # at the peak (saved activations, or gradients waiting for the update); equal to more blocks simulated (tests).
     two, block_temp, block_state = simulate(with_layers(2))
     more = layers - 2
     return StepMemory(two.argument_bytes + more * block_state, two.output_bytes + more * block_state,
