@@ -586,7 +586,7 @@ def _divisors_only(program: _Program) -> set[int]:
     return divisors - other
 
 
-def _schedule(running: list) -> list:
+def _schedule(running: list, as_one: bool) -> list:
     """``running`` with the partitioner's all-reduces combined as XLA's all-reduce combiner does: each waits
     until a reader needs its result, and then all waiting ones run at once (one tuple all-reduce)."""
     ordered, waiting, produced_by_waiting = [], [], set()
@@ -597,18 +597,18 @@ def _schedule(running: list) -> list:
             produced_by_waiting.update(id(out) for out in outs)
             continue
         if waiting and any(id(buffer) in produced_by_waiting for value in ins for buffer in _buffers(value)):
-            ordered += _combined(waiting)
+            ordered += _combined(waiting, as_one)
             waiting, produced_by_waiting = [], set()
         ordered.append(op)
-    return ordered + _combined(waiting)
+    return ordered + _combined(waiting, as_one)
 
 
-def _combined(waiting: list) -> list:
-    """The partitioner's all-reduces that run together as one op (XLA's combined tuple all-reduce): a scheduler
-    cannot run one of them apart from the others. Measured: scheduled apart, the list schedule ran each as soon
-    as its partial sum was ready and held a per-layer fsdp-tp step at 0.85 of XLA:CPU's peak (0.88 combined;
-    the 8-device mlp's gradient all-reduce, 0.95 apart, 1.00 combined)."""
-    if len(waiting) < 2:
+def _combined(waiting: list, as_one: bool) -> list:
+    """The partitioner's all-reduces that run together, as one op where the compiler runs them as one (XLA:CPU's
+    combined tuple all-reduce): a scheduler cannot run one of them apart from the others. Measured: scheduled
+    apart, the list schedule ran each as soon as its partial sum was ready and held a per-layer fsdp-tp step at
+    0.85 of XLA:CPU's peak (0.88 combined; the 8-device mlp's gradient all-reduce, 0.95 apart, 1.00 combined)."""
+    if not as_one or len(waiting) < 2:
         return waiting
     return [(PARTITIONER_ALL_REDUCE, [v for op in waiting for v in op[1]], [v for op in waiting for v in op[2]], 0)]
 
@@ -739,7 +739,8 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
                 root = root.operands[0]
             root.is_output = True
     # The ops that run, in program order: those that store a value (fused work runs inside its consumers).
-    running = _schedule([op for op in program.ops if any(out.materialised for out in op[2]) or op[0] not in _FUSIBLE])
+    running = _schedule([op for op in program.ops if any(out.materialised for out in op[2]) or op[0] not in _FUSIBLE],
+                        program.rules.runs_combined_all_reduces_as_one)
     # XLA:CPU's scheduler runs stored broadcasts of the step's inputs and constants first, right after the
     # parameters (measured: the zeros of the embedding gradient's scatter-add are live from the start).
     first = [op for op in running
