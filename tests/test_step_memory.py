@@ -5,12 +5,13 @@ The ratios over a wider matrix (with the configs it does not reach) are a bench:
 """
 
 import jax
+import jax.numpy as jnp
 import optax
 import pytest
 from flax import nnx
 
 from workbench.analysis.planning import plan_training
-from workbench.analysis.step_memory import planned_step_memory
+from workbench.analysis.step_memory import planned_step_memory, simulate_step_memory
 from workbench.training.config import TrainConfig
 from workbench.training.step import CustomModel, build_abstract_step
 
@@ -108,6 +109,25 @@ def test_each_further_fsdp_tp_block_adds_what_the_compiler_adds():
         plans.append(planned_step_memory(config).peak_bytes)
         compiled.append(_compiled_peak(build_abstract_step(config)))
     assert 0.9 <= (plans[1] - plans[0]) / (compiled[1] - compiled[0]) <= 1.1, (plans, compiled)
+
+
+def test_a_matmuls_operand_does_not_take_the_split_of_its_result():
+    # With d_model = heads x head_dim a projection's input and output have one shape but share no positions. The
+    # input (a layer norm's output, replicated under tp) once took its output's split over 'model': tp's plan held
+    # an eighth of XLA:CPU's layer-norm buffers (and was 0.86 of its peak by other errors cancelling; 1.06 now).
+    square = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda x, w: (x * 2.0) @ w)(square, square)
+    memory = simulate_step_memory(jaxpr, [((), ()), ((), ("model",))], [None], {"model": 8})
+    assert memory.temp_bytes == 64 * 64 * 4  # x * 2, stored whole for the matmul
+
+
+def test_a_dimension_its_axes_do_not_divide_is_padded_not_replicated():
+    # tp's 4 attention heads on model=8: the partitioner pads them to 8, one head (or none) per device; counted
+    # replicated, each (batch, heads, T, T) buffer was 4x XLA:CPU's.
+    heads, weights = jax.ShapeDtypeStruct((4, 1024), jnp.float32), jax.ShapeDtypeStruct((1024, 8), jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda x, w: jnp.exp(x) @ w)(heads, weights)
+    memory = simulate_step_memory(jaxpr, [(("model",), ()), ((), ())], [None], {"model": 8})
+    assert memory.temp_bytes == 1 * 1024 * 4  # exp(x), one head's row per device
 
 
 def test_a_users_own_module_is_simulated_from_an_example_batch():
