@@ -67,8 +67,8 @@ _FUSIBLE = {
 # Consumers that read their operands fused (XLA's reduce and gather fusions), storing only their result.
 _FUSES_OPERANDS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
                    "argmax", "argmin", "gather", "reduce_precision"}
-# Reductions: XLA:CPU stores a value that combines computed values when one of them reads it (_store_reduced_sums).
-_REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "argmax", "argmin"}
+# The reductions among them: XLA:CPU stores a value combining computed values that one reads (_store_reduced_sums).
+_REDUCTIONS = _FUSES_OPERANDS - {"gather", "reduce_precision"}
 PARTITIONER_ALL_REDUCE = "all-reduce (partitioner)"
 # A matmul's operand of its result's shape shares no positions with it (d_model = heads x head_dim): no split passes.
 _CONTRACTIONS = {"dot_general", "conv_general_dilated"}
@@ -853,7 +853,7 @@ def _peak(program: _Program, running: list) -> tuple[int, int]:
     held: dict[int, int] = {}
     block_of: dict[int, tuple] = {}  # buffer -> (the block that made it (see _block), passed to which block)
     per_block: dict[tuple, int] = {}  # (block, passed to) -> their bytes live now
-    reader_block = [_block(op[2][0].origin) if op[2] else None for op in running]
+    op_block = [_block(op[2][0].origin) if op[2] else None for op in running]  # the block each op runs in
 
     def free(buffer: _Value, position: int | None) -> None:
         nonlocal live
@@ -879,11 +879,11 @@ def _peak(program: _Program, running: list) -> tuple[int, int]:
             block = _block(out.origin)
             if block is not None:  # its block; for the backward's work, also the block its last reader runs in
                 last = last_read.get(id(out))
-                key = (block, reader_block[last] if "transpose(" in out.origin and last is not None else None)
+                key = (block, op_block[last] if "transpose(" in out.origin and last is not None else None)
                 block_of[id(out)] = key
                 per_block[key] = per_block.get(key, 0) + out.nbytes
         if live + body > peak:
-            running_block = reader_block[position]
+            running_block = op_block[position]
             other = 1 if running_block == 0 else 0
             held_by_other = sum(size for (block, passed), size in per_block.items()
                                 if block == other and (passed is None or passed != running_block))
