@@ -221,6 +221,25 @@ def test_async_pairs_count_once_with_whole_array_bytes():
     assert found["collective-permute"].bytes == 512 and found["collective-permute"].axes == ("model",)
 
 
+def test_an_all_reduce_start_returning_its_operands_and_results_counts_the_results():
+    # JAX 0.12's XLA:GPU prints an asynchronous all-reduce as ((operands), results), the results aliasing the
+    # operands (it counted each array twice: the plan's tp activation all-reduces looked 1.375x the compiler's).
+    hlo = """
+HloModule m, num_partitions=8
+ENTRY %main (p: bf16[16,32,64], q: bf16[64]) -> bf16[16,32,64] {
+  %p = bf16[16,32,64]{2,1,0} parameter(0)
+  %q = bf16[64]{0} parameter(1)
+  %ars = ((bf16[16,32,64]{2,1,0}), bf16[16,32,64]{2,1,0}) all-reduce-start(%p), channel_id=1, replica_groups=[4,2]<=[8], use_global_device_ids=true, to_apply=%add
+  %ard = bf16[16,32,64]{2,1,0} all-reduce-done(%ars)
+  %two = ((bf16[16,32,64]{2,1,0}, bf16[64]{0}), (bf16[16,32,64]{2,1,0}, bf16[64]{0})) all-reduce-start(%ard, %q), channel_id=2, replica_groups=[4,2]<=[8], use_global_device_ids=true, to_apply=%add
+  ROOT %done = (bf16[16,32,64]{2,1,0}, bf16[64]{0}) all-reduce-done(%two)
+}
+"""  # noqa: E501 - HLO as XLA prints it: one instruction a line
+    rows = collectives_from_hlo(hlo, "data=4,model=2")
+    assert sorted((c.bytes, c.shapes) for c in rows) == [(16 * 32 * 64 * 2, ((16, 32, 64),)),
+                                                         ((16 * 32 * 64 + 64) * 2, ((16, 32, 64), (64,)))]
+
+
 def test_tuple_shaped_collectives_sum_every_element():
     line = ("%ar = (f32[64,128]{1,0}, f32[128]{0}, /*index=2*/f32[]) all-reduce(%a, %b, %c), channel_id=1, "
             "replica_groups={{0,1,2,3,4,5,6,7}}, use_global_device_ids=true, to_apply=%add")

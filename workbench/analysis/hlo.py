@@ -398,9 +398,11 @@ def _operand_arrays(op: _Op, shapes: dict[str, str]) -> list | None:
 
 def _whole_arrays(op: _Op, kind: str, is_start: bool, group_size: int, shapes: dict[str, str]):
     """The arrays whose bytes are reported (see the module docstring)."""
+    elements = _tuple_elements(op.shape)
+    if kind == "all-reduce" and is_start and len(elements) == 2 and elements[0].startswith("("):
+        return _arrays(elements[1])  # JAX 0.12's XLA:GPU: an all-reduce-start returns ((operands), results)
     if kind == "all-reduce" or (not is_start and kind in ("all-gather", "all-to-all", "collective-permute")):
         return _arrays(op.shape)  # the result is the whole array (or the same size as the operand)
-    elements = _tuple_elements(op.shape)
     if kind == "all-gather":  # all-gather-start returns (operands, outputs): the outputs are gathered
         if len(elements) == 2 and elements[1].startswith("("):
             return _arrays(elements[1])
