@@ -168,15 +168,15 @@ def test_deep_transformers_extend_two_simulated_blocks(mode, mesh):
 @pytest.mark.parametrize("mode,mesh", [("dp", "data=64"), ("dp-tp", "data=64,model=8"), ("fsdp-tp", "data=64,model=8")])
 def test_deep_accumulated_transformers_extend_the_loop_body_per_block(mode, mesh):
     # With gradient accumulation every block runs inside the loop over microbatches: the first block's buffers at
-    # the loop body's peak extend it (measured: the extended temporaries are 0.96-1.0 of 4 blocks simulated whole;
-    # without the body's blocks, a 4-layer plan counted 2 layers' activations).
+    # the loop body's peak extend it, and outside the loop the gradients it sums for each block (without the
+    # body's blocks, a 4-layer plan counted 2 layers' activations; without the sums, dp's was 0.91 of 4 blocks).
     config = TrainConfig(model="transformer", model_options={**LM, "n_layers": 4}, mode=mode, mesh=mesh,
                          batch=1024, precision="bf16", accum=2)
     extended = planned_step_memory(config)
     from workbench.analysis.step_memory import step_memory
     whole = step_memory(build_abstract_step(config, devices="abstract"), "cpu")
     assert extended.argument_bytes == whole.argument_bytes
-    assert 0.95 * whole.temp_bytes <= extended.temp_bytes <= 1.05 * whole.temp_bytes, (extended, whole)
+    assert abs(extended.temp_bytes - whole.temp_bytes) <= 4096 + whole.temp_bytes // 10_000, (extended, whole)
 
 
 def test_a_step_whose_buffers_the_jaxpr_hides_says_so_instead_of_a_number():

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+
 from ..errors import WorkbenchError
 
 # Elementwise work XLA does not copy into several consumers (InstructionFusion::IsExpensive).
@@ -46,6 +48,8 @@ class CompilerRules:
         runs_combined_all_reduces_as_one: whether the all-reduces the compiler combines are scheduled as one op
             (XLA:GPU starts and ends each asynchronously: held as one, its 8-GPU dp plan of a small module rose
             from 1.10 to 1.17 of the compiler's peak).
+        narrow_results: primitives whose results in a type ``float_bytes`` widens are stored in their own type
+            (JAX 0.12's XLA:CPU multiplies bfloat16 matrices natively and stores bfloat16 products).
         trust: where the simulation cannot follow this compiler, which figure to trust and why; None where
             it does (the simulated peak holds ±15% of the compiler's from 4 MiB per device).
     """
@@ -60,6 +64,7 @@ class CompilerRules:
     casts_before_gathering: bool = False
     stores_reduced_sums: bool = False
     runs_combined_all_reduces_as_one: bool = False
+    narrow_results: frozenset = frozenset()
     trust: str | None = None
 
     def is_expensive(self, op: str, dtype_name: str) -> bool:
@@ -74,8 +79,13 @@ class CompilerRules:
         return not (op in self.cheap_in_f32 and dtype_name in ("float32", "float16"))
 
 
+# XLA:CPU's bfloat16 matmuls: JAX 0.10.2's compute and store them in float32 (109 of 113 matmul fusions of a bf16
+# fsdp step are f32); 0.12's store bfloat16 products and their transposes (52 of 100 bf16, and 15 bf16 dots).
+# Counted widened on 0.12, the bf16 transformer rows of the tests' matrices held 1.07-1.30x its peak; narrow,
+# 0.93-1.14 (0.11 not measured).
+_CPU_NARROW_MATMULS = frozenset({"dot_general", "transpose"}) if jax.__version_info__ >= (0, 12) else frozenset()
 XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True,
-                        runs_combined_all_reduces_as_one=True)
+                        runs_combined_all_reduces_as_one=True, narrow_results=_CPU_NARROW_MATMULS)
 XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),
                         stores_shared_broadcasts=False, fuses_matmul_operands=True, casts_before_gathering=True)
 # Measured (tests/test_verification.py's configs, bench/bench_gpu_memory.py): libtpu lays out and schedules

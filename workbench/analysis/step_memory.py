@@ -105,7 +105,7 @@ class _Value:
     """One value of the flattened program: its shape, per-device bytes, sharding and producer."""
 
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
-                 "readers", "position", "buffers", "itemsize", "origin", "carried", "varies", "constant")
+                 "readers", "position", "buffers", "itemsize", "origin", "carried", "varies", "constant", "block")
     operands: tuple[_Value, ...] | list[_Value]  # the values it reads (empty for an argument)
     buffers: list[_Value] | None  # the materialised buffers a reader of it reads (None: not yet worked out)
 
@@ -123,6 +123,7 @@ class _Value:
         # from nothing even where no axis left to the compiler splits it (see _split_created_values).
         self.varies = bool(type_varying_axes(aval))
         self.constant = False  # a constant of the program (a NumPy array the model closes over), not an input
+        self.block: int | None = None  # the block it belongs to where its origin names none (see _owning_block)
 
     def resplit(self, spec: AxesPerDimension, sizes: dict[str, int]) -> None:
         self.spec = _fit(spec, self.shape, sizes)
@@ -241,10 +242,17 @@ class _Program:
             return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
         body = 0
         if name in _LOOPS:
-            body, body_block, specs = _loop_temporaries(eqn, ins, self.sizes, self.rules, local)
+            body, body_block, specs, blocks = _loop_temporaries(eqn, ins, self.sizes, self.rules, local)
         else:
-            specs = _propagate(eqn, ins, local)
+            specs, blocks = _propagate(eqn, ins, local), []
         outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs, strict=False)]
+        for out, block in zip(outs, blocks, strict=False):
+            out.block = block
+        if name in self.rules.narrow_results:
+            for out in outs:
+                if out.dtype is not None and out.itemsize != out.dtype.itemsize:
+                    out.itemsize = out.dtype.itemsize
+                    out.resplit(out.spec, self.sizes)
         if body:
             self.body_blocks[id(outs)] = body_block
         for out, start in zip(outs, _carried_in(eqn, ins), strict=False):
@@ -327,11 +335,12 @@ def _carried_in(eqn: Any, ins: list[Any]) -> list[Any]:
 
 
 def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules,
-                      local: bool) -> tuple[int, int, list]:
+                      local: bool) -> tuple[int, int, list, list]:
     """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
     iteration (a scan's body sees one slice of each scanned input, split as that input is); of those, the first
-    block's forward buffers (see :func:`_peak`); and the shardings of its outputs, as its body leaves them (a
-    scan's stacked outputs: split as one iteration's)."""
+    block's forward buffers (see :func:`_peak`); the shardings of its outputs, as its body leaves them (a
+    scan's stacked outputs: split as one iteration's); and the block each output belongs to (a loop over
+    microbatches carries each block's summed gradients out)."""
     bodies = []  # (body jaxpr, the specs of its inputs, the loop operand each input is, None: carried or sliced)
     specs = [v.spec if v is not None else () for v in ins]
     name, params = eqn.primitive.name, eqn.params
@@ -360,6 +369,10 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
                 value.producer, value.operands = "broadcast_in_dim", []
             else:
                 value.is_arg = value.materialised = True
+        for value, outer in zip(inputs, constants, strict=False):  # a block's parameters stay that block's inside
+            block = None if outer is None else _parameters_block(outer)
+            if block is not None:
+                value.origin = f"blocks/{block}"
         outputs = program.inline(body, inputs, local=local)
         # Values made from nothing inside the body take their readers' split too: a rematerialised block makes its
         # attention mask again in the backward loop's body (measured: that (batch, heads, T, T) fill counted
@@ -373,6 +386,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
                     value.is_arg = value.materialised = True
         peaks.append((_simulate(program, inputs, outputs), program.block_at_peak))
         body_out_specs.append([v.spec if v is not None else () for v in outputs])
+        out_blocks = [None if v is None else _summed_block(v) for v in outputs]
     out_specs = _propagate(eqn, ins, local)
     if not local and body_out_specs:
         if name == "scan":
@@ -383,7 +397,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         else:  # a while loop's carry, a cond's branch outputs
             out_specs = body_out_specs[-1]
     peak, block = max(peaks, default=(0, 0))
-    return peak, block, out_specs
+    return peak, block, out_specs, out_blocks if bodies else []
 
 
 # --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------
@@ -662,6 +676,38 @@ def _fused_into_matmul(name: str, value: _Value, rules: CompilerRules) -> bool:
     return True
 
 
+def _owning_block(value: _Value) -> int | None:
+    """The block a value belongs to: the one that made it, by its name (``_block``), else the one a loop's
+    output carries, else the one whose parameters alone it is made of (``_parameters_block``)."""
+    made_by = _block(value.origin)
+    if made_by is not None:
+        return made_by
+    return value.block if value.block is not None else _parameters_block(value)
+
+
+def _summed_block(value: _Value, depth: int = 4) -> int | None:
+    """The block of a loop's output: its own (``_owning_block``), or where a few elementwise ops combine one block's
+    values with the loop's inputs and blockless work (a gradient weighted by the batch's and summed over
+    microbatches), that block."""
+    own = _owning_block(value)
+    if own is not None or value.producer not in _FUSIBLE or not depth:
+        return own
+    blocks = {_summed_block(operand, depth - 1) for operand in value.operands if not operand.is_arg} - {None}
+    return blocks.pop() if len(blocks) == 1 else None
+
+
+def _parameters_block(value: _Value) -> int | None:
+    """The block whose parameters alone ``value`` is made of, outside the block's own work (the bfloat16 copy of a
+    block's weights, cast at the start of the step): it is that block's, however deep the model. None if it reads
+    work, or the parameters of no block or of several."""
+    if value.is_arg:
+        return _block(value.origin)
+    if not (value.producer in _FUSIBLE or value.producer == "view") or not value.operands:
+        return None
+    blocks = {_parameters_block(operand) for operand in value.operands}
+    return blocks.pop() if len(blocks) == 1 else None
+
+
 def _from_inputs(value: _Value) -> bool:
     """A value made of the step's inputs and constants alone (a parameter, a bias broadcast): no work."""
     if value.is_arg:
@@ -876,7 +922,7 @@ def _peak(program: _Program, running: list) -> tuple[int, int]:
         for out in new:
             held[id(out)] = out.nbytes
             live += out.nbytes
-            block = _block(out.origin)
+            block = _owning_block(out)
             if block is not None:  # its block; for the backward's work, also the block its last reader runs in
                 last = last_read.get(id(out))
                 key = (block, op_block[last] if "transpose(" in out.origin and last is not None else None)
@@ -918,12 +964,15 @@ def _rules(compiler: CompilerRules | str) -> CompilerRules:
 
 
 def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_specs: list[AxesPerDimension | None],
-                   mesh_sizes: dict[str, int], donated: list[bool] | None,
-                   rules: CompilerRules) -> tuple[StepMemory, int]:
-    """:func:`simulate_step_memory`, and what each further block adds to its temporaries at the peak (``_peak``)."""
+                   mesh_sizes: dict[str, int], donated: list[bool] | None, rules: CompilerRules,
+                   input_names: list[str] | None = None) -> tuple[StepMemory, int]:
+    """:func:`simulate_step_memory`, and what each further block adds to its temporaries at the peak (``_peak``).
+    ``input_names``: per input, its path in the state (``blocks/0/attn/q/kernel``), which names its block."""
     program = _Program(dict(mesh_sizes), rules)
     jaxpr = closed_jaxpr.jaxpr
     inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs, strict=False)]
+    for value, name in zip(inputs, input_names or [], strict=False):
+        value.origin = name
     exact = _Program(dict(mesh_sizes), dataclasses.replace(rules, float_bytes={}))  # arguments, outputs: own dtypes
     argument_sizes = [exact.value(var.aval, spec).nbytes for var, spec in zip(jaxpr.invars, in_specs, strict=False)]
     for value in inputs:
@@ -1006,7 +1055,8 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
     reason = unmodelled_reason(traced.jaxpr)
     if reason:
         raise NotSimulated(f"the step computes {reason}")
-    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules)
+    names = ["/".join(str(getattr(key, "key", getattr(key, "idx", key))) for key in path) for path, _ in paths_and_leaves]
+    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules, names)
     block_state = sum(_Value(leaf, spec, sizes, {}).nbytes
                       for (path, leaf), spec in zip(paths_and_leaves, in_specs, strict=False)
                       if _FIRST_BLOCK_STATE.search(jax.tree_util.keystr(path)))
