@@ -145,6 +145,22 @@ def test_flops_per_token_formula_and_compiler_estimate():
 # --- causality and losses ------------------------------------------------------------------------------
 
 
+def test_a_transformer_cast_to_bfloat16_computes_in_bfloat16():
+    # Mixed precision casts the parameters: the embedding must look up in the cast table's dtype, or every block
+    # above computes in float32 (nnx.Embed fixes its dtype to float32 when built: found 2026-11-27).
+    from workbench.training.modes.core import cast_floats
+
+    model = build_model("transformer", d_model=16, n_layers=1, n_heads=2, vocab=32, max_len=8)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    cast = nnx.merge(graphdef, cast_floats(params, jnp.bfloat16), rest)
+    tokens = jnp.zeros((2, 8), jnp.int32)
+    assert jax.eval_shape(cast.embed, tokens).dtype == jnp.bfloat16
+    assert jax.eval_shape(cast, tokens).dtype == jnp.bfloat16
+    products = [eqn for eqn in jax.make_jaxpr(cast)(tokens).eqns if eqn.primitive.name == "dot_general"]
+    assert products and all(eqn.outvars[0].aval.dtype == jnp.bfloat16 for eqn in products)
+    assert model(tokens).dtype == jnp.float32  # the float32 model stays float32
+
+
 def test_transformer_is_causal():
     model = build_model("transformer")
     tokens = jnp.asarray(make_batch("transformer", 2)["x"])

@@ -143,8 +143,8 @@ def test_tensor_parallel_activation_all_reduces():
     plan = plan_training("transformer", SMALL_LM, "data=2,model=4", "dp-tp", global_batch=8, seq_len=16, hardware=TOY)
     by_what = {c.what.split(" ")[0]: c for c in plan.collectives}
     blocks = by_what["activations"]
-    # 2 forward + 2 backward per block, of the (B_local, T, d_model) activations' float32 partial sums (bf16 here,
-    # but XLA:CPU, XLA:GPU and libtpu all reduce them in float32: test_gpu_target.py holds the plan to XLA:GPU's).
+    # 2 forward + 2 backward per block, of the (B_local, T, d_model) activations' partial sums: bf16 here, which
+    # XLA:CPU (the toy hardware's compiler) widens to float32; XLA:GPU and libtpu send bfloat16 (test_gpu_target.py).
     assert (blocks.count, blocks.bytes, blocks.axes, blocks.group_size) == (4 * 2, 4 * 16 * 64 * 4, ("model",), 4)
     assert by_what["gradients"].bytes == plan.grads_bytes and by_what["gradients"].axes == ("data",)
     params, _ = abstract_state("transformer", SMALL_LM)

@@ -24,7 +24,6 @@ from .planned_model import PlannedModel
 
 GRADIENT_BYTES = 4  # float32: gradients arrive in the master weights' dtype under bf16 compute too
 COMPUTE_BYTES = {"fp32": 4, "bf16": 2}
-PARTIAL_SUM_BYTES = 4  # a row-parallel layer's partial sums, all-reduced over 'model' in float32 in either precision
 
 
 def flops_per_device(planned: PlannedModel, n_params: int, seq_len: int | None, tokens: int, model_size: int,
@@ -205,7 +204,7 @@ def assumption_note(precision: str, utilisation: float) -> str:
 
 
 __all__ = [
-    "COMPUTE_BYTES", "GRADIENT_BYTES", "PARTIAL_SUM_BYTES", "activation_bytes", "assumption_note", "bound_by_compute",
+    "COMPUTE_BYTES", "GRADIENT_BYTES", "activation_bytes", "assumption_note", "bound_by_compute",
     "flops_per_device",
     "remat_flops_per_device", "tensor_parallel_notes", "transient_params_bytes",
 ]

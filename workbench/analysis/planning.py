@@ -46,7 +46,6 @@ from .cost_model import hardware as lookup_hardware
 from .exported_rules import export_table
 from .plan_estimates import (
     COMPUTE_BYTES,
-    PARTIAL_SUM_BYTES,
     activation_bytes,
     assumption_note,
     bound_by_compute,
@@ -213,10 +212,11 @@ def plan_training(
     # The model declares it (TRANSFORMER_ESTIMATES); the formulas count tokens, so it reads sequences too.
     formula_seq_len = seq_len if planned.transformer_estimates else None
     transformer_formulas = formula_seq_len is not None
-    # (B_local, T, d_model) activations summed over 'model' after each row-parallel layer of a block: float32
-    # partial sums in either precision (measured, bf16 dp-tp on data=4,model=2: XLA:CPU, XLA:GPU and libtpu all
-    # reduce f32; priced in bf16, the plan sent half of XLA:GPU's and libtpu's bytes)
-    block_activation = (microbatch_examples * formula_seq_len * abstract.d_model * PARTIAL_SUM_BYTES
+    # (B_local, T, d_model) activations summed over 'model' after each row-parallel layer of a block, in the
+    # compute dtype as the compiler holds it (measured, bf16 dp-tp on data=8,model=2: XLA:GPU and libtpu reduce
+    # bfloat16; XLA:CPU widens bfloat16 to float32, its reductions too)
+    partial_sum_bytes = memory_rules.float_bytes.get("bfloat16", compute_bytes) if precision == "bf16" else 4
+    block_activation = (microbatch_examples * formula_seq_len * abstract.d_model * partial_sum_bytes
                         if transformer_formulas else None)
     collectives, sync_bytes = step_collectives(
         declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if transformer_formulas else 0,

@@ -41,7 +41,17 @@ def _lookup(table: jax.Array, tokens: jax.Array) -> jax.Array:
 
 
 class TokenEmbedding(nnx.Embed):
-    """``nnx.Embed`` (same parameter, ``embedding``, and initialisation) with :func:`_lookup`'s gradient."""
+    """``nnx.Embed`` (same parameter, ``embedding``, and initialisation) with :func:`_lookup`'s gradient.
+
+    Without a ``dtype`` it looks up in the table's dtype at the call, as ``nnx.Linear`` computes in its
+    inputs' and parameters' dtype: ``nnx.Embed`` fixes the dtype to the parameter's at construction
+    (float32), so a model cast to bfloat16 for mixed precision looked up float32 embeddings and every
+    layer above computed in float32 (twice the activation memory, found 2026-11-27).
+    """
+
+    def __init__(self, num_embeddings: int, features: int, *, dtype=None, **kwargs):
+        super().__init__(num_embeddings, features, dtype=dtype, **kwargs)
+        self.dtype = dtype  # None: the table's own dtype when called
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
         if out_sharding is not None or self.num_embeddings == 1 or not jnp.issubdtype(inputs.dtype, jnp.integer):
