@@ -128,11 +128,13 @@ def test_fsdp_gathers_each_layer_again_for_the_backward_pass():
 
 
 def test_fsdp_holds_one_layer_of_gathered_parameters_at_a_time():
-    """Compiled temporaries (XLA's memory analysis) of a 4-layer transformer step with a small batch, so
-    that parameters, not activations, dominate: gathering layer by layer needs a fraction of what
-    gathering the whole tree needs, and less than the whole parameters."""
+    """Compiled temporaries (XLA's memory analysis) of a 4-layer transformer step with a small batch and its
+    blocks recomputed (remat block), so that parameters, not activations, dominate: gathering layer by layer
+    needs a fraction of what gathering the whole tree needs, and less than the whole parameters (the forward
+    pass keeps no gathered parameter for the backward pass, which gathers each layer again)."""
     tx = make_optimizer("sgd", 0.1)
-    model = wb.training.build_model("transformer", d_model=64, n_heads=4, n_layers=4, vocab=512, max_len=16)
+    model = wb.training.build_model("transformer", d_model=64, n_heads=4, n_layers=4, vocab=512, max_len=16,
+                                    remat="block")
     graphdef, state = init_state(model, tx)
     tokens = np.zeros((8, 16), np.int32)
     batch = {"x": tokens, "y": tokens, "mask": np.ones(8, np.float32)}

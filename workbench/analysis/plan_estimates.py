@@ -27,22 +27,15 @@ COMPUTE_BYTES = {"fp32": 4, "bf16": 2}
 
 
 def flops_per_device(planned: PlannedModel, n_params: int, seq_len: int | None, tokens: int, model_size: int,
-                     notes: list[str], recomputed: bool = False, remat: str = "none") -> float:
+                     notes: list[str], remat: str = "none") -> float:
     """FLOPs of one step on one device: the transformer's own count, else 6 per parameter per example/token.
-    ``recomputed``: the backward pass runs each layer's forward pass again (fsdp), all but the output head's
-    (a single matmul, whose backward pass needs none of it). ``remat``: the policy's recomputation
-    (:func:`remat_flops_per_device`) where the mode does not recompute every layer already."""
+    ``remat``: the policy's recomputation (:func:`remat_flops_per_device`), in every mode."""
     if planned.transformer_estimates:
         abstract = planned.abstract
         head = 2 * abstract.d_model * abstract.vocab  # the output head is replicated by the tp rules
         forward = (abstract.flops_per_token(seq_len) - head) / model_size + head
-        remat_flops = 0.0 if recomputed else remat_flops_per_device(abstract, seq_len, tokens, model_size, remat)
         # backward = 2 forwards (6N)
-        return (3.0 * forward + (forward - head if recomputed else 0.0)) * tokens + remat_flops
-    if recomputed and planned.registered:
-        notes.append(f"{planned.name!r}'s layers are single matmuls or convolutions, which fsdp does not recompute")
-    elif recomputed:
-        notes.append("fsdp recomputes each layer of your model in the backward pass; compute counts no recomputation")
+        return 3.0 * forward * tokens + remat_flops_per_device(abstract, seq_len, tokens, model_size, remat)
     if model_size > 1:
         notes.append(f"compute assumes every parameter of {planned.name!r} splits {model_size} ways: an approximation")
     return 6.0 * n_params * tokens / model_size
@@ -76,16 +69,15 @@ def remat_flops_per_device(model: Any, seq_len: int | None, tokens: int, split: 
 
 
 def activation_bytes(model: Any, examples: int, seq_len: int, split: int, compute_bytes: int,
-                     recomputed: bool = False, remat: str = "none") -> int:
+                     remat: str = "none") -> int:
     """Activations a transformer keeps for the backward pass on one device.
 
     Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022), eq. 2:
     ``s b h (10 + 24/t + 5 a s / (h t))`` bytes per layer for 16-bit activations and tensor parallelism
     ``t`` (without sequence parallelism), scaled here to the compute dtype, plus the logits held in the
     compute dtype and as float32 for the loss. Their constants include dropout masks this model does not
-    have, so this errs high: a rough figure. With ``recomputed`` layers (fsdp recomputes each layer in
-    the backward pass) only each layer's input ``s b h`` is kept, plus one layer's activations at a time.
-    The remat policy ``remat`` keeps less: ``block`` what ``recomputed`` keeps; ``dots`` each block's input
+    have, so this errs high: a rough figure. The remat policy ``remat`` keeps less: ``block`` each layer's
+    input ``s b h``, plus one layer's activations, recomputed, at a time; ``dots`` each block's input
     and its kept matmul outputs (q, k and v, the attention's output projection, the up projection: ``s b
     (2 h + 3 h / t + d_ff / t)``), plus one layer's activations, recomputed, at a time.
     The loss computes the logits ``loss_tile`` words of the vocabulary at a time
@@ -94,7 +86,7 @@ def activation_bytes(model: Any, examples: int, seq_len: int, split: int, comput
     s, b, h, a = seq_len, examples, model.d_model, model.n_heads
     per_layer = s * b * h * (10 + 24 / split + 5 * a * s / (h * split)) * compute_bytes / 2
     logits = s * b * min(model.vocab, model.loss_tile) * (compute_bytes + 4)
-    if recomputed or remat == "block":
+    if remat == "block":
         return int(model.n_layers * s * b * h * compute_bytes + per_layer + logits)
     if remat == "dots":
         kept = s * b * (2 * h + (3 * h + model.d_ff) / split) * compute_bytes

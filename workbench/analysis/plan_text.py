@@ -94,7 +94,7 @@ def _memory_lines(plan: TrainingPlan) -> list[str]:
              + (f"; rough: {rules.trust}" if rules.trust else "")),
         ]
     else:
-        activations = (_activation_words(plan.mode, plan.remat) if plan.activation_bytes is not None
+        activations = (_activation_words(plan.remat) if plan.activation_bytes is not None
                        else f"for {plan.model}")
         rows += [
             ("activations", plan.activation_bytes, activations),
@@ -151,9 +151,7 @@ def _string_literal(text: str) -> str:
     return repr(text)
 
 
-def _activation_words(mode: str, remat: str) -> str:
-    if mode_class(mode).parameter_gathering == "per-layer":
-        return "rough estimate, layers recomputed in the backward pass"
+def _activation_words(remat: str) -> str:
     if remat == "none":
         return "rough estimate, no rematerialisation"
     return f"rough estimate, remat {remat}: {REMAT_MEANINGS[remat]}"

@@ -198,14 +198,9 @@ def plan_training(
     microbatch_examples = examples // accum  # what the activations and tp's all-reduces are sized by
     n_params = sum(math.prod(leaf.layout.shape) for leaf in params_layout.leaves)  # no second walk of the model
     tokens = examples * seq_len if seq_len else examples
-    recomputed = declared.parameter_gathering == "per-layer"  # each layer run again in the backward pass
-    flops = flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, recomputed, remat)
-    remat_flops = 0.0
-    if planned.transformer_estimates and not recomputed:  # fsdp recomputes every layer already: remat adds nothing
-        remat_flops = remat_flops_per_device(abstract, seq_len, tokens, model_size, remat)
-    elif remat != "none":
-        notes.append(f"{mode} recomputes each layer from its input already (what remat 'block' keeps): remat "
-                     f"{remat!r} is not applied again")
+    flops = flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, remat)
+    remat_flops = remat_flops_per_device(abstract, seq_len, tokens, model_size, remat) if planned.transformer_estimates \
+        else 0.0
 
     # What a step sends, and whether its compute hides it.
     compute_bytes = COMPUTE_BYTES[precision]
@@ -232,7 +227,7 @@ def plan_training(
     activations = None
     if transformer_formulas:
         activations = activation_bytes(abstract, microbatch_examples, formula_seq_len, model_size, compute_bytes,
-                                       recomputed, remat)
+                                       remat)
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
     transient = transient_params_bytes(declared, params_layout, precision, notes, abstract)

@@ -12,10 +12,10 @@ A policy trades memory for FLOPs, per transformer block (``TrainConfig.remat``, 
   have batch dimensions, so they are recomputed, and their (B, H, T, T) scores are never kept).
 
 A model declares the policies it applies (``RegisteredModel.REMAT_POLICIES``); only the transformer has
-repeated blocks to apply them to, so ``mlp``, ``cnn`` and ``linear`` take ``none`` only. Per-layer ``fsdp``
-already recomputes every layer in its backward pass from the layer's input (:mod:`.modes.param_gathering`):
-it keeps what ``block`` keeps, so a policy there is not applied again (:func:`applied_remat`); applied inside
-fsdp's recomputation it was measured to add FLOPs and memory (the forward computed a third time).
+repeated blocks to apply them to, so ``mlp``, ``cnn`` and ``linear`` take ``none`` only. Every mode applies
+the policy, per-layer ``fsdp`` and ``fsdp-tp`` too: they keep what the policy keeps except the gathered
+parameters, which they gather again for the backward pass, and under ``block`` recompute each block from its
+input themselves (:mod:`.modes.param_gathering`).
 
 Example:
     >>> validate_remat("block", "transformer", ("none", "block", "dots"))
@@ -75,17 +75,6 @@ def validate_remat(remat: Any, model: str | None, supported: tuple[str, ...]) ->
     return remat
 
 
-def applied_remat(remat: str, parameter_gathering: str | None) -> str:
-    """The policy a model is built with for policy ``remat`` in a mode gathering parameters as
-    ``parameter_gathering`` says (a mode's declaration): ``none`` where the mode recomputes each layer itself.
-
-    Example:
-        >>> applied_remat("dots", "per-layer"), applied_remat("dots", None)
-        ('none', 'dots')
-    """
-    return "none" if parameter_gathering == "per-layer" else remat
-
-
 def rematerialized(fn: Callable, remat: str) -> Callable:
     """``fn(module, *args)`` with its activations kept as policy ``remat`` says (``none``: ``fn`` itself).
 
@@ -135,4 +124,4 @@ def rematerialized(fn: Callable, remat: str) -> Callable:
     return call
 
 
-__all__ = ["REMAT_MEANINGS", "REMAT_POLICIES", "RematError", "applied_remat", "rematerialized", "validate_remat"]
+__all__ = ["REMAT_MEANINGS", "REMAT_POLICIES", "RematError", "rematerialized", "validate_remat"]

@@ -37,7 +37,6 @@ from .models import RegisteredModel, abstract_batch, model_config, model_config_
 from .modes import ParallelMode, StepSetup, mode_class, mesh_fit
 from .modes.base import ABSTRACT_DEVICES, ShardedJitMode, validate_enough_devices
 from .modes.core import LossFn, TrainState, init_state
-from .remat import applied_remat
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -170,7 +169,7 @@ def build_step(
         options = dict(config.model_options)
     else:
         model_cfg = model_cfg or model_config(config.model, **config.model_options)
-        model = model_cfg.build(seed=config.seed, remat=_applied_remat(resolved))
+        model = model_cfg.build(seed=config.seed, remat=resolved.config.remat)
         loss, tp_rules = _registered_loss_and_rules(resolved.model_class, model_cfg)
         options = model_cfg.options
     optimizer = make_optimizer(config.optimizer, config.lr)
@@ -180,10 +179,6 @@ def build_step(
     whole = (train if jax.process_count() == 1
              else _batch_sources(config, dataset, custom, _whole_share(config.batch))[0])
     return BuiltStep(config, mode, state, model, loss, train, evaluate, dataset, options, whole)
-
-
-def _applied_remat(resolved: ResolvedConfig) -> str:
-    return applied_remat(resolved.config.remat, resolved.mode_class.parameter_gathering)
 
 
 def _whole_share(rows: int) -> ProcessShare:
@@ -293,7 +288,7 @@ def build_abstract_step(config: TrainConfig | ResolvedConfig, *, seq_len: int | 
     else:
         model_cfg = model_config(config.model, **config.model_options)
         loss, tp_rules = _registered_loss_and_rules(resolved.model_class, model_cfg)
-        model_of = lambda: model_cfg.build(seed=config.seed, remat=_applied_remat(resolved))  # noqa: E731
+        model_of = lambda: model_cfg.build(seed=config.seed, remat=resolved.config.remat)  # noqa: E731
         graphdef, state = jax.eval_shape(lambda: init_state(model_of(), optimizer))
         batch = abstract_batch(model_cfg, config.batch, seq_len)
     # validate_compiles_ahead refused every mode that is not one jit program over a mesh.

@@ -45,8 +45,8 @@ DATA_SHARDED_PLACEMENTS = ("shard", "shard-tensor-parallel")
 MODEL_SPLIT_PLACEMENTS = ("tensor-parallel", "shard-tensor-parallel")
 # How a mode whose parameters are sharded over 'data' gathers them for the step.
 PARAMETER_GATHERINGS = {
-    "per-layer": "each layer's parameters when the layer is called, and again in the backward pass, which "
-                 "recomputes the layer: one layer's whole parameters and gradients are held at a time",
+    "per-layer": "each layer's parameters when the layer is called, and again for its backward pass: one layer's "
+                 "whole parameters and gradients are held at a time",
     "whole-tree": "the whole parameter tree at the start of the step, held with its whole gradients until they "
                   "are reduce-scattered",
 }

@@ -6,11 +6,11 @@ too, each leaf along its largest dimension divisible by the axis size (small lea
 1/N of them.
 
 The step runs in ``jax.shard_map``. Each layer of the model (see :mod:`.param_gathering`) all-gathers
-its parameters when it is called and drops them after; in the backward pass it gathers them again,
-recomputes its forward pass from its saved input, and its gradients are reduce-scattered (the
-all-gather's transpose) before the layer below starts. So a device holds one layer's whole
-parameters and gradients at a time, as production FSDP does (PyTorch FSDP's units, MaxText's scanned
-layers), at the cost of a second all-gather and a second forward pass per layer.
+its parameters when it is called and drops them after, keeping its activations as the remat policy
+says (``TrainConfig.remat``: ``block`` recomputes the layer); in the backward pass it gathers them
+again, and its gradients are reduce-scattered (the all-gather's transpose) before the layer below
+starts. So a device holds one layer's whole parameters and gradients at a time, as production FSDP
+does (PyTorch FSDP's units, MaxText's scanned layers), at the cost of a second all-gather per layer.
 
 Outside the shard_map the optimizer updates each shard where it lives: Adam is element-wise, so no
 device ever needs another's optimizer state. ``fsdp-whole-tree`` is the same algorithm with the whole

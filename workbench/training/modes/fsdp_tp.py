@@ -6,8 +6,8 @@ its largest dimension divisible by the data axis that the model axis leaves unsp
 whole over ``data``; :class:`~workbench.layout.ShardedRuleTable`). A tp-split kernel on
 ``data=4,model=2`` is stored 1/8 per device. The batch is split over ``data``.
 
-The step is ``fsdp``'s (:mod:`.fsdp`: each layer gathered over ``data`` when called and again,
-recomputed, in the backward pass; its gradients reduce-scattered), in a ``jax.shard_map`` manual over
+The step is ``fsdp``'s (:mod:`.fsdp`: each layer gathered over ``data`` when called and again for the
+backward pass; its gradients reduce-scattered), in a ``jax.shard_map`` manual over
 ``data`` only: ``model`` stays the compiler's, which inserts the all-reduce after each row-parallel layer as
 in ``dp-tp``. A gather keeps each leaf's ``model`` split (:func:`~.param_gathering.gather` says how), so a
 device holds one layer's ``model`` part at a time. Why not a plain ``jit`` with both shardings: the compiler

@@ -4,10 +4,11 @@
 gradients). :func:`layered_model` rebuilds a model from its shards so that each *layer*
 (:func:`layer_paths`: the elements of its layer lists -- ``nnx.List``, ``nnx.Dict``, ``nnx.Sequential``
 -- at any depth, and its other child modules) gathers its own parameters when it is called and lets
-them go after: the forward pass gathers a layer only once its inputs exist; the backward pass gathers
-it again once its output's gradient has arrived, recomputes the layer (per-layer activation
-checkpointing) and reduce-scatters its gradients before the layer below starts. So one layer's whole
-parameters and gradients are held at a time. Parameters outside every layer are gathered once.
+them go after: the forward pass gathers a layer only once its inputs exist and keeps what the layer's
+backward pass reads (its activations, as its remat policy says) but not the gathered parameters; the
+backward pass gathers them again once the output's gradient has arrived and reduce-scatters the layer's
+gradients before the layer below starts. So one layer's whole parameters and gradients are held at a
+time. Parameters outside every layer are gathered once.
 
 The order is kept by data dependencies (:func:`_after`), because XLA schedules a collective whose
 operands are ready as early as it likes: XLA:CPU gathered every parameter at the start of the step.
@@ -183,47 +184,68 @@ class _ReadOutsideItsLayer:
 
 
 def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any, kept: Any,
-                prepare: Callable[[Any], Any], args: tuple, kwargs: dict) -> Any:
+                prepare: Callable[[Any], Any], recompute: bool, args: tuple, kwargs: dict) -> Any:
     """``call(layer, *args, **kwargs)`` with the layer's parameters gathered for the call only.
 
-    The forward pass keeps only the layer's inputs (and shards); the backward pass gathers the
-    parameters again and recomputes the layer from its inputs, as per-layer activation checkpointing
-    does, then hands the gradient of the inputs down only once the layer's reduce-scatter is done.
+    The forward pass keeps what the layer's backward pass reads but not the gathered parameters: its
+    activations, or with ``recompute`` (a block under remat ``block``) only its inputs, the layer computed
+    again in the backward pass. The backward pass gathers the parameters again, then hands the gradient of
+    the inputs down only once the layer's reduce-scatter is done.
     """
     leaves, treedef = jax.tree.flatten((args, kwargs))
     traced = [isinstance(leaf, jax.Array) for leaf in leaves]
 
-    def run_gathered(params, rest, arrays):
-        layer = nnx.merge(graphdef, prepare(params), rest)
+    def run_prepared(params, rest, arrays):
+        layer = nnx.merge(graphdef, params, rest)
+        if recompute:  # recomputed here: the block's own remat would compute its forward pass a third time
+            object.__setattr__(layer, "remat", "none")
         values = iter(arrays)
         call_args, call_kwargs = treedef.unflatten([next(values) if t else leaf
                                                     for leaf, t in zip(leaves, traced, strict=True)])
         return call(layer, *call_args, **call_kwargs)
 
-    def run(shards, rest, arrays):
-        return run_gathered(gather(shards, dims, kept), rest, arrays)
-
     @jax.custom_vjp
     def layer(shards, rest, arrays):
-        return run(shards, rest, arrays)
+        return run_prepared(prepare(gather(shards, dims, kept)), rest, arrays)
+
+    # Which of the pullback's residuals are the prepared parameters, found while the forward pass is traced
+    # (before the backward pass is): JAX keeps a parameter a matmul's gradient reads as that very array.
+    found: dict[str, Any] = {}
 
     def forward(shards, rest, arrays):
-        out = run(_after(shards, arrays), rest, arrays)
-        return out, (shards, rest, arrays, _done(out))
+        prepared = prepare(gather(_after(shards, arrays), dims, kept))
+        if recompute:
+            out = run_prepared(prepared, rest, arrays)
+            return out, (shards, (rest, arrays), _done(out))
+        out, pullback = jax.vjp(run_prepared, prepared, rest, arrays)
+        residuals, found["structure"] = jax.tree.flatten(pullback)
+        index = {id(leaf): i for i, leaf in enumerate(jax.tree.leaves(prepared))}
+        found["parameter"] = [index.get(id(residual)) for residual in residuals]
+        activations = [r for r, i in zip(residuals, found["parameter"], strict=True) if i is None]
+        return out, (shards, activations, _done(out))
 
     def backward(saved, cotangent):
         # The re-gather waits for the cotangent and for the forward pass's output (a loss's cotangent is
-        # ready before its forward pass ends); the recomputation waits for the re-gathered parameters,
-        # or XLA merges the parts that read no parameter (a norm's statistics) with the forward pass
-        # (CSE), which then keeps them for the backward pass after all. Tied to a collective's output,
-        # not to the cotangent: XLA copies a fused producer's arithmetic into the one-element read of
-        # it, and the residual stream's gradient would chain those copies through every layer.
-        shards, rest, arrays, done = saved
+        # ready before its forward pass ends); else XLA merges it with the forward pass's gather (CSE) and
+        # keeps every layer's parameters between the two. Tied to a collective's output, not to the
+        # cotangent: XLA copies a fused producer's arithmetic into the one-element read of it, and the
+        # residual stream's gradient would chain those copies through every layer.
+        shards, kept_values, done = saved
         gathered, scatter = jax.vjp(lambda s: gather(s, dims, kept), _after(shards, cotangent, done))
-        collected = [g for g, d in zip(jax.tree.leaves(gathered), jax.tree.leaves(dims), strict=True) if d != WHOLE]
-        _, pullback = jax.vjp(run_gathered, gathered, rest, _after(arrays, collected[:1] or gathered))
-        grad_gathered, grad_rest, grad_arrays = pullback(cotangent)
-        (grad_shards,) = scatter(grad_gathered)
+        prepared, unprepare = jax.vjp(prepare, gathered)
+        if recompute:
+            # The recomputation waits for the re-gathered parameters, or XLA merges the parts that read no
+            # parameter (a norm's statistics) with the forward pass (CSE), which then keeps them after all.
+            rest, arrays = kept_values
+            collected = [g for g, d in zip(jax.tree.leaves(gathered), jax.tree.leaves(dims), strict=True)
+                         if d != WHOLE]
+            _, pullback = jax.vjp(run_prepared, prepared, rest, _after(arrays, collected[:1] or gathered))
+        else:
+            parameters, activations = jax.tree.leaves(prepared), iter(kept_values)
+            residuals = [next(activations) if i is None else parameters[i] for i in found["parameter"]]
+            pullback = jax.tree.unflatten(found["structure"], residuals)
+        grad_prepared, grad_rest, grad_arrays = pullback(cotangent)
+        (grad_shards,) = scatter(*unprepare(grad_prepared))
         return grad_shards, grad_rest, _after(grad_arrays, grad_shards)
 
     layer.defvjp(forward, backward)
@@ -244,9 +266,9 @@ _LAYER_CLASSES: dict[type, type] = {}
 def _gathered(method: Callable) -> Callable:
     """``method`` of a layer, run with the layer's parameters gathered for the call."""
     def call(self, *args, **kwargs):
-        path, graphdef, shards, rest, dims, kept, prepare = self._fsdp_layer
+        path, graphdef, shards, rest, dims, kept, prepare, recompute = self._fsdp_layer
         with jax.named_scope(path):  # the gathers and reduce-scatters carry the layer's name
-            return _layer_call(method, graphdef, shards, rest, dims, kept, prepare, args, kwargs)
+            return _layer_call(method, graphdef, shards, rest, dims, kept, prepare, recompute, args, kwargs)
 
     return call
 
@@ -265,12 +287,12 @@ def _scans_gathered(cls: type) -> type:
     """A subclass of the :class:`~..layer_stack.LayerStack` ``cls`` whose loop gathers one layer per iteration.
 
     Each iteration takes its slice of the stacked shards and calls the layer through :func:`_layer_call`,
-    so the gathers, the recomputation and the reduce-scatters are per layer as in an unrolled model. A
+    so the gathers and the reduce-scatters are per layer as in an unrolled model. A
     leaf split along the stacking axis itself cannot be sliced per layer: it is gathered for the loop.
     """
     if cls not in _LAYER_CLASSES:
         def __call__(self, x):
-            path, layer_def, shards, rest, dims, kept, prepare = self._fsdp_layer
+            path, layer_def, shards, rest, dims, kept, prepare, recompute = self._fsdp_layer
             whole = [dim == LAYER_AXIS for dim in jax.tree.leaves(dims)]
             specs = _spec_leaves(kept, len(whole))
             with jax.named_scope(path):
@@ -285,8 +307,8 @@ def _scans_gathered(cls: type) -> type:
 
                 def apply_layer(layer_slice, carry):
                     shard_slice, rest_slice = layer_slice
-                    return _layer_call(call, layer_def, shard_slice, rest_slice, inner, inner_kept, prepare, (carry,),
-                                       {})
+                    return _layer_call(call, layer_def, shard_slice, rest_slice, inner, inner_kept, prepare, recompute,
+                                       (carry,), {})
 
                 return scan_layers(apply_layer, (shards, rest), x)
 
@@ -330,7 +352,10 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
         layer_dims = jax.tree.unflatten(structure, [dim_at[name] for name in inside])
         layer_kept = [kept_at[name] for name in inside]  # flattened like layer_shards
         nnx.update(layer, jax.tree.unflatten(structure, [_ReadOutsideItsLayer(name) for name in inside]))
+        # A block under remat 'block' (its `remat`, see training/remat.py) is recomputed by the gathering itself:
+        # measured, a per-layer fsdp-tp step held 7% more when the block's own jax.checkpoint recomputed it.
+        recompute = getattr(layer, "remat", None) == "block"
         object.__setattr__(module, "_fsdp_layer",
-                           (path, layer_def, layer_shards, rest, layer_dims, layer_kept, prepare))
+                           (path, layer_def, layer_shards, rest, layer_dims, layer_kept, prepare, recompute))
         module.__class__ = (_scans_gathered if stack else _calls_gathered)(type(module))
     return model
