@@ -38,11 +38,13 @@ one step in ``log_every``. Anything else a mode computes beyond the baseline sho
 learning rate held in the optimizer state (one scalar per device, so a new rate needs no recompile),
 FSDP's explicit gather, the weighted-sum arithmetic of the shard_map/pmap modes.
 ``fsdp`` and ``fsdp-tp`` are reported and not held to it: they do more work than the step they are compared
-with, by design (each layer gathered again and recomputed in the backward pass, so that one layer's parameters
-are held at a time, in an order tied down by data dependencies); ``fsdp-whole-tree``, the same algorithm
-gathering the whole tree at once, is held to the target. Measured 2026-11-27 (61 rounds): without those ties
-(``param_gathering._done`` returning None) ``fsdp-tp`` was 1.045 and ``fsdp`` 0.93, with them 1.23 and 1.11:
-the ties cost both about 0.4 ms/step, and ``fsdp-tp``'s baseline (2-D shardings) is the faster one.
+with, by design (each layer gathered again for the backward pass, so that one layer's parameters are held at a
+time, in an order tied down by data dependencies that keep XLA from gathering every layer at the start or
+keeping the forward pass's gathers); ``fsdp-whole-tree``, the same algorithm gathering the whole tree at once,
+is held to the target. Measured 2026-11-27 (151 rounds): ``fsdp`` 1.07, ``fsdp-tp`` 1.20 (1.17 and 1.33 while
+they recomputed every layer whatever the remat policy); without the forward and backward gathers' ties, 0.95
+and 1.09, and without every tie 0.95 and 1.02: on 2 cores the cost is the order the ties impose, not their
+arithmetic.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.

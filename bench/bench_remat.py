@@ -3,7 +3,7 @@ per device (plan / compiler, target 0.85-1.15), the memory saved against ``none`
 0.85-1.15) and the FLOPs added (the plan's recomputed FLOPs / the growth of XLA's ``cost_analysis`` flops, target
 0.75-1.25; reported without a target for ``dots``, whose recomputed norms, softmax and GELU the plan does not
 count). The transformer is the one tests/test_remat.py plans (d_model 128, 2 layers, 64 tokens), unrolled, in dp
-on data=8 and dp-tp on data=4,model=2, where activations are a third or more of the peak. About a minute.
+on data=8, dp-tp and fsdp-tp on data=4,model=2, where activations are a third or more of the peak. About a minute.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from timing import machine, record
 import workbench as wb
 
 LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
-ROWS = [("dp", "data=8", "fp32", 128), ("dp-tp", "data=4,model=2", "fp32", 64)]  # mode, mesh, precision, batch
+ROWS = [("dp", "data=8", "fp32", 128), ("dp-tp", "data=4,model=2", "fp32", 64),  # mode, mesh, precision, batch
+        ("fsdp-tp", "data=4,model=2", "fp32", 64)]
 POLICIES = wb.training.REMAT_POLICIES
 MiB = 2**20
 

@@ -696,15 +696,15 @@ def _summed_block(value: _Value, depth: int = 4) -> int | None:
     return blocks.pop() if len(blocks) == 1 else None
 
 
-def _parameters_block(value: _Value) -> int | None:
-    """The block whose parameters alone ``value`` is made of, outside the block's own work (the bfloat16 copy of a
-    block's weights, cast at the start of the step): it is that block's, however deep the model. None if it reads
-    work, or the parameters of no block or of several."""
+def _parameters_block(value: _Value, depth: int = 4) -> int | None:
+    """The block whose parameters alone ``value`` is made of by a few elementwise ops or views, outside the block's
+    own work (the bfloat16 copy of a block's weights, cast at the start of the step): it is that block's, however
+    deep the model. None if it reads work, or the parameters of no block or of several."""
     if value.is_arg:
         return _block(value.origin)
-    if not (value.producer in _FUSIBLE or value.producer == "view") or not value.operands:
+    if not (value.producer in _FUSIBLE or value.producer == "view") or not value.operands or not depth:
         return None
-    blocks = {_parameters_block(operand) for operand in value.operands}
+    blocks = {_parameters_block(operand, depth - 1) for operand in value.operands}
     return blocks.pop() if len(blocks) == 1 else None
 
 

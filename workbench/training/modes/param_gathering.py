@@ -209,7 +209,8 @@ def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any
         return run_prepared(prepare(gather(shards, dims, kept)), rest, arrays)
 
     # Which of the pullback's residuals are the prepared parameters, found while the forward pass is traced
-    # (before the backward pass is): JAX keeps a parameter a matmul's gradient reads as that very array.
+    # (before the backward pass is): JAX keeps a parameter a matmul's gradient reads as that very array. What a
+    # layer's own code makes of a parameter (a cast to another dtype) is not one of them and is kept.
     found: dict[str, Any] = {}
 
     def forward(shards, rest, arrays):
