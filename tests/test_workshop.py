@@ -431,7 +431,8 @@ def test_notebook_04s_answer_passes_and_its_exercise_starts_unanswered():
 
 # --- beat the recommender (notebook 03, part 8) ----------------------------------------------------------------
 
-RECOMMENDED = {"mode": "dp-tp", "mesh": "data=16,model=4", "remat": "none", "accum": 1}  # as fast as recommend's choice (fsdp-tp there today)
+# As fast as recommend's choice (fsdp-tp on the same mesh today).
+RECOMMENDED = {"mode": "dp-tp", "mesh": "data=16,model=4", "remat": "none", "accum": 1}
 
 
 def test_the_recommenders_own_layout_passes_and_names_what_bounds_it():

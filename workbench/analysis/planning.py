@@ -199,8 +199,8 @@ def plan_training(
     n_params = sum(math.prod(leaf.layout.shape) for leaf in params_layout.leaves)  # no second walk of the model
     tokens = examples * seq_len if seq_len else examples
     flops = flops_per_device(planned, n_params, seq_len, tokens, model_size, notes, remat)
-    remat_flops = remat_flops_per_device(abstract, seq_len, tokens, model_size, remat) if planned.transformer_estimates \
-        else 0.0
+    remat_flops = (remat_flops_per_device(abstract, seq_len, tokens, model_size, remat)
+                   if planned.transformer_estimates else 0.0)
 
     # What a step sends, and whether its compute hides it.
     compute_bytes = COMPUTE_BYTES[precision]

@@ -1055,7 +1055,8 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
     reason = unmodelled_reason(traced.jaxpr)
     if reason:
         raise NotSimulated(f"the step computes {reason}")
-    names = ["/".join(str(getattr(key, "key", getattr(key, "idx", key))) for key in path) for path, _ in paths_and_leaves]
+    names = ["/".join(str(getattr(key, "key", getattr(key, "idx", key))) for key in path)
+             for path, _ in paths_and_leaves]
     memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules, names)
     block_state = sum(_Value(leaf, spec, sizes, {}).nbytes
                       for (path, leaf), spec in zip(paths_and_leaves, in_specs, strict=False)
