@@ -180,12 +180,14 @@ def test_the_tiled_loss_is_the_plain_cross_entropy():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("remat", ["none", "dots"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_without_remat_the_forward_pass_keeps_no_gathered_parameters(precision):
+def test_the_forward_pass_keeps_activations_but_no_gathered_parameters(precision, remat):
     # Four 256-wide blocks and 4 tokens a device: the parameters are nearly all of the step. Each layer keeps its
-    # activations for the backward pass but not its gathered (and, in bf16, cast) parameters, which the backward
-    # pass gathers again: about one block's parameters and gradients are held (0.40-0.42 of the whole parameters,
-    # measured). Kept, every block's would be held (1.09-1.10, as fsdp-whole-tree holds).
+    # activations for the backward pass (all, or under `dots` its matmuls' outputs, through the block's own
+    # jax.checkpoint) but not its gathered (and, in bf16, cast) parameters, which the backward pass gathers again:
+    # about one block's parameters and gradients are held (0.40-0.47 of the whole parameters, measured). Kept,
+    # every block's would be held (1.09-1.10, as fsdp-whole-tree holds).
     from workbench.training.models import abstract_model
     from workbench.training.step import build_abstract_step
 
@@ -193,6 +195,6 @@ def test_without_remat_the_forward_pass_keeps_no_gathered_parameters(precision):
     params = nnx.state(abstract_model("transformer", **options), nnx.Param)
     whole = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
     config = wb.TrainConfig(model="transformer", model_options=options, mode="fsdp", mesh="data=8", batch=8,
-                            precision=precision, optimizer="sgd", remat="none")
+                            precision=precision, optimizer="sgd", remat=remat)
     temp = build_abstract_step(config).compile().memory_analysis().temp_size_in_bytes
     assert temp < 0.6 * whole, (temp, whole)
