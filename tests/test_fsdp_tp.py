@@ -66,3 +66,24 @@ def test_on_a_mesh_without_a_model_axis_the_verdict_names_the_fix():
     assert [(fix.mode, fix.mesh) for fix in fit.fixes] == [("dp", None), (None, "data=4,model=2")]
     with pytest.raises(wb.MeshError, match="mode 'fsdp-tp' needs a mesh axis 'model'"):
         build_mode("fsdp-tp", StepSetup(None, None, None, wb.parse_mesh("data=8"), BATCH))
+
+
+def test_the_order_ties_send_nothing_over_the_model_axis_but_one_scalar():
+    # A tie's marker is one element of a value; read off a value split over 'model' (which the compiler keeps) it
+    # is an all-reduce over 'model'. The hand-down tie reads each device's own part of the layer's gradients
+    # (two such all-reduces gone: bench_modes' fsdp-tp 1.20 -> 1.17); the forward tie on the row-parallel layer's
+    # input, split over 'model', still sends one scalar.
+    from workbench.analysis.hlo import collective_ops
+
+    tx = make_optimizer("adam", 1e-2)
+    graphdef, state = init_state(wb.training.build_model("mlp", hidden=64), tx)
+    setup = StepSetup(graphdef, wb.training.model_class("mlp").loss, tx, wb.parse_mesh("data=4,model=2"), BATCH,
+                      tp_rules=tuple(tensor_parallel_rules("mlp")))
+    runner = build_mode("fsdp-tp", setup)
+    batch = next(wb.training.load_dataset("digits").batches(BATCH, seed=0))
+    text = runner.compile_step(runner.place_state(state), runner.place_batch(batch)).as_text()
+    over_model = [op for op in collective_ops(text, "data=4,model=2")
+                  if op.kind == "all-reduce" and op.axes == ("model",)]
+    scalars = [op for op in over_model if all(np.prod(shape) == 1 for shape in op.shapes)]
+    assert len(over_model) - len(scalars) >= 1  # the row-parallel layer's own all-reduce
+    assert sum(op.count for op in scalars) == 1, [(op.shapes, op.metadata) for op in scalars]
