@@ -41,10 +41,10 @@ FSDP's explicit gather, the weighted-sum arithmetic of the shard_map/pmap modes.
 with, by design (each layer gathered again for the backward pass, so that one layer's parameters are held at a
 time, in an order tied down by data dependencies that keep XLA from gathering every layer at the start or
 keeping the forward pass's gathers); ``fsdp-whole-tree``, the same algorithm gathering the whole tree at once,
-is held to the target. Measured 2026-11-27 (151 rounds): ``fsdp`` 1.07, ``fsdp-tp`` 1.20 (1.17 and 1.33 while
-they recomputed every layer whatever the remat policy); without the forward and backward gathers' ties, 0.95
-and 1.09, and without every tie 0.95 and 1.02: on 2 cores the cost is the order the ties impose, not their
-arithmetic.
+is held to the target. Measured 2026-11-27 (151 rounds): ``fsdp`` 1.05-1.07, ``fsdp-tp`` 1.17 (1.17 and 1.33
+while they recomputed every layer whatever the remat policy; fsdp-tp 1.20 while its hand-down tie's marker was an
+all-reduce over 'model'); without the forward and backward gathers' ties, 0.95 and 1.09, and without every tie
+0.95 and 1.02. Tying each gather one layer ahead (prefetch) did not help (1.19-1.23).
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.
