@@ -16,7 +16,7 @@ all-reduced whole gradients and added collective-permutes (measured; docs/design
 How it relates to the modes it combines: on ``data=N,model=1`` the model axis splits nothing, and the
 layout, the step and the results are ``fsdp``'s (tested); on ``data=N,model=M`` it computes what ``dp-tp``
 computes, storing about 1/N of dp-tp's state per device, and moves each layer's ``model`` part over ``data``
-(gathered twice, reduce-scattered once) where ``dp-tp`` all-reduces whole gradients.
+(gathered twice, but the last layer called once; reduce-scattered once) where ``dp-tp`` all-reduces whole gradients.
 
 Example:
     >>> FullyShardedTensorParallel.state_placement, FullyShardedTensorParallel.manual_axes

@@ -8,7 +8,8 @@ them go after: the forward pass gathers a layer only once its inputs exist and k
 backward pass reads (its activations, as its remat policy says) but not the gathered parameters; the
 backward pass gathers them again once the output's gradient has arrived and reduce-scatters the layer's
 gradients before the layer below starts. So one layer's whole parameters and gradients are held at a
-time. Parameters outside every layer are gathered once.
+time. The last layer the forward pass calls keeps its gathered parameters for its backward pass, which comes
+right after (:class:`_BackwardOrder`). Parameters outside every layer are gathered once.
 
 The order is kept by data dependencies (:func:`_after`), because XLA schedules a collective whose
 operands are ready as early as it likes: XLA:CPU gathered every parameter at the start of the step.
@@ -21,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -75,6 +77,33 @@ def layer_paths(model: nnx.Module) -> list[str]:
     return paths
 
 
+def layer_call_order(model: nnx.Module, loss: Callable[[nnx.Module, Any], Any], batch: Any) -> list[str]:
+    """``model``'s layers (:func:`layer_paths`) in the order ``loss(model, batch)`` first calls them, traced on shapes
+    (``batch`` may hold ``jax.ShapeDtypeStruct`` leaves; nothing is computed). A layer never called is left out.
+
+    Per-layer gathering depends on it: the last layer called keeps its gathered parameters for its backward pass.
+
+    Example:
+        >>> from workbench.training.models import abstract_batch, abstract_model, model_class, model_config
+        >>> layer_call_order(abstract_model("mlp"), model_class("mlp").loss, abstract_batch(model_config("mlp"), 2))
+        ['hidden1', 'hidden2', 'output']
+    """
+    layers = layer_paths(model)
+    graphdef, state = nnx.split(model)
+    called: list[str] = []
+
+    def run(state, batch):
+        traced = nnx.merge(graphdef, state)
+        for path in layers:
+            module = module_at(traced, path)
+            object.__setattr__(module, "_called_as", (path, called))
+            module.__class__ = _records_calls(type(module))
+        loss(traced, batch)
+
+    jax.eval_shape(run, state, batch)
+    return list(dict.fromkeys(called))
+
+
 def split_dims(specs: Any) -> Any:
     """Per leaf of a tree of ``PartitionSpec``s, the dimension split over ``data`` (``WHOLE``: none).
 
@@ -103,7 +132,7 @@ def layer_bytes(model: nnx.Module) -> dict[str | None, int]:
         owner = owning_layer(path, layers)
         sizes[owner] = sizes.get(owner, 0) + int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
     for path in layers:
-        module = _module_at(model, path)
+        module = module_at(model, path)
         if is_layer_stack(module):
             sizes[path] //= module.length
     return sizes
@@ -119,8 +148,13 @@ def owning_layer(leaf_path: str, layers: list[str]) -> str | None:
     return next((layer for layer in layers if leaf_path.startswith(layer + "/")), None)
 
 
-def gather(shards: Any, dims: Any, kept: Any = None) -> Any:
+def gather(shards: Any, dims: Any, kept: Any = None, prepare: Callable[[Any], Any] | None = None) -> Any:
     """Inside ``shard_map``: every leaf whole, all-gathered over ``data`` along its split dimension.
+
+    ``prepare`` (a cast to the compute dtype; None: none) is applied to each shard before it is gathered, so a
+    bfloat16 step moves bfloat16 parameters (PyTorch FSDP2's ``param_dtype`` does the same); a whole leaf is cast
+    after it is marked per-device (below). Differentiate the gather without it: its transpose would then sum the
+    gradients in the compute dtype. (:func:`_layer_call` reduce-scatters them in the master weights' dtype.)
 
     Its transpose is a reduce-scatter: the gradient of a gathered leaf arrives summed over devices, each
     keeping its own shard. Leaves held whole (``WHOLE``) are used as they are; their gradients are summed
@@ -137,12 +171,15 @@ def gather(shards: Any, dims: Any, kept: Any = None) -> Any:
         >>> gather({"w": jax.numpy.ones(4)}, {"w": WHOLE})["w"].shape  # whole leaves are used as they are
         (4,)
     """
+    cast = prepare or (lambda x: x)
+
     def one(x, dim, spec):
         if dim == WHOLE and kept is not None and DATA_AXIS not in (varying_axes(x) or ()):
             # Marked per-device here, in the master weights' dtype, so the transpose (its gradient's sum over
             # 'data') runs in float32: summed in bfloat16 after the cast, XLA:CPU's AllReducePromotion
             # aborted on the reduction it was given (JAX 0.10.2, shard_map manual over 'data' alone).
-            return lax.pcast(x, DATA_AXIS, to="varying")
+            return cast(lax.pcast(x, DATA_AXIS, to="varying"))
+        x = cast(x)
         if dim == WHOLE:
             return x
         if not spec:
@@ -200,30 +237,72 @@ class _ReadOutsideItsLayer:
     __truediv__ = __rtruediv__ = __neg__ = __pow__ = _refuse
 
 
-def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any, kept: Any,
-                prepare: Callable[[Any], Any], recompute: bool, args: tuple, kwargs: dict) -> Any:
+@dataclasses.dataclass(frozen=True)
+class _LayerGathering:
+    """What a layer's call needs to gather its parameters: its graph, this device's shards of its parameters,
+    its other state, each shard's split dimension (``dims``) and kept spec (``kept``, see :func:`gather`),
+    ``prepare`` (a cast of the gathered parameters), whether the gathering recomputes the layer (a block under
+    remat ``block``), and the model's :class:`_BackwardOrder`, shared by all its layers."""
+
+    path: str
+    graphdef: Any
+    shards: Any
+    rest: Any
+    dims: Any
+    kept: Any
+    prepare: Callable[[Any], Any]
+    recompute: bool
+    order: _BackwardOrder
+
+
+@dataclasses.dataclass
+class _BackwardOrder:
+    """Whether a layer's backward pass has been traced yet, in one trace of the model's loss and gradients.
+
+    JAX traces the backward pass in the reverse order of the forward pass, so the first layer whose backward
+    pass is traced is the one the forward pass called last; its backward pass runs right after its forward
+    pass, and it uses the parameters the forward pass gathered instead of gathering them again (PyTorch FSDP2
+    and torchtitan do not reshard the last layer after its forward pass, for the same reason): one all-gather
+    less per step, and no more memory, as its parameters would be gathered again at that very point.
+    """
+
+    started: bool = False
+
+    def first(self) -> bool:
+        """True for the first backward pass traced (the last layer the forward pass called), then False."""
+        first, self.started = not self.started, True
+        return first
+
+
+def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dict, may_keep: bool = True) -> Any:
     """``call(layer, *args, **kwargs)`` with the layer's parameters gathered for the call only.
 
     The forward pass keeps what the layer's backward pass reads but not the gathered parameters: its
-    activations, or with ``recompute`` (a block under remat ``block``) only its inputs, the layer computed
+    activations, or with ``layer.recompute`` (a block under remat ``block``) only its inputs, the layer computed
     again in the backward pass. The backward pass gathers the parameters again, then hands the gradient of
-    the inputs down only once the layer's reduce-scatter is done.
+    the inputs down only once the layer's reduce-scatter is done. The last layer the forward pass called
+    (:class:`_BackwardOrder`) keeps its gathered parameters for its backward pass instead, unless ``may_keep``
+    is False (a layer of a scanned stack: one iteration cannot be told from the others).
     """
+    dims, kept, prepare = layer.dims, layer.kept, layer.prepare
     leaves, treedef = jax.tree.flatten((args, kwargs))
     traced = [isinstance(leaf, jax.Array) for leaf in leaves]
 
     def run_prepared(params, rest, arrays):
-        layer = nnx.merge(graphdef, params, rest)
-        if recompute:  # recomputed here: the block's own remat would compute its forward pass a third time
-            object.__setattr__(layer, "remat", "none")
+        module = nnx.merge(layer.graphdef, params, rest)
+        if layer.recompute:  # recomputed here: the block's own remat would compute its forward pass a third time
+            object.__setattr__(module, "remat", "none")
         values = iter(arrays)
         call_args, call_kwargs = treedef.unflatten([next(values) if t else leaf
                                                     for leaf, t in zip(leaves, traced, strict=True)])
-        return call(layer, *call_args, **call_kwargs)
+        return call(module, *call_args, **call_kwargs)
+
+    def gather_prepared(shards):
+        return gather(shards, dims, kept, prepare)
 
     @jax.custom_vjp
-    def layer(shards, rest, arrays):
-        return run_prepared(prepare(gather(shards, dims, kept)), rest, arrays)
+    def gathered_call(shards, rest, arrays):
+        return run_prepared(gather_prepared(shards), rest, arrays)
 
     # Which of the pullback's residuals are the prepared parameters, found while the forward pass is traced
     # (before the backward pass is): JAX keeps a parameter a matmul's gradient reads as that very array. What a
@@ -231,46 +310,62 @@ def _layer_call(call: Callable, graphdef: Any, shards: Any, rest: Any, dims: Any
     found: dict[str, Any] = {}
 
     def forward(shards, rest, arrays):
-        prepared = prepare(gather(_after(shards, arrays), dims, kept))
-        if recompute:
+        prepared = gather_prepared(_after(shards, arrays))
+        # `kept_prepared` is a residual for the last layer's backward pass only: the others never read it, so XLA
+        # frees it after the forward pass as if it were not one. Not in a scan, which would stack it.
+        kept_prepared = prepared if may_keep else None
+        if layer.recompute:
             out = run_prepared(prepared, rest, arrays)
-            return out, (shards, (rest, arrays), _done(out))
+            return out, (shards, kept_prepared, (rest, arrays), _done(out))
         out, pullback = jax.vjp(run_prepared, prepared, rest, arrays)
         residuals, found["structure"] = jax.tree.flatten(pullback)
         index = {id(leaf): i for i, leaf in enumerate(jax.tree.leaves(prepared))}
         found["parameter"] = [index.get(id(residual)) for residual in residuals]
         activations = [r for r, i in zip(residuals, found["parameter"], strict=True) if i is None]
-        return out, (shards, activations, _done(out))
+        return out, (shards, kept_prepared, activations, _done(out))
 
     def backward(saved, cotangent):
-        # The re-gather waits for the cotangent and for the forward pass's output (a loss's cotangent is
-        # ready before its forward pass ends); else XLA merges it with the forward pass's gather (CSE) and
-        # keeps every layer's parameters between the two. Tied to a collective's output, not to the
-        # cotangent: XLA copies a fused producer's arithmetic into the one-element read of it, and the
-        # residual stream's gradient would chain those copies through every layer.
-        shards, kept_values, done = saved
-        gathered, scatter = jax.vjp(lambda s: gather(s, dims, kept), _after(shards, cotangent, done))
-        prepared, unprepare = jax.vjp(prepare, gathered)
-        if recompute:
-            # The recomputation waits for the re-gathered parameters, or XLA merges the parts that read no
-            # parameter (a norm's statistics) with the forward pass (CSE), which then keeps them after all.
+        shards, prepared, kept_values, done = saved
+        keep = layer.order.first() and may_keep
+        if not keep:
+            # The re-gather waits for the cotangent and for the forward pass's output (a loss's cotangent is
+            # ready before its forward pass ends); else XLA merges it with the forward pass's gather (CSE) and
+            # keeps every layer's parameters between the two. Tied to a collective's output, not to the
+            # cotangent: XLA copies a fused producer's arithmetic into the one-element read of it, and the
+            # residual stream's gradient would chain those copies through every layer.
+            prepared = gather_prepared(_after(shards, cotangent, done))
+        if layer.recompute:
             rest, arrays = kept_values
-            collected = [g for g, d in zip(jax.tree.leaves(gathered), jax.tree.leaves(dims), strict=True)
-                         if d != WHOLE]
-            _, pullback = jax.vjp(run_prepared, prepared, rest, _after(arrays, collected[:1] or gathered))
+            if not keep:
+                # The recomputation waits for the re-gathered parameters, or XLA merges the parts that read no
+                # parameter (a norm's statistics) with the forward pass (CSE), which then keeps them after all.
+                collected = [g for g, d in zip(jax.tree.leaves(prepared), jax.tree.leaves(dims), strict=True)
+                             if d != WHOLE]
+                arrays = _after(arrays, collected[:1] or prepared)
+            _, pullback = jax.vjp(run_prepared, prepared, rest, arrays)
         else:
             parameters, activations = jax.tree.leaves(prepared), iter(kept_values)
             residuals = [next(activations) if i is None else parameters[i] for i in found["parameter"]]
             pullback = jax.tree.unflatten(found["structure"], residuals)
         grad_prepared, grad_rest, grad_arrays = pullback(cotangent)
-        (grad_shards,) = scatter(*unprepare(grad_prepared))
+        # Reduce-scattered in the master weights' dtype: the cast's transpose first, then the gather's. Both are
+        # linear, so the transpose needs only the shapes.
+        scatter = jax.linear_transpose(lambda s: prepare(gather(s, dims, kept)), shards)
+        (grad_shards,) = scatter(grad_prepared)
         return grad_shards, grad_rest, _after(grad_arrays, _local_done(grad_shards, kept))
 
-    layer.defvjp(forward, backward)
-    return layer(shards, rest, [leaf for leaf, t in zip(leaves, traced, strict=True) if t])
+    gathered_call.defvjp(forward, backward)
+    return gathered_call(layer.shards, layer.rest, [leaf for leaf, t in zip(leaves, traced, strict=True) if t])
 
 
-def _module_at(model: nnx.Module, path: str) -> nnx.Module:
+def module_at(model: nnx.Module, path: str) -> nnx.Module:
+    """The submodule of ``model`` at ``path`` (one of :func:`layer_paths`).
+
+    Example:
+        >>> from workbench.training.models import abstract_model
+        >>> type(module_at(abstract_model("transformer", n_layers=2), "blocks/1")).__name__
+        'DecoderBlock'
+    """
     node = model
     for key in path.split("/"):
         node = (node[int(key)] if isinstance(node, nnx.List) else node[key] if isinstance(node, nnx.Dict)
@@ -284,9 +379,9 @@ _LAYER_CLASSES: dict[type, type] = {}
 def _gathered(method: Callable) -> Callable:
     """``method`` of a layer, run with the layer's parameters gathered for the call."""
     def call(self, *args, **kwargs):
-        path, graphdef, shards, rest, dims, kept, prepare, recompute = self._fsdp_layer
-        with jax.named_scope(path):  # the gathers and reduce-scatters carry the layer's name
-            return _layer_call(method, graphdef, shards, rest, dims, kept, prepare, recompute, args, kwargs)
+        layer: _LayerGathering = self._fsdp_layer
+        with jax.named_scope(layer.path):  # the gathers and reduce-scatters carry the layer's name
+            return _layer_call(method, layer, args, kwargs)
 
     return call
 
@@ -301,6 +396,26 @@ def _calls_gathered(cls: type) -> type:
     return _LAYER_CLASSES[cls]
 
 
+_RECORDING_CLASSES: dict[type, type] = {}
+
+
+def _records_calls(cls: type) -> type:
+    """A subclass of ``cls`` whose calls (``__call__`` and its ``PARAM_METHODS``) append the layer's path to a list
+    (its ``_called_as``: (path, list)) before they run: :func:`layer_call_order`."""
+    if cls not in _RECORDING_CLASSES:
+        def recorded(method: Callable) -> Callable:
+            def call(self, *args, **kwargs):
+                path, called = self._called_as
+                called.append(path)
+                return method(self, *args, **kwargs)
+            return call
+
+        names = ("__call__", *getattr(cls, "PARAM_METHODS", ()))
+        methods = {name: recorded(getattr(cls, name)) for name in names}
+        _RECORDING_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {**methods, "__module__": cls.__module__})
+    return _RECORDING_CLASSES[cls]
+
+
 def _scans_gathered(cls: type) -> type:
     """A subclass of the :class:`~..layer_stack.LayerStack` ``cls`` whose loop gathers one layer per iteration.
 
@@ -310,10 +425,11 @@ def _scans_gathered(cls: type) -> type:
     """
     if cls not in _LAYER_CLASSES:
         def __call__(self, x):
-            path, layer_def, shards, rest, dims, kept, prepare, recompute = self._fsdp_layer
+            stack: _LayerGathering = self._fsdp_layer
+            shards, dims = stack.shards, stack.dims
             whole = [dim == LAYER_AXIS for dim in jax.tree.leaves(dims)]
-            specs = _spec_leaves(kept, len(whole))
-            with jax.named_scope(path):
+            specs = _spec_leaves(stack.kept, len(whole))
+            with jax.named_scope(stack.path):
                 leaves = [gather(v, d, s) if w else v for v, d, s, w in
                           zip(jax.tree.leaves(shards), jax.tree.leaves(dims), specs, whole, strict=True)]
                 shards = jax.tree.unflatten(jax.tree.structure(shards), leaves)
@@ -325,10 +441,10 @@ def _scans_gathered(cls: type) -> type:
 
                 def apply_layer(layer_slice, carry):
                     shard_slice, rest_slice = layer_slice
-                    return _layer_call(call, layer_def, shard_slice, rest_slice, inner, inner_kept, prepare, recompute,
-                                       (carry,), {})
+                    one = dataclasses.replace(stack, shards=shard_slice, rest=rest_slice, dims=inner, kept=inner_kept)
+                    return _layer_call(call, one, (carry,), {}, may_keep=False)
 
-                return scan_layers(apply_layer, (shards, rest), x)
+                return scan_layers(apply_layer, (shards, stack.rest), x)
 
         _LAYER_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
     return _LAYER_CLASSES[cls]
@@ -355,10 +471,11 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
     values = [prepare(gather(v, d, s)) if layer is None else v
               for v, d, s, layer in zip(values, dim_list, kept_list, owner, strict=True)]
     model = nnx.merge(graphdef, jax.tree.unflatten(jax.tree.structure(shards), values), other)
+    order = _BackwardOrder()  # one per trace of the loss: this model's
     dim_at = dict(zip(paths, dim_list, strict=True))
     kept_at = dict(zip(paths, kept_list, strict=True))
     for path in layers:
-        module = _module_at(model, path)
+        module = module_at(model, path)
         stack = is_layer_stack(module)
         layer = module.layer if stack else module  # a stack's slices are called as its one layer
         prefix = f"{path}/layer" if stack else path
@@ -373,7 +490,7 @@ def layered_model(graphdef: Any, shards: Any, other: Any, dims: Any, layers: lis
         # A block under remat 'block' (its `remat`, see training/remat.py) is recomputed by the gathering itself:
         # measured, a per-layer fsdp-tp step held 7% more when the block's own jax.checkpoint recomputed it.
         recompute = getattr(layer, "remat", None) == "block"
-        object.__setattr__(module, "_fsdp_layer",
-                           (path, layer_def, layer_shards, rest, layer_dims, layer_kept, prepare, recompute))
+        object.__setattr__(module, "_fsdp_layer", _LayerGathering(path, layer_def, layer_shards, rest, layer_dims,
+                                                                   layer_kept, prepare, recompute, order))
         module.__class__ = (_scans_gathered if stack else _calls_gathered)(type(module))
     return model
