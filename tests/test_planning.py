@@ -133,8 +133,9 @@ def test_fsdp_matches_the_layout_engine_exactly():
     assert plan.opt_state_bytes == layout_tree(opt_state, "data=8", "shard").bytes_per_device
     assert engine.total_bytes / 8 <= plan.params_bytes <= engine.total_bytes / 8 + 64  # the 10-class bias stays whole
     sharded = sum(leaf.layout.total_bytes for leaf in engine.leaves if not leaf.layout.is_fully_replicated)
-    kinds = {c.kind: c for c in plan.collectives}
-    assert kinds["all-gather"].bytes == kinds["reduce-scatter"].bytes == sharded
+    kinds = {c.kind: c for c in reversed(plan.collectives)}  # the first of each kind: the forward pass's gather
+    # bf16 (the plan's default precision): the parameters are gathered in bf16, the gradients reduced in float32
+    assert 2 * kinds["all-gather"].bytes == kinds["reduce-scatter"].bytes == sharded
     assert kinds["all-reduce"].bytes == 4 * 10  # output/bias, left whole
     assert any("stay whole" in note for note in plan.notes)
 
@@ -235,7 +236,7 @@ def test_plan_json_contract(capsys):
     state = ("params_bytes", "grads_bytes", "opt_state_bytes")
     assert per_device["total_bytes"] == sum(per_device[key] for key in state)
     assert result["fits"] is True and result["device_memory"] == 16 * GiB
-    assert [c["kind"] for c in result["collectives"]] == ["all-gather", "reduce-scatter"]
+    assert [c["kind"] for c in result["collectives"]] == ["all-gather", "all-gather", "reduce-scatter"]
     for collective in result["collectives"]:
         assert {"kind", "bytes", "axes", "count", "time_s"} <= set(collective) and collective["axes"] == ["data"]
     assert result["predicted_step_comm_s"] == pytest.approx(sum(c["time_s"] for c in result["collectives"]))
@@ -273,7 +274,8 @@ def test_plan_bad_input_exits_2_with_one_line(capsys, argv, message):
 
 def test_the_plan_holds_what_the_mode_declares_it_gathers():
     """Transient parameters follow ``parameter_gathering``: the whole tree, or the largest layer with its
-    gradients (one layer at a time); fsdp's all-gather runs twice (forward and backward pass)."""
+    gradients (one layer at a time); fsdp gathers for the forward pass and again for the backward pass, all but the
+    last layer called (the head), which keeps its own."""
     options = {**SMALL_LM, "n_layers": 8}
     whole, per_layer = (plan_training("transformer", options, "data=8", mode, hardware="cpu", precision="fp32")
                         for mode in ("fsdp-whole-tree", "fsdp"))
@@ -281,7 +283,11 @@ def test_the_plan_holds_what_the_mode_declares_it_gathers():
     assert whole.transient_params_bytes == whole.params_layout.total_bytes
     assert per_layer.transient_params_bytes == 2 * max(sizes.values()) < whole.transient_params_bytes / 2
     gathers = {plan.mode: [c.count for c in plan.collectives if c.kind == "all-gather"] for plan in (whole, per_layer)}
-    assert gathers == {"fsdp-whole-tree": [1], "fsdp": [2]}
+    assert gathers == {"fsdp-whole-tree": [1], "fsdp": [1, 1]}
+    forward, backward = (c.bytes for c in per_layer.collectives if c.kind == "all-gather")
+    head = sum(leaf.layout.bytes_per_device for leaf in per_layer.params_layout.leaves
+               if leaf.path.startswith("head/") and "data" in str(leaf.layout.spec))
+    assert head > 0 and backward == forward - 8 * head
 
 
 # --- microbatches and tokens ---------------------------------------------------------------------------

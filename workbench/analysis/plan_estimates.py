@@ -13,12 +13,16 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from flax import nnx
+
 from ..formatting import format_bytes
 from ..layout.tree_layout import TreeLayout
 from ..layout.mesh import DATA_AXIS
 from ..layout.specs import entry_axes, spec_entries
 from ..training.modes.base import MODEL_SPLIT_PLACEMENTS
-from ..training.modes.param_gathering import layer_bytes, layer_paths, owning_layer
+from ..training.layer_stack import is_layer_stack
+from ..training.models import abstract_batch, model_config
+from ..training.modes.param_gathering import layer_bytes, layer_call_order, layer_paths, module_at, owning_layer
 from .cost_model import ComputeBoundTest, Hardware, compute_bound_test
 from .planned_model import PlannedModel
 
@@ -117,7 +121,9 @@ def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, 
             notes.append(f"{format_bytes(own)} of parameters belong to no layer of the model and are gathered for "
                          "the whole step")
         gathered = largest + own
-        return 2 * gathered + (gathered // 2 if bf16 else 0)  # gathered, its gradients, its bf16 copy
+        # Its gradients, whole, and the gathered layer: bf16 where the step computes in it (it casts the shards
+        # before gathering them, so no float32 copy is gathered).
+        return gathered + (gathered // 2 if bf16 else gathered)
     return params_layout.bytes_per_device // 2 if bf16 else 0
 
 
@@ -138,6 +144,63 @@ def _layers_of(model: Any) -> tuple[list[str], dict[str | None, int]]:
     except TypeError:
         pass
     return found
+
+
+def kept_for_backward_bytes(declared: type, planned: PlannedModel, params_layout: TreeLayout, seq_len: int | None,
+                            loss: Any, example_batch: Any, notes: list[str]) -> int:
+    """Per-device bytes, split over 'data', of the layer a per-layer gathering mode does not gather again for the
+    backward pass: the last layer the forward pass calls keeps its gathered parameters
+    (:func:`~..training.modes.param_gathering.layer_call_order`). 0 for other modes, for a layer of a scanned stack
+    (one iteration cannot keep its own), and where the call order cannot be traced (your model without an
+    ``example_batch``): the backward pass's gathers are then priced whole, an upper bound.
+
+    Example:
+        >>> from workbench.layout.tree_layout import layout_tree
+        >>> from workbench.training.modes import mode_class
+        >>> from .planned_model import resolve_planned_model
+        >>> planned = resolve_planned_model("mlp", {}, None, [])
+        >>> layout = layout_tree(nnx.state(planned.abstract, nnx.Param), "data=8", "shard")
+        >>> kept_for_backward_bytes(mode_class("fsdp"), planned, layout, None, None, None, [])  # output: 128 x 10
+        640
+    """
+    if declared.parameter_gathering != "per-layer":
+        return 0
+    model = planned.abstract
+    order = _call_order(planned, seq_len, loss, example_batch)
+    if not order:
+        notes.append(f"the order in which your {planned.name} calls its layers is not traced without example_batch: "
+                     "the backward pass's gathers are priced for every layer (the last layer called gathers once)")
+        return 0
+    last = order[-1]
+    if is_layer_stack(module_at(model, last)):
+        return 0
+    layers, _ = _layers_of(model)
+    kept = sum(leaf.layout.bytes_per_device for leaf in params_layout.leaves
+               if owning_layer(leaf.path, layers) == last
+               and any(DATA_AXIS in entry_axes(e) for e in spec_entries(leaf.layout.spec)))
+    if kept:
+        notes.append(f"{declared.name} gathers every layer again for the backward pass but {last!r}, the last one "
+                     "called, which keeps the parameters its forward pass gathered")
+    return kept
+
+
+def _call_order(planned: PlannedModel, seq_len: int | None, loss: Any, example_batch: Any) -> list[str]:
+    """The model's layers in the order its loss calls them ([] where that cannot be traced), once per model object."""
+    model = planned.abstract
+    if model in _CALL_ORDERS:
+        return _CALL_ORDERS[model]
+    if planned.registered:
+        loss, batch = planned.model_class.loss, abstract_batch(model_config(planned.name, **planned.options), 1,
+                                                               seq_len)
+    elif example_batch is not None:
+        loss, batch = loss or type(model).loss, example_batch
+    else:
+        return []
+    _CALL_ORDERS[model] = order = layer_call_order(model, loss, batch)
+    return order
+
+
+_CALL_ORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _layer_shares(sizes: dict[str | None, int], params_layout: TreeLayout,
@@ -197,6 +260,6 @@ def assumption_note(precision: str, utilisation: float) -> str:
 
 __all__ = [
     "COMPUTE_BYTES", "GRADIENT_BYTES", "activation_bytes", "assumption_note", "bound_by_compute",
-    "flops_per_device",
+    "flops_per_device", "kept_for_backward_bytes",
     "remat_flops_per_device", "tensor_parallel_notes", "transient_params_bytes",
 ]

@@ -63,7 +63,7 @@ class PlannedCollective(CountedCollective):
 def step_collectives(
     mode_cls, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
     block_activation: int | None, n_layers: int, notes: list[str], custom: bool = False,
-    gathered_bytes_per_float: int = 4, microbatches: int = 1,
+    gathered_bytes_per_float: int = 4, microbatches: int = 1, not_regathered_bytes: int = 0,
 ) -> tuple[list[PlannedCollective], int]:
     """The mode's declared collectives (:attr:`ParallelMode.collectives`), sized from the layout and
     priced with the ring model, and the per-device gradient bytes synchronised over 'data'.
@@ -74,7 +74,9 @@ def step_collectives(
     is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a gathered float32
     parameter takes on the wire (2 where the compiler casts to bf16 before gathering: XLA:GPU). ``microbatches``:
     a step's microbatches (gradient accumulation): what runs inside each microbatch's forward and backward pass runs
-    that many times (:func:`_per_microbatch`); ``block_activation`` is one microbatch's.
+    that many times (:func:`_per_microbatch`); ``block_activation`` is one microbatch's. ``not_regathered_bytes``:
+    the per-device bytes, split over 'data', of the layers a per-layer gathering mode does not gather again for the
+    backward pass (:func:`~.plan_estimates.layers_gathered_once`).
     """
     collectives: list[PlannedCollective] = []
     synced = 0
@@ -82,9 +84,11 @@ def step_collectives(
         group = mesh.axis_size(need.axis) if need.axis in mesh.names else 1
         split = [leaf for leaf in params_layout.leaves if _split_over(leaf, need.axis)]
         split_bytes = sum(leaf.layout.bytes_per_device for leaf in split)
-        count = need.times  # fsdp gathers its parameters for the forward and again for the backward pass
+        count = 1
         if need.carries == "sharded-parameters":
             nbytes = split_bytes * group * gathered_bytes_per_float // 4
+        elif need.carries == "regathered-parameters":
+            nbytes = (split_bytes - not_regathered_bytes) * group * gathered_bytes_per_float // 4
         elif need.carries == "sharded-gradients":
             nbytes = split_bytes * group
         elif need.carries in ("gradients", "whole-gradients"):
@@ -93,7 +97,7 @@ def step_collectives(
             nbytes, count = block_activation or 0, 4 * n_layers
         if _per_microbatch(mode_cls, need.carries):
             count *= microbatches
-        if need.axis == DATA_AXIS and need.carries != "sharded-parameters":
+        if need.axis == DATA_AXIS and need.carries not in ("sharded-parameters", "regathered-parameters"):
             synced += nbytes
         if nbytes > 0 and group > 1 and count > 0:
             what = need.what.split(":")[0]
@@ -114,7 +118,8 @@ def _per_microbatch(mode_cls, carries: str) -> bool:
     share: measured in tests/test_comm_ledger.py). A gradient all-reduce, and a whole-tree mode's gather, runs once."""
     if carries == "activations":
         return True
-    return mode_cls.parameter_gathering == "per-layer" and carries in ("sharded-parameters", "sharded-gradients")
+    return mode_cls.parameter_gathering == "per-layer" and carries in (
+        "sharded-parameters", "regathered-parameters", "sharded-gradients")
 
 
 def _split_over(leaf, axis: str) -> bool:

@@ -50,6 +50,7 @@ from .plan_estimates import (
     assumption_note,
     bound_by_compute,
     flops_per_device,
+    kept_for_backward_bytes,
     remat_flops_per_device,
     tensor_parallel_notes,
     transient_params_bytes,
@@ -217,8 +218,13 @@ def plan_training(
         declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if transformer_formulas else 0,
         notes,
         custom=custom_rules is not None,
-        gathered_bytes_per_float=2 if memory_rules.casts_before_gathering and precision == "bf16" else 4,
+        # bf16 parameters on the wire: a per-layer gathering mode casts its shards before it gathers them (param_gathering
+        # .gather); XLA:GPU moves the cast before the gather for fsdp-whole-tree too.
+        gathered_bytes_per_float=2 if precision == "bf16" and (memory_rules.casts_before_gathering or
+                                                               declared.parameter_gathering == "per-layer") else 4,
         microbatches=accum,
+        not_regathered_bytes=kept_for_backward_bytes(declared, planned, params_layout, seq_len, loss, example_batch,
+                                                     notes),
     )
     notes += tensor_parallel_notes(planned, tensor_parallel, model_size)
     bound = bound_by_compute(declared, sync_bytes, data_size, flops, tokens, seq_len, hw, utilisation, notes)

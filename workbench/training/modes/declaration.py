@@ -25,11 +25,15 @@ from ...layout.mesh import MeshShape, parse_mesh
 CARRIES: dict[str, str] = {
     "gradients": "every parameter's gradient, whole (the state is replicated over the axis)",
     "sharded-parameters": "the parameters split over the axis, gathered whole to compute",
+    "regathered-parameters": "the same parameters, gathered again for the backward pass",
     "sharded-gradients": "the gradients of those parameters, summed, each device keeping its shard",
     "whole-gradients": "the gradients of the parameters not split over the axis, and the loss",
     "activations": "layer outputs after each row-parallel layer",
 }
-PARAM_SIZED = ("gradients", "sharded-parameters", "sharded-gradients")
+# Upper bounds for "regathered-parameters": the last layer a forward pass calls keeps its parameters for its backward
+# pass, and a layer whose backward pass reads none of its parameters (an embedding lookup, or a first layer whose
+# input needs no gradient) is not gathered again; the planner prices those exactly (planned_collectives.py).
+PARAM_SIZED = ("gradients", "sharded-parameters", "regathered-parameters", "sharded-gradients")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,9 +45,6 @@ class CollectiveNeed:
         axis: the mesh axis its groups span.
         carries: what moves (a key of :data:`CARRIES`); the planner sizes it from the layout.
         what: the same in words, for menus and tables.
-        times: how many times a step moves it (``fsdp`` gathers its parameters for the forward pass and
-            again for the backward pass: 2). A layer whose backward pass does not read its parameters (an
-            embedding lookup) is not gathered again, so the compiled step may move a little less.
 
     Example:
         >>> CollectiveNeed("all-reduce", "data", "gradients", "gradients").theory_bytes(1000)
@@ -54,7 +55,6 @@ class CollectiveNeed:
     axis: str
     carries: str
     what: str
-    times: int = 1
 
     def __post_init__(self):
         if self.carries not in CARRIES:
@@ -63,12 +63,12 @@ class CollectiveNeed:
     def theory_bytes(self, param_bytes: int) -> int | None:
         """Bytes per device per occurrence from the parameter bytes alone; None where the layout or the
         batch decides (activations, or the leaves a split leaves whole)."""
-        return param_bytes * self.times if self.carries in PARAM_SIZED else None
+        return param_bytes if self.carries in PARAM_SIZED else None
 
     def to_json(self, param_bytes: int | None = None) -> dict[str, Any]:
         size = None if param_bytes is None else self.theory_bytes(param_bytes)
         return {"kind": self.kind, "axes": [self.axis], "carries": self.carries, "what": self.what,
-                "times": self.times, "bytes": size}
+                "bytes": size}
 
 
 @dataclasses.dataclass(frozen=True)
