@@ -14,7 +14,8 @@ How to read it: no timing, so no noise: the figures are exact. The few bytes abo
 and example count summed with the gradients (dp), and the biases FSDP leaves replicated and all-reduces
 instead; the note gives the split by kind. Target: 1.00 within 1%, and for ``fsdp`` at most 1.00: a
 layer whose backward pass reads no parameter (the first layer, whose input needs no gradient; an
-embedding lookup) is not gathered again, so it sends less than twice the parameters.
+embedding lookup) is not gathered again, nor is the last layer called (it keeps the parameters its forward
+pass gathered), so it sends less than twice the parameters.
 """
 
 from __future__ import annotations

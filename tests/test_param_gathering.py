@@ -80,6 +80,48 @@ def test_nested_layers_and_the_models_own_parameters_train_as_single_does():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
+class CalledOutOfOrder(nnx.Module):
+    """Its layers listed (a_out, b_in) in another order than it calls them (b_in, then a_out)."""
+
+    def __init__(self, rngs):
+        self.a_out = nnx.Linear(8, 2, rngs=rngs)
+        self.b_in = nnx.Linear(8, 8, rngs=rngs)
+
+    def __call__(self, x):
+        return self.a_out(nnx.relu(self.b_in(x)))
+
+
+def test_the_last_layer_called_is_gathered_once_and_the_step_stays_exact():
+    from workbench.analysis.hlo import collective_ops
+    from workbench.training.modes.param_gathering import layer_call_order
+
+    model = CalledOutOfOrder(nnx.Rngs(0))
+    example = {"x": jax.ShapeDtypeStruct((2, 8), "float32"), "y": jax.ShapeDtypeStruct((2, 2), "float32")}
+    assert layer_paths(model) == ["a_out", "b_in"]
+    assert layer_call_order(model, regression_loss, example) == ["b_in", "a_out"]
+    assert (layer_call_order(wb.training.build_model("transformer", n_layers=2), wb.training.model_class(
+        "transformer").loss, {"x": jax.ShapeDtypeStruct((2, 8), "int32"), "y": jax.ShapeDtypeStruct((2, 8), "int32"),
+                              "mask": jax.ShapeDtypeStruct((2,), "float32")})
+            == ["embed", "blocks/0", "blocks/1", "final_norm", "head"])
+
+    losses, params = _train("fsdp", CalledOutOfOrder(nnx.Rngs(0)))
+    reference, expected = _train("single", CalledOutOfOrder(nnx.Rngs(0)))
+    np.testing.assert_allclose(losses, reference, rtol=1e-5)
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+    # a_out, called last, keeps the kernel its forward pass gathered; b_in's backward pass needs no gradient of its
+    # input (the batch), so its kernel is gathered once too: two kernel gathers, one of each
+    tx = optax.sgd(0.1)
+    graphdef, state = init_state(CalledOutOfOrder(nnx.Rngs(0)), tx)
+    runner = build_mode("fsdp", StepSetup(graphdef, regression_loss, tx, wb.parse_mesh("data=8"), 64))
+    batch = {"x": np.zeros((64, 8), np.float32), "y": np.zeros((64, 2), np.float32)}
+    text = runner.compile_step(runner.place_state(state), runner.place_batch(batch)).as_text()
+    kernels = sorted(op.shapes[0] for op in collective_ops(text, "data=8") if op.kind == "all-gather"
+                     for _ in range(op.count) if len(op.shapes[0]) == 2)
+    assert kernels == [(8, 2), (8, 8)], kernels
+
+
 class TiedLM(nnx.Module):
     """The output head is the embedding, transposed: its parameters are read outside the embed's call."""
 

@@ -99,9 +99,10 @@ def activation_bytes(model: Any, examples: int, seq_len: int, split: int, comput
 
 
 def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, notes: list[str],
-                           model: Any = None) -> int:
+                           model: Any = None, gathers_bf16: bool = True) -> int:
     """Parameters a step holds beside the state, as the mode declares it gathers them
-    (``parameter_gathering``), and/or the bf16 compute copy."""
+    (``parameter_gathering``), and/or the bf16 compute copy. ``gathers_bf16``: whether a per-layer gathering mode
+    gathers bf16 shards in a bf16 step (not on XLA:CPU, which widens them: it gathers float32 and casts after)."""
     bf16 = precision == "bf16"
     if declared.parameter_gathering == "whole-tree":
         full_params = params_layout.total_bytes
@@ -121,9 +122,10 @@ def transient_params_bytes(declared, params_layout: TreeLayout, precision: str, 
             notes.append(f"{format_bytes(own)} of parameters belong to no layer of the model and are gathered for "
                          "the whole step")
         gathered = largest + own
-        # Its gradients, whole, and the gathered layer: bf16 where the step computes in it (it casts the shards
-        # before gathering them, so no float32 copy is gathered).
-        return gathered + (gathered // 2 if bf16 else gathered)
+        # Its gradients, whole, and the gathered layer: in bf16 steps its bf16 copy too, and the float32 one it was
+        # cast from unless the shards were cast before they were gathered.
+        copies = gathered if not bf16 else gathered // 2 + (0 if gathers_bf16 else gathered)
+        return gathered + copies
     return params_layout.bytes_per_device // 2 if bf16 else 0
 
 

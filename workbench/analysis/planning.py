@@ -218,10 +218,10 @@ def plan_training(
         declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if transformer_formulas else 0,
         notes,
         custom=custom_rules is not None,
-        # bf16 parameters on the wire: a per-layer gathering mode casts its shards before it gathers them (param_gathering
-        # .gather); XLA:GPU moves the cast before the gather for fsdp-whole-tree too.
-        gathered_bytes_per_float=2 if precision == "bf16" and (memory_rules.casts_before_gathering or
-                                                               declared.parameter_gathering == "per-layer") else 4,
+        # bf16 parameters on the wire: a per-layer gathering mode casts its shards before it gathers them where the
+        # compiler gathers bf16 (param_gathering.gathers_narrow); XLA:GPU moves fsdp-whole-tree's cast there itself.
+        gathered_bytes_per_float=2 if precision == "bf16" and not memory_rules.widens_gathers and (
+            memory_rules.casts_before_gathering or declared.parameter_gathering == "per-layer") else 4,
         microbatches=accum,
         not_regathered_bytes=kept_for_backward_bytes(declared, planned, params_layout, seq_len, loss, example_batch,
                                                      notes),
@@ -236,7 +236,8 @@ def plan_training(
                                        remat)
     elif planned.registered:
         notes.append(f"activations of {planned.name!r} are not estimated (small for this model at these batch sizes)")
-    transient = transient_params_bytes(declared, params_layout, precision, notes, abstract)
+    transient = transient_params_bytes(declared, params_layout, precision, notes, abstract,
+                                       gathers_bf16=not memory_rules.widens_gathers)
     simulated, caveat = simulated_memory(planned, declared, mesh_shape, batch, seq_len, precision, optimizer,
                                          custom_rules, loss, example_batch, memory_rules, accum, remat) \
         if simulate else (None, NOT_SIMULATED)

@@ -34,7 +34,7 @@ from flax import nnx
 from .base import DATA_AXIS
 from .core import accumulate, cast_floats, weighted_sums_of
 from .declaration import CollectiveNeed
-from .param_gathering import layer_paths, layered_model
+from .param_gathering import gathers_narrow, layer_paths, layered_model
 from .sharded_state import SHARDED_GRADIENT_REDUCE_SCATTER, WHOLE_LEAVES_ALL_REDUCE, ShardedStateMode
 
 
@@ -57,12 +57,14 @@ class FullyShardedDataParallel(ShardedStateMode):
         layers = layer_paths(nnx.merge(setup.graphdef, shards, other))  # traced once, with the step
         bf16 = setup.precision == "bf16"
         prepare = (lambda params: cast_floats(params, jnp.bfloat16)) if bf16 else (lambda params: params)
+        # bf16 shards gathered in bf16 (half the bytes), except on XLA:CPU, which widens bf16 all-gathers to float32
+        cast_first = bf16 and gathers_narrow(self.mesh)
 
         def sums_of(micro):
             micro = cast_floats(micro, jnp.bfloat16) if bf16 else micro
 
             def objective(params):
-                model = layered_model(setup.graphdef, params, other, dims, layers, prepare, kept)
+                model = layered_model(setup.graphdef, params, other, dims, layers, prepare, kept, cast_first)
                 value, aux = setup.loss(model, micro)
                 return value.astype(jnp.float32), aux
 
