@@ -43,8 +43,9 @@ class CompilerRules:
         stores_shared_broadcasts: whether a non-scalar broadcast read by several fusions is stored.
         fuses_matmul_operands: whether a matmul reads elementwise work on its operands fused (not stored).
         casts_before_gathering: whether an all-gather read only by a narrowing cast gathers the cast values.
-        widens_gathers: whether a bfloat16 all-gather moves float32 (XLA:CPU converts around the collective), so
-            a per-layer gathering mode gathers its float32 shards and casts after (``param_gathering.gathers_narrow``).
+        widens_collectives: whether a bfloat16 all-gather or all-reduce moves float32 (XLA:CPU converts around the
+            collective). Elsewhere a per-layer gathering mode gathers bf16 shards (``param_gathering.gathers_narrow``)
+            and a jit step's gradient all-reduce, which the partitioner puts on a bf16 matmul's output, sums bf16.
         stores_reduced_sums: whether work combining two or more computed values (a residual sum) is stored
             where a reduction and other work read it, rather than computed again inside each reader.
         runs_combined_all_reduces_as_one: whether the all-reduces the compiler combines are scheduled as one op
@@ -64,7 +65,7 @@ class CompilerRules:
     stores_shared_broadcasts: bool = True
     fuses_matmul_operands: bool = False
     casts_before_gathering: bool = False
-    widens_gathers: bool = False
+    widens_collectives: bool = False
     stores_reduced_sums: bool = False
     runs_combined_all_reduces_as_one: bool = False
     narrow_results: frozenset = frozenset()
@@ -87,7 +88,7 @@ class CompilerRules:
 # Counted widened on 0.12, the bf16 transformer rows of the tests' matrices held 1.07-1.30x its peak; narrow,
 # 0.93-1.14 (0.11 not measured).
 _CPU_NARROW_MATMULS = frozenset({"dot_general", "transpose"}) if jax.__version_info__ >= (0, 12) else frozenset()
-XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True, widens_gathers=True,
+XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True, widens_collectives=True,
                         runs_combined_all_reduces_as_one=True, narrow_results=_CPU_NARROW_MATMULS)
 XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),
                         stores_shared_broadcasts=False, fuses_matmul_operands=True, casts_before_gathering=True)

@@ -237,12 +237,14 @@ def tensor_parallel_notes(planned: PlannedModel, tensor_parallel: bool, model_si
 
 
 def bound_by_compute(declared, sync_bytes: int, data_size: int, flops: float, tokens: int, seq_len: int | None,
-                     hw: Hardware, utilisation: float, notes: list[str]) -> ComputeBoundTest | None:
-    """Whether the gradient sync hides behind the step's compute (None where nothing syncs over 'data')."""
+                     hw: Hardware, utilisation: float, notes: list[str],
+                     bytes_per_param: int = GRADIENT_BYTES) -> ComputeBoundTest | None:
+    """Whether the gradient sync hides behind the step's compute (None where nothing syncs over 'data').
+    ``bytes_per_param``: a gradient's bytes on the wire (2 where the compiler sums bf16 gradients)."""
     if sync_bytes and data_size > 1:
-        synced_params = sync_bytes / GRADIENT_BYTES
+        synced_params = sync_bytes / bytes_per_param
         return compute_bound_test(
-            tokens, hw, bytes_per_param=GRADIENT_BYTES, flops_per_param_per_token=flops / tokens / synced_params,
+            tokens, hw, bytes_per_param=bytes_per_param, flops_per_param_per_token=flops / tokens / synced_params,
             group_size=data_size, utilisation=utilisation, unit="tokens" if seq_len else "examples",
         )
     if not declared.one_device:

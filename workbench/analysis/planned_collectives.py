@@ -64,6 +64,7 @@ def step_collectives(
     mode_cls, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
     block_activation: int | None, n_layers: int, notes: list[str], custom: bool = False,
     gathered_bytes_per_float: int = 4, microbatches: int = 1, not_regathered_bytes: int = 0,
+    gradient_bytes_per_float: int = 4,
 ) -> tuple[list[PlannedCollective], int]:
     """The mode's declared collectives (:attr:`ParallelMode.collectives`), sized from the layout and
     priced with the ring model, and the per-device gradient bytes synchronised over 'data'.
@@ -76,7 +77,8 @@ def step_collectives(
     a step's microbatches (gradient accumulation): what runs inside each microbatch's forward and backward pass runs
     that many times (:func:`_per_microbatch`); ``block_activation`` is one microbatch's. ``not_regathered_bytes``:
     the per-device bytes, split over 'data', of the layers a per-layer gathering mode does not gather again for the
-    backward pass (:func:`~.plan_estimates.layers_gathered_once`).
+    backward pass (:func:`~.plan_estimates.kept_for_backward_bytes`). ``gradient_bytes_per_float``: the bytes a
+    float32 parameter's gradient takes in a gradient all-reduce (2 where the compiler sums bf16 gradients).
     """
     collectives: list[PlannedCollective] = []
     synced = 0
@@ -92,7 +94,7 @@ def step_collectives(
         elif need.carries == "sharded-gradients":
             nbytes = split_bytes * group
         elif need.carries in ("gradients", "whole-gradients"):
-            nbytes = params_layout.bytes_per_device - split_bytes
+            nbytes = (params_layout.bytes_per_device - split_bytes) * gradient_bytes_per_float // 4
         else:  # activations
             nbytes, count = block_activation or 0, 4 * n_layers
         if _per_microbatch(mode_cls, need.carries):
