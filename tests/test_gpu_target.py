@@ -152,3 +152,7 @@ def test_plan_verified_by_xla_gpu_without_a_gpu(gpu_compiler):
     planned = sum(c.bytes * c.count for c in plan.collectives if c.kind == "all-reduce" and c.axes == ("model",))
     sent = sum(c.bytes * c.count for c in compiled.collectives if c.kind == "all-reduce" and c.axes == ("model",))
     assert plan.precision == "bf16" and 0 < planned == sent, (planned, sent)
+    # the gradient all-reduce over 'data': bf16, on the matmuls' outputs, as the plan prices it (not float32: 2x)
+    planned, sent = (sum(c.bytes * c.count for c in collectives if c.kind == "all-reduce" and c.axes == ("data",))
+                     for collectives in (plan.collectives, compiled.collectives))
+    assert 0.98 <= planned / sent <= 1.02, (planned, sent)
