@@ -299,7 +299,9 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
     again in the backward pass. The backward pass gathers the parameters again, then hands the gradient of
     the inputs down only once the layer's reduce-scatter is done. The last layer the forward pass called
     (:class:`_BackwardOrder`) keeps its gathered parameters for its backward pass instead, unless ``may_keep``
-    is False (a layer of a scanned stack: one iteration cannot be told from the others).
+    is False (a layer of a scanned stack: one iteration cannot be told from the others). A layer your own code
+    calls inside a ``lax.scan`` as the model's last is not told apart either: the scan would keep its parameters
+    for every iteration (LayerStack, which scans layers for you, does not).
     """
     dims, kept, prepare = layer.dims, layer.kept, layer.prepare
     leaves, treedef = jax.tree.flatten((args, kwargs))
