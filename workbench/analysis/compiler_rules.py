@@ -88,8 +88,9 @@ class CompilerRules:
 # Counted widened on 0.12, the bf16 transformer rows of the tests' matrices held 1.07-1.30x its peak; narrow,
 # 0.93-1.14 (0.11 not measured).
 _CPU_NARROW_MATMULS = frozenset({"dot_general", "transpose"}) if jax.__version_info__ >= (0, 12) else frozenset()
-XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True, widens_collectives=True,
-                        runs_combined_all_reduces_as_one=True, narrow_results=_CPU_NARROW_MATMULS)
+XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True,
+                        widens_collectives=True, runs_combined_all_reduces_as_one=True,
+                        narrow_results=_CPU_NARROW_MATMULS)
 XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),
                         stores_shared_broadcasts=False, fuses_matmul_operands=True, casts_before_gathering=True)
 # Measured (tests/test_verification.py's configs, bench/bench_gpu_memory.py): libtpu lays out and schedules

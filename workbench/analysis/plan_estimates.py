@@ -13,7 +13,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from flax import nnx
 
 from ..formatting import format_bytes
 from ..layout.tree_layout import TreeLayout
@@ -157,6 +156,7 @@ def kept_for_backward_bytes(declared: type, planned: PlannedModel, params_layout
     ``example_batch``): the backward pass's gathers are then priced whole, an upper bound.
 
     Example:
+        >>> from flax import nnx
         >>> from workbench.layout.tree_layout import layout_tree
         >>> from workbench.training.modes import mode_class
         >>> from .planned_model import resolve_planned_model
@@ -191,7 +191,7 @@ def _call_order(planned: PlannedModel, seq_len: int | None, loss: Any, example_b
     model = planned.abstract
     if model in _CALL_ORDERS:
         return _CALL_ORDERS[model]
-    if planned.registered:
+    if planned.model_class is not None:  # a registered model
         loss, batch = planned.model_class.loss, abstract_batch(model_config(planned.name, **planned.options), 1,
                                                                seq_len)
     elif example_batch is not None:
