@@ -13,7 +13,6 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-
 from ..formatting import format_bytes
 from ..layout.tree_layout import TreeLayout
 from ..layout.mesh import DATA_AXIS

@@ -73,7 +73,8 @@ def step_collectives(
     bytes); leaves split over the axis, gathered or reduce-scattered whole; a transformer block's
     activations, 4 times per block (2 forward, 2 backward). XLA combines small collectives, so each kind
     is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a gathered float32
-    parameter takes on the wire (2 where the compiler casts to bf16 before gathering: XLA:GPU). ``microbatches``:
+    parameter takes on the wire (2 where a bf16 step gathers bf16: XLA:GPU casts before gathering, and a per-layer
+    gathering mode casts its shards first off XLA:CPU). ``microbatches``:
     a step's microbatches (gradient accumulation): what runs inside each microbatch's forward and backward pass runs
     that many times (:func:`_per_microbatch`); ``block_activation`` is one microbatch's. ``not_regathered_bytes``:
     the per-device bytes, split over 'data', of the layers a per-layer gathering mode does not gather again for the

@@ -31,8 +31,8 @@ CARRIES: dict[str, str] = {
     "activations": "layer outputs after each row-parallel layer",
 }
 # Upper bounds for "regathered-parameters": the last layer a forward pass calls keeps its parameters for its backward
-# pass, and a layer whose backward pass reads none of its parameters (an embedding lookup, or a first layer whose
-# input needs no gradient) is not gathered again; the planner prices those exactly (planned_collectives.py).
+# pass (the planner leaves it out: planned_collectives.py), and a layer whose backward pass reads none of its
+# parameters (an embedding lookup, or a first layer whose input needs no gradient) is not gathered again either.
 PARAM_SIZED = ("gradients", "sharded-parameters", "regathered-parameters", "sharded-gradients")
 
 

@@ -405,34 +405,38 @@ def _gathered(method: Callable) -> Callable:
     return call
 
 
-def _calls_gathered(cls: type) -> type:
-    """A subclass of ``cls`` whose ``__call__`` (and each method its ``PARAM_METHODS`` names: other methods
-    that compute with the parameters, e.g. a head's tiled loss) runs with the parameters gathered."""
-    if cls not in _LAYER_CLASSES:
+def _with_calls(cls: type, wrap: Callable[[Callable], Callable], made: dict[type, type]) -> type:
+    """A subclass of ``cls`` (one per class, kept in ``made``) whose ``__call__`` and each method its
+    ``PARAM_METHODS`` names (other methods that compute with the parameters, e.g. a head's tiled loss) are
+    ``wrap(method)``."""
+    if cls not in made:
         names = ("__call__", *getattr(cls, "PARAM_METHODS", ()))
-        methods = {name: _gathered(getattr(cls, name)) for name in names}
-        _LAYER_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {**methods, "__module__": cls.__module__})
-    return _LAYER_CLASSES[cls]
+        methods = {name: wrap(getattr(cls, name)) for name in names}
+        made[cls] = type(cls)(cls.__name__, (cls,), {**methods, "__module__": cls.__module__})
+    return made[cls]
+
+
+def _calls_gathered(cls: type) -> type:
+    """A subclass of ``cls`` whose calls run with the parameters gathered (:func:`_gathered`)."""
+    return _with_calls(cls, _gathered, _LAYER_CLASSES)
 
 
 _RECORDING_CLASSES: dict[type, type] = {}
 
 
-def _records_calls(cls: type) -> type:
-    """A subclass of ``cls`` whose calls (``__call__`` and its ``PARAM_METHODS``) append the layer's path to a list
-    (its ``_called_as``: (path, list)) before they run: :func:`layer_call_order`."""
-    if cls not in _RECORDING_CLASSES:
-        def recorded(method: Callable) -> Callable:
-            def call(self, *args, **kwargs):
-                path, called = self._called_as
-                called.append(path)
-                return method(self, *args, **kwargs)
-            return call
+def _recorded(method: Callable) -> Callable:
+    """``method`` of a layer, appending the layer's path to a list (its ``_called_as``: (path, list)) first."""
+    def call(self, *args, **kwargs):
+        path, called = self._called_as
+        called.append(path)
+        return method(self, *args, **kwargs)
 
-        names = ("__call__", *getattr(cls, "PARAM_METHODS", ()))
-        methods = {name: recorded(getattr(cls, name)) for name in names}
-        _RECORDING_CLASSES[cls] = type(cls)(cls.__name__, (cls,), {**methods, "__module__": cls.__module__})
-    return _RECORDING_CLASSES[cls]
+    return call
+
+
+def _records_calls(cls: type) -> type:
+    """A subclass of ``cls`` whose calls say so (:func:`_recorded`): :func:`layer_call_order`."""
+    return _with_calls(cls, _recorded, _RECORDING_CLASSES)
 
 
 def _scans_gathered(cls: type) -> type:
