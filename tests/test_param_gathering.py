@@ -122,6 +122,38 @@ def test_the_last_layer_called_is_gathered_once_and_the_step_stays_exact():
     assert kernels == [(8, 2), (8, 8)], kernels
 
 
+class TwoMatmuls(nnx.Module):
+    def __init__(self, rngs):
+        self.a = nnx.Linear(8, 8, rngs=rngs)
+        self.b = nnx.Linear(8, 8, rngs=rngs)
+
+    def __call__(self, x):
+        return self.b(nnx.relu(self.a(x)))
+
+
+class BlockFirst(nnx.Module):
+    """Its first layer is a block of two matmuls: the first's gradient reads the second's kernel."""
+
+    def __init__(self, rngs):
+        self.block = TwoMatmuls(rngs)
+        self.out = nnx.Linear(8, 2, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(self.block(x))
+
+
+def test_a_first_layer_whose_backward_pass_reads_its_parameters_is_told_apart():
+    from workbench.training.modes.param_gathering import first_layer_reads_parameters
+
+    example = {"x": jax.ShapeDtypeStruct((2, 8), "float32"), "y": jax.ShapeDtypeStruct((2, 2), "float32")}
+    assert first_layer_reads_parameters(BlockFirst(nnx.Rngs(0)), regression_loss, example)
+    assert not first_layer_reads_parameters(CalledOutOfOrder(nnx.Rngs(0)), regression_loss, example)  # a dense layer
+    lm = wb.training.build_model("transformer", n_layers=1)
+    tokens = {"x": jax.ShapeDtypeStruct((2, 8), "int32"), "y": jax.ShapeDtypeStruct((2, 8), "int32"),
+              "mask": jax.ShapeDtypeStruct((2,), "float32")}
+    assert not first_layer_reads_parameters(lm, wb.training.model_class("transformer").loss, tokens)  # a lookup
+
+
 class TiedLM(nnx.Module):
     """The output head is the embedding, transposed: its parameters are read outside the embed's call."""
 

@@ -20,7 +20,14 @@ from ..layout.specs import entry_axes, spec_entries
 from ..training.modes.base import MODEL_SPLIT_PLACEMENTS
 from ..training.layer_stack import is_layer_stack
 from ..training.models import abstract_batch, model_config
-from ..training.modes.param_gathering import layer_bytes, layer_call_order, layer_paths, module_at, owning_layer
+from ..training.modes.param_gathering import (
+    first_layer_reads_parameters,
+    layer_bytes,
+    layer_call_order,
+    layer_paths,
+    module_at,
+    owning_layer,
+)
 from .cost_model import ComputeBoundTest, Hardware, compute_bound_test
 from .planned_model import PlannedModel
 
@@ -146,13 +153,16 @@ def _layers_of(model: Any) -> tuple[list[str], dict[str | None, int]]:
     return found
 
 
-def kept_for_backward_bytes(declared: type, planned: PlannedModel, params_layout: TreeLayout, seq_len: int | None,
-                            loss: Any, example_batch: Any, notes: list[str]) -> int:
-    """Per-device bytes, split over 'data', of the layer a per-layer gathering mode does not gather again for the
-    backward pass: the last layer the forward pass calls keeps its gathered parameters
-    (:func:`~..training.modes.param_gathering.layer_call_order`). 0 for other modes, for a layer of a scanned stack
-    (one iteration cannot keep its own), and where the call order cannot be traced (your model without an
-    ``example_batch``): the backward pass's gathers are then priced whole, an upper bound.
+def not_regathered_bytes(declared: type, planned: PlannedModel, params_layout: TreeLayout, seq_len: int | None,
+                         loss: Any, example_batch: Any, remat: str, notes: list[str]) -> int:
+    """Per-device bytes, split over 'data', of the layers a per-layer gathering mode does not gather again for the
+    backward pass: the last layer the forward pass calls (it keeps its gathered parameters:
+    :func:`~..training.modes.param_gathering.layer_call_order`) and the first, if its backward pass reads none of
+    its parameters (:func:`~..training.modes.param_gathering.first_layer_reads_parameters`: an embedding lookup;
+    its inputs are the batch's when the model owns no parameter of its own). 0 for other modes; a layer of a
+    scanned stack is gathered again (one iteration cannot keep its own), and so is a block the gathering recomputes
+    (remat ``block``). Where the calls cannot be traced (your model without an ``example_batch``) the backward
+    pass's gathers are priced for every layer, an upper bound.
 
     Example:
         >>> from flax import nnx
@@ -161,32 +171,42 @@ def kept_for_backward_bytes(declared: type, planned: PlannedModel, params_layout
         >>> from .planned_model import resolve_planned_model
         >>> planned = resolve_planned_model("mlp", {}, None, [])
         >>> layout = layout_tree(nnx.state(planned.abstract, nnx.Param), "data=8", "shard")
-        >>> kept_for_backward_bytes(mode_class("fsdp"), planned, layout, None, None, None, [])  # output: 128 x 10
-        640
+        >>> not_regathered_bytes(mode_class("fsdp"), planned, layout, None, None, None, "none", [])  # both layers'
+        4800
     """
     if declared.parameter_gathering != "per-layer":
         return 0
     model = planned.abstract
-    order = _call_order(planned, seq_len, loss, example_batch)
-    if not order:
+    calls = _traced_layer_calls(planned, seq_len, loss, example_batch)
+    if calls is None:
         notes.append(f"the order in which your {planned.name} calls its layers is not traced without example_batch: "
                      "the backward pass's gathers are priced for every layer (the last layer called gathers once)")
         return 0
-    last = order[-1]
-    if is_layer_stack(module_at(model, last)):
+    order, first_reads = calls
+    layers, sizes = _layers_of(model)
+
+    first, last = order[0], order[-1]
+    recomputed = remat == "block" and getattr(module_at(model, first), "remat", None) is not None
+    why = {}
+    if not is_layer_stack(module_at(model, last)):
+        why[last] = "the last one called, which keeps the parameters its forward pass gathered"
+    if (first != last and not first_reads and not sizes.get(None) and not is_layer_stack(module_at(model, first))
+            and not recomputed):
+        why[first] = "the first, whose backward pass reads none of its parameters"
+    if not why:
         return 0
-    layers, _ = _layers_of(model)
-    kept = sum(leaf.layout.bytes_per_device for leaf in params_layout.leaves
-               if owning_layer(leaf.path, layers) == last
+    notes.append(f"{declared.name} gathers every layer again for the backward pass but "
+                 + " and ".join(f"{path!r}, {reason}" for path, reason in why.items()))
+    once = set(why)
+    return sum(leaf.layout.bytes_per_device for leaf in params_layout.leaves
+               if owning_layer(leaf.path, layers) in once
                and any(DATA_AXIS in entry_axes(e) for e in spec_entries(leaf.layout.spec)))
-    if kept:
-        notes.append(f"{declared.name} gathers every layer again for the backward pass but {last!r}, the last one "
-                     "called, which keeps the parameters its forward pass gathered")
-    return kept
 
 
-def _call_order(planned: PlannedModel, seq_len: int | None, loss: Any, example_batch: Any) -> list[str]:
-    """The model's layers in the order its loss calls them ([] where that cannot be traced), once per model object."""
+def _traced_layer_calls(planned: PlannedModel, seq_len: int | None, loss: Any,
+                        example_batch: Any) -> tuple[list[str], bool] | None:
+    """(the model's layers in the order its loss calls them, whether the first one's backward pass reads its
+    parameters), traced once per model object; None where they cannot be traced."""
     model = planned.abstract
     if model in _CALL_ORDERS:
         return _CALL_ORDERS[model]
@@ -196,9 +216,10 @@ def _call_order(planned: PlannedModel, seq_len: int | None, loss: Any, example_b
     elif example_batch is not None:
         loss, batch = loss or type(model).loss, example_batch
     else:
-        return []
-    _CALL_ORDERS[model] = order = layer_call_order(model, loss, batch)
-    return order
+        return None
+    order = layer_call_order(model, loss, batch)
+    _CALL_ORDERS[model] = found = (order, bool(order) and first_layer_reads_parameters(model, loss, batch))
+    return found if order else None
 
 
 _CALL_ORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -263,6 +284,6 @@ def assumption_note(precision: str, utilisation: float) -> str:
 
 __all__ = [
     "COMPUTE_BYTES", "GRADIENT_BYTES", "activation_bytes", "assumption_note", "bound_by_compute",
-    "flops_per_device", "kept_for_backward_bytes",
+    "flops_per_device", "not_regathered_bytes",
     "remat_flops_per_device", "tensor_parallel_notes", "transient_params_bytes",
 ]

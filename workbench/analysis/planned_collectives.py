@@ -78,7 +78,7 @@ def step_collectives(
     a step's microbatches (gradient accumulation): what runs inside each microbatch's forward and backward pass runs
     that many times (:func:`_per_microbatch`); ``block_activation`` is one microbatch's. ``not_regathered_bytes``:
     the per-device bytes, split over 'data', of the layers a per-layer gathering mode does not gather again for the
-    backward pass (:func:`~.plan_estimates.kept_for_backward_bytes`). ``gradient_bytes_per_float``: the bytes a
+    backward pass (:func:`~.plan_estimates.not_regathered_bytes`). ``gradient_bytes_per_float``: the bytes a
     float32 parameter's gradient takes in a gradient all-reduce (2 where the compiler sums bf16 gradients).
     """
     collectives: list[PlannedCollective] = []

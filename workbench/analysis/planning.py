@@ -51,7 +51,7 @@ from .plan_estimates import (
     assumption_note,
     bound_by_compute,
     flops_per_device,
-    kept_for_backward_bytes,
+    not_regathered_bytes,
     remat_flops_per_device,
     tensor_parallel_notes,
     transient_params_bytes,
@@ -230,8 +230,8 @@ def plan_training(
             memory_rules.casts_before_gathering or declared.parameter_gathering == "per-layer") else 4,
         gradient_bytes_per_float=gradient_bytes,
         microbatches=accum,
-        not_regathered_bytes=kept_for_backward_bytes(declared, planned, params_layout, seq_len, loss, example_batch,
-                                                     notes),
+        not_regathered_bytes=not_regathered_bytes(declared, planned, params_layout, seq_len, loss, example_batch,
+                                                  remat, notes),
     )
     notes += tensor_parallel_notes(planned, tensor_parallel, model_size)
     bound = bound_by_compute(declared, sync_bytes, data_size, flops, tokens, seq_len, hw, utilisation, notes,

@@ -88,20 +88,53 @@ def layer_call_order(model: nnx.Module, loss: Callable[[nnx.Module, Any], Any], 
         >>> layer_call_order(abstract_model("mlp"), model_class("mlp").loss, abstract_batch(model_config("mlp"), 2))
         ['hidden1', 'hidden2', 'output']
     """
+    return _traced_calls(model, loss, batch, lambda traced, calls: list(dict.fromkeys(call[0] for call in calls)))
+
+
+def first_layer_reads_parameters(model: nnx.Module, loss: Callable[[nnx.Module, Any], Any], batch: Any) -> bool:
+    """Whether the backward pass of the first layer ``loss(model, batch)`` calls reads any of its parameters when
+    its inputs need no gradient (they are the batch's: the model owns no parameter used before it). An embedding
+    lookup, a dense or a norm layer does not (their parameters' gradients read the inputs, not the parameters), so
+    per-layer fsdp never gathers them again; a block of several matmuls does. Traced on shapes.
+
+    Example:
+        >>> from workbench.training.models import abstract_batch, abstract_model, model_class, model_config
+        >>> first_layer_reads_parameters(abstract_model("transformer", n_layers=1), model_class("transformer").loss,
+        ...                              abstract_batch(model_config("transformer"), 2, seq_len=8))
+        False
+    """
+    def reads(traced, calls):
+        path, method, args, kwargs = calls[0]
+        graphdef, params, rest = nnx.split(module_at(traced, path), nnx.Param, ...)
+        # The inputs are constants here: the pullback keeps only what the parameters' gradients read (JAX keeps a
+        # parameter a gradient reads as that very array, as _layer_call relies on).
+        _, pullback = jax.vjp(lambda p: method(nnx.merge(graphdef, p, rest), *args, **kwargs), params)
+        kept = {id(leaf) for leaf in jax.tree.leaves(pullback)}
+        return any(id(leaf) in kept for leaf in jax.tree.leaves(params))
+
+    return _traced_calls(model, loss, batch, reads)
+
+
+def _traced_calls(model: nnx.Module, loss: Callable[[nnx.Module, Any], Any], batch: Any,
+                  read: Callable[[nnx.Module, list], Any]) -> Any:
+    """``read(traced_model, calls)`` after ``loss(model, batch)`` is traced on shapes with every layer's calls
+    recorded, in order, as ``(path, method, args, kwargs)`` (``method``: the layer class's own, unrecorded)."""
     layers = layer_paths(model)
     graphdef, state = nnx.split(model)
-    called: list[str] = []
+    result = []
 
     def run(state, batch):
         traced = nnx.merge(graphdef, state)
+        calls: list[tuple] = []
         for path in layers:
             module = module_at(traced, path)
-            object.__setattr__(module, "_called_as", (path, called))
+            object.__setattr__(module, "_called_as", (path, calls))
             module.__class__ = _records_calls(type(module))
         loss(traced, batch)
+        result.append(read(traced, calls))
 
     jax.eval_shape(run, state, batch)
-    return list(dict.fromkeys(called))
+    return result[0]
 
 
 def split_dims(specs: Any) -> Any:
@@ -425,10 +458,11 @@ _RECORDING_CLASSES: dict[type, type] = {}
 
 
 def _recorded(method: Callable) -> Callable:
-    """``method`` of a layer, appending the layer's path to a list (its ``_called_as``: (path, list)) first."""
+    """``method`` of a layer, appending ``(path, method, args, kwargs)`` to a list (its ``_called_as``: (path,
+    list)) first."""
     def call(self, *args, **kwargs):
-        path, called = self._called_as
-        called.append(path)
+        path, calls = self._called_as
+        calls.append((path, method, args, kwargs))
         return method(self, *args, **kwargs)
 
     return call
