@@ -159,7 +159,8 @@ def not_regathered_bytes(declared: type, planned: PlannedModel, params_layout: T
     backward pass: the last layer the forward pass calls (it keeps its gathered parameters:
     :func:`~..training.modes.param_gathering.layer_call_order`) and the first, if its backward pass reads none of
     its parameters (:func:`~..training.modes.param_gathering.first_layer_reads_parameters`: an embedding lookup;
-    its inputs are the batch's when the model owns no parameter of its own). 0 for other modes; a layer of a
+    its inputs are the batch's when the model owns no parameter of its own), and the parameters the model owns
+    itself, which are gathered once for the whole step. 0 for other modes; a layer of a
     scanned stack is gathered again (one iteration cannot keep its own), and so is a block the gathering recomputes
     (remat ``block``). Where the calls cannot be traced (your model without an ``example_batch``) the backward
     pass's gathers are priced for every layer, an upper bound.
@@ -184,20 +185,19 @@ def not_regathered_bytes(declared: type, planned: PlannedModel, params_layout: T
         return 0
     order, first_reads = calls
     layers, sizes = _layers_of(model)
-
-    first, last = order[0], order[-1]
-    recomputed = remat == "block" and getattr(module_at(model, first), "remat", None) is not None
     why = {}
-    if not is_layer_stack(module_at(model, last)):
-        why[last] = "the last one called, which keeps the parameters its forward pass gathered"
-    if (first != last and not first_reads and not sizes.get(None) and not is_layer_stack(module_at(model, first))
-            and not recomputed):
-        why[first] = "the first, whose backward pass reads none of its parameters"
-    if not why:
-        return 0
-    notes.append(f"{declared.name} gathers every layer again for the backward pass but "
-                 + " and ".join(f"{path!r}, {reason}" for path, reason in why.items()))
-    once = set(why)
+    if order:
+        first, last = order[0], order[-1]
+        recomputed = remat == "block" and getattr(module_at(model, first), "remat", None) is not None
+        if not is_layer_stack(module_at(model, last)):
+            why[last] = "the last one called, which keeps the parameters its forward pass gathered"
+        if (first != last and not first_reads and not sizes.get(None)
+                and not is_layer_stack(module_at(model, first)) and not recomputed):
+            why[first] = "the first, whose backward pass reads none of its parameters"
+    if why:
+        notes.append(f"{declared.name} gathers every layer again for the backward pass but "
+                     + " and ".join(f"{path!r}, {reason}" for path, reason in why.items()))
+    once = {*why, None}  # None: the parameters the model owns itself, gathered once for the whole step
     return sum(leaf.layout.bytes_per_device for leaf in params_layout.leaves
                if owning_layer(leaf.path, layers) in once
                and any(DATA_AXIS in entry_axes(e) for e in spec_entries(leaf.layout.spec)))
@@ -206,7 +206,7 @@ def not_regathered_bytes(declared: type, planned: PlannedModel, params_layout: T
 def _traced_layer_calls(planned: PlannedModel, seq_len: int | None, loss: Any,
                         example_batch: Any) -> tuple[list[str], bool] | None:
     """(the model's layers in the order its loss calls them, whether the first one's backward pass reads its
-    parameters), traced once per model object; None where they cannot be traced."""
+    parameters), traced once per model object; None where they cannot be traced (your model, no example batch)."""
     model = planned.abstract
     if model in _CALL_ORDERS:
         return _CALL_ORDERS[model]
@@ -219,7 +219,7 @@ def _traced_layer_calls(planned: PlannedModel, seq_len: int | None, loss: Any,
         return None
     order = layer_call_order(model, loss, batch)
     _CALL_ORDERS[model] = found = (order, bool(order) and first_layer_reads_parameters(model, loss, batch))
-    return found if order else None
+    return found
 
 
 _CALL_ORDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
