@@ -4,6 +4,7 @@ rule table, and the ``workbench plan`` command line (JSON contract, one-line err
 import json
 
 import jax
+import jax.numpy as jnp
 import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec
@@ -298,6 +299,29 @@ def test_the_planned_gathers_are_the_compilers(mode, mesh):
     plan = plan_training("transformer", SMALL_LM, mesh, mode, global_batch=16, precision="fp32", verify="cpu")
     planned = sum(c.bytes * c.count for c in plan.collectives if c.kind == "all-gather")
     assert 0.99 * planned <= plan.compiled.bytes_by_kind()["all-gather"] <= planned
+
+
+class OwnsItsParameter(nnx.Module):
+    """No layer: its one parameter is its own, which fsdp gathers once for the whole step."""
+
+    def __init__(self):
+        self.w = nnx.Param(jnp.ones((8, 2)))
+
+    def __call__(self, x):
+        return x @ self.w[...]
+
+
+def test_a_model_with_no_layer_plans_its_own_parameters_gathered_once():
+    def loss(model, batch):
+        return jnp.mean((model(batch["x"]) - batch["y"]) ** 2), {}
+
+    example = {"x": jax.ShapeDtypeStruct((1, 8), "float32"), "y": jax.ShapeDtypeStruct((1, 2), "float32")}
+    model = OwnsItsParameter()
+    for _ in range(2):  # the second plan reads the cached call order (an empty one)
+        plan = plan_training(model, None, "data=8", "fsdp", loss=loss, example_batch=example, global_batch=8,
+                             hardware="cpu", verify="cpu")
+        planned = sum(c.bytes * c.count for c in plan.collectives if c.kind == "all-gather")
+        assert planned == plan.compiled.bytes_by_kind()["all-gather"] == 8 * 2 * 4
 
 
 # --- microbatches and tokens ---------------------------------------------------------------------------
