@@ -122,21 +122,12 @@ def test_the_last_layer_called_is_gathered_once_and_the_step_stays_exact():
     assert kernels == [(8, 2), (8, 8)], kernels
 
 
-class TwoMatmuls(nnx.Module):
-    def __init__(self, rngs):
-        self.a = nnx.Linear(8, 8, rngs=rngs)
-        self.b = nnx.Linear(8, 8, rngs=rngs)
-
-    def __call__(self, x):
-        return self.b(nnx.relu(self.a(x)))
-
-
 class BlockFirst(nnx.Module):
     """Its first layer is a block of two matmuls: the first's gradient reads the second's kernel."""
 
     def __init__(self, rngs):
-        self.block = TwoMatmuls(rngs)
-        self.out = nnx.Linear(8, 2, rngs=rngs)
+        self.block = CalledOutOfOrder(rngs)
+        self.out = nnx.Linear(2, 2, rngs=rngs)
 
     def __call__(self, x):
         return self.out(self.block(x))
