@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax import lax
@@ -242,21 +243,69 @@ def gather(shards: Any, dims: Any, kept: Any = None, prepare: Callable[[Any], An
                                         zip(leaves, treedef.flatten_up_to(dims), specs, strict=True)])
 
 
-def _local_done(shards: Any, kept: Any) -> Any:
-    """:func:`~..schedule_ties.done_marker` of ``shards``, each leaf's read on every device's own part of it: read
-    off a leaf split over an axis the compiler keeps (``fsdp-tp``'s ``model``), the marker's one element is an
-    all-reduce over that axis (measured: 2 of the mlp's fsdp-tp step's 5 all-reduces over 'model')."""
+def _local_done(shards: Any, kept: Any, dims: Any) -> list:
+    """:func:`_local_marker` of each leaf of ``shards`` split over ``data`` (reduce-scattered). Whole leaves are left
+    out: their gradients are summed by an all-reduce that XLA then combines with the other layers' and the loss's
+    (one collective less per layer; they are small)."""
     leaves = jax.tree.leaves(shards)
-    markers = []
-    for leaf, spec in zip(leaves, _spec_leaves(kept, len(leaves)), strict=True):
-        axes = {axis for entry in spec_entries(spec) for axis in entry_axes(entry)}
-        if not axes:
-            markers.append(_done(leaf))
-            continue
-        # Every device's marker is 0, so the replicated result is the truth: nothing to check or to sum.
-        markers.append(jax.shard_map(_done, in_specs=spec, out_specs=PartitionSpec(), axis_names=axes,
-                                     check_vma=False)(leaf))
+    markers = [_local_marker(leaf, spec) for leaf, spec, dim in
+               zip(leaves, _spec_leaves(kept, len(leaves)), jax.tree.leaves(dims), strict=True) if dim != WHOLE]
     return [marker for marker in markers if marker is not None]
+
+
+def _local_marker(leaf: jax.Array, spec: PartitionSpec) -> jax.Array | None:
+    """:func:`~..schedule_ties.done_marker` of ``leaf``, read on every device's own part of it (``spec``: how it is
+    split over the axes the compiler keeps). Read off a leaf split over such an axis (``fsdp-tp``'s ``model``), the
+    marker's one element was an all-reduce over that axis (measured: 2 of the mlp's fsdp-tp step's 5 all-reduces
+    over 'model')."""
+    axes = {axis for entry in spec_entries(spec) for axis in entry_axes(entry)}
+    if not axes:
+        return _done(leaf)
+    # Every device's marker is 0, so the replicated result is the truth: nothing to check or to sum.
+    return jax.shard_map(_done, in_specs=spec, out_specs=PartitionSpec(), axis_names=axes, check_vma=False)(leaf)
+
+
+def _after_input(shards: Any, kept: Any, arrays: list) -> Any:
+    """``shards`` computed after the layer's input ``arrays`` exist (:func:`~..schedule_ties.computed_after`), by
+    zeros the partitioner adds without a collective.
+
+    Read as a scalar off an input the compiler splits (a row-parallel layer's, over ``model`` in ``fsdp-tp``), the
+    zero was an all-reduce over that axis before every such layer's gather (measured: 0.04 of the mlp's fsdp-tp
+    step, then 1.12 of the hand-written step). So for a dense layer (an ``nnx.Linear``: ``x @ kernel``) the zero
+    is a vector, the input's first row along its last dimension times zero, added along the kernel's first
+    dimension: the compiler splits that dimension of the input and of the kernel alike (a row-parallel layer's
+    over ``model``; neither, elsewhere), so each device adds its own part. The layer's other leaves (its bias) are
+    tied to the kernel's :func:`_local_marker`. Any other layer (a block, whose input the compiler keeps whole
+    over ``model``) is tied to the input's scalar marker.
+    """
+    inputs = [x for x in arrays if jnp.issubdtype(x.dtype, jnp.inexact) and x.ndim and x.size]
+    with_paths, treedef = leaves_with_paths(shards), jax.tree.structure(shards)
+    leaves = [leaf for _, leaf in with_paths]
+    specs = _spec_leaves(kept, len(leaves))
+    width = inputs[0].shape[-1] if inputs else None
+    row = (jnp.nan_to_num(lax.stop_gradient(inputs[0][(0,) * (inputs[0].ndim - 1)]).astype(jnp.float32)) * 0.0
+           if inputs else None)
+    # As computed_after: a leaf the same on every 'data' device is left alone (a per-device zero would split it).
+    data_varying = row is not None and DATA_AXIS in (varying_axes(row) or ())
+    # Only a dense layer's own kernel (a layer that is an nnx.Linear): its first dimension is what the layer's
+    # input is contracted with. A kernel inside a block as wide as the block's input by chance (an attention
+    # output projection) is not, and tied to the input there, it made the partitioner split the residual
+    # stream over 'model' (measured: 2x the all-gather bytes of the transformer's fsdp-tp step).
+    matched = [i for i, (path, leaf) in enumerate(with_paths)
+               if path == "kernel" and jnp.issubdtype(leaf.dtype, jnp.inexact)
+               and leaf.ndim >= 2 and leaf.shape[0] == width
+               and (not data_varying or DATA_AXIS in (varying_axes(leaf) or ()))]
+    if not matched:
+        return _after(shards, arrays)
+    tied = list(leaves)
+    for i in matched:
+        tied[i] = leaves[i] + row.reshape(width, *(1,) * (leaves[i].ndim - 1)).astype(leaves[i].dtype)
+    rest = [i for i in range(len(leaves)) if i not in matched]
+    markers = [m for m in (_local_marker(tied[i], specs[i]) for i in matched) if m is not None]
+    after = _after([leaves[i] for i in rest], *markers)
+    for i, leaf in zip(rest, after, strict=True):
+        tied[i] = leaf
+    return jax.tree.unflatten(treedef, tied)
 
 
 def _spec_leaves(kept: Any, count: int) -> list[PartitionSpec]:
@@ -362,7 +411,7 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
     found: dict[str, Any] = {}
 
     def forward(shards, rest, arrays):
-        prepared = gather_prepared(_after(shards, arrays))
+        prepared = gather_prepared(_after_input(shards, kept, arrays))
         # `kept_prepared` is a residual for the last layer's backward pass only: the others never read it, so XLA
         # frees it after the forward pass as if it were not one. Not in a scan, which would stack it.
         kept_prepared = prepared if may_keep else None
@@ -404,7 +453,7 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
         # linear, so the transpose needs only the shapes.
         scatter = jax.linear_transpose(lambda s: prepare(gather(s, dims, kept)), shards)
         (grad_shards,) = scatter(grad_prepared)
-        return grad_shards, grad_rest, _after(grad_arrays, _local_done(grad_shards, kept))
+        return grad_shards, grad_rest, _after(grad_arrays, _local_done(grad_shards, kept, dims))
 
     gathered_call.defvjp(forward, backward)
     return gathered_call(layer.shards, layer.rest, [leaf for leaf, t in zip(leaves, traced, strict=True) if t])
