@@ -42,10 +42,12 @@ one called gathered again for the backward pass, so that one layer's parameters 
 tied down by data dependencies that keep XLA from gathering every layer at the start or keeping the forward
 pass's gathers), and are held to the target all the same, as the issue asks. Measured 2026-11-27 (151 rounds):
 ``fsdp`` 1.00 and ``fsdp-tp`` 1.12-1.13 since the last layer called keeps its gathered parameters (before:
-1.05-1.07 and 1.17; 1.17 and 1.33 while they recomputed every layer whatever the remat policy). What is left of
-fsdp-tp's: without the forward gathers' ties 1.10, and every collective costs on 2 cores (fsdp-tp's step runs 12
-against the hand-written step's 7, which all-reduces every gradient in one). Tying each gather one layer ahead
-(prefetch) did not help (1.19-1.23).
+1.05-1.07 and 1.17; 1.17 and 1.33 while they recomputed every layer whatever the remat policy); ``fsdp-tp``
+1.07-1.10 since its order ties send nothing over 'model' (11 collectives, was 13; the hand-written step runs 7,
+summing every gradient in one all-reduce). What is left of fsdp-tp's is its design, not the ties: without any
+tie 1.085; with every 1-D leaf kept whole over 'data' (9 collectives, and a layout fsdp-tp does not use) still
+1.07-1.09, as the hand-written step saves as much. Tying each gather one layer ahead (prefetch) did not help
+(1.19-1.23).
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.
