@@ -279,14 +279,15 @@ def _after_input(shards: Any, kept: Any, arrays: list) -> Any:
     over ``model``) is tied to the input's scalar marker.
     """
     inputs = [x for x in arrays if jnp.issubdtype(x.dtype, jnp.inexact) and x.ndim and x.size]
+    if not inputs:
+        return _after(shards, arrays)
     with_paths, treedef = leaves_with_paths(shards), jax.tree.structure(shards)
     leaves = [leaf for _, leaf in with_paths]
     specs = _spec_leaves(kept, len(leaves))
-    width = inputs[0].shape[-1] if inputs else None
-    row = (jnp.nan_to_num(lax.stop_gradient(inputs[0][(0,) * (inputs[0].ndim - 1)]).astype(jnp.float32)) * 0.0
-           if inputs else None)
+    width = inputs[0].shape[-1]
+    row = jnp.nan_to_num(lax.stop_gradient(inputs[0][(0,) * (inputs[0].ndim - 1)]).astype(jnp.float32)) * 0.0
     # As computed_after: a leaf the same on every 'data' device is left alone (a per-device zero would split it).
-    data_varying = row is not None and DATA_AXIS in (varying_axes(row) or ())
+    data_varying = DATA_AXIS in (varying_axes(row) or ())
     # Only a dense layer's own kernel (a layer that is an nnx.Linear): its first dimension is what the layer's
     # input is contracted with. A kernel inside a block as wide as the block's input by chance (an attention
     # output projection) is not, and tied to the input there, it made the partitioner split the residual
