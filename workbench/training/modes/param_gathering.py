@@ -294,13 +294,13 @@ def _after_input(shards: Any, kept: Any, arrays: list) -> Any:
     # stream over 'model' (measured: 2x the all-gather bytes of the transformer's fsdp-tp step).
     matched = [i for i, (path, leaf) in enumerate(with_paths)
                if path == "kernel" and jnp.issubdtype(leaf.dtype, jnp.inexact)
-               and leaf.ndim >= 2 and leaf.shape[0] == width
+               and leaf.ndim == 2 and leaf.shape[0] == width
                and (not data_varying or DATA_AXIS in (varying_axes(leaf) or ()))]
     if not matched:
         return _after(shards, arrays)
     tied = list(leaves)
     for i in matched:
-        tied[i] = leaves[i] + row.reshape(width, *(1,) * (leaves[i].ndim - 1)).astype(leaves[i].dtype)
+        tied[i] = leaves[i] + row[:, None].astype(leaves[i].dtype)
     rest = [i for i in range(len(leaves)) if i not in matched]
     markers = [m for m in (_local_marker(tied[i], specs[i]) for i in matched) if m is not None]
     after = _after([leaves[i] for i in rest], *markers)
