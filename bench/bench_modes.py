@@ -7,8 +7,8 @@ What is measured: for each mode (``single``, ``simulated``, ``dp``, ``dp-shard-m
 the modes' steps donate theirs), for the same model, mesh, batch and layout. Setting: model ``mlp`` fitted to
 ``digits``, global batch 256, Adam at 1e-3, fp32, accum 1; meshes ``data=8`` for the data-parallel modes,
 ``model=2`` for ``tp``, ``data=4,model=2`` for ``dp-tp`` and ``fsdp-tp``.
-``dp`` is measured again on a small ``transformer`` (d_model 64, 2 layers, 4 heads, ``text`` with
-seq_len 64, batch 32) so a bigger step is covered.
+``dp``, ``fsdp`` and ``fsdp-tp`` are measured again on a small ``transformer`` (d_model 64, 2 layers, 4 heads,
+``text`` with seq_len 64, batch 32) so a bigger step is covered, and the layouts made for it.
 
 How: the hand-written step's parameters and optimizer state are placed with the mode's own
 shardings (``mode.state_shardings`` of a state holding plain-Adam moments, which lays ``mu``/``nu`` out
@@ -98,6 +98,8 @@ CASES = [  # (mode, mesh, workload)
     ("dp-tp", "data=4,model=2", "mlp"),
     ("fsdp-tp", "data=4,model=2", "mlp"),
     ("dp", "data=8", "transformer"),
+    ("fsdp", "data=8", "transformer"),
+    ("fsdp-tp", "data=4,model=2", "transformer"),
 ]
 
 WORKLOADS = {  # name -> (model, model options, data set, data options, global batch)
