@@ -49,7 +49,7 @@ tie 1.085; with every 1-D leaf kept whole over 'data' (9 collectives, and a layo
 1.07-1.09, as the hand-written step saves as much. Tying each gather one layer ahead (prefetch) did not help
 (1.19-1.23).
 On the transformer (2026-11-27, 61 rounds): ``fsdp`` 1.04 since each layer's vectors (biases, scales) move in one
-all-gather and one reduce-scatter (1.22 while each moved alone: 47 collectives against the hand-written step's 44);
+all-gather and one reduce-scatter (1.22 while each moved alone: 85 collectives, now 47, the hand-written step's 44);
 ``fsdp-tp`` 1.36, unexplained so far: 55 collectives against 47 and less compute, but its devices wait at each
 rendezvous about twice as long (profiled: 17.7 against 9.9 ms a device a step).
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
