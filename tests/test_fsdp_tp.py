@@ -68,6 +68,17 @@ def test_on_a_mesh_without_a_model_axis_the_verdict_names_the_fix():
         build_mode("fsdp-tp", StepSetup(None, None, None, wb.parse_mesh("data=8"), BATCH))
 
 
+def test_one_device_over_data_is_refused_with_the_tp_fix():
+    # XLA's partitioner rejects a step manual over a 1-device 'data' beside the compiler's 'model' (an INTERNAL
+    # RET_CHECK at compile time, measured on JAX 0.10.2 and 0.12): the verdict says so before anything compiles.
+    fit = wb.mesh_fit("fsdp-tp", "data=1,model=8")
+    assert fit.level == "error" and "data=1,model=8 has 1 device there" in fit.message
+    assert [(fix.mode, fix.mesh) for fix in fit.fixes] == [("tp", None), (None, "data=4,model=2")]
+    with pytest.raises(wb.MeshError, match="mode 'fsdp-tp' shards over 'data'"):
+        build_mode("fsdp-tp", StepSetup(None, None, None, wb.parse_mesh("data=1,model=8"), BATCH))
+    assert wb.mesh_fit("fsdp-tp", "data=1,model=1").ok  # one device in all: nothing left to the compiler either
+
+
 def test_the_order_ties_send_nothing_over_the_model_axis():
     # A tie's marker is one element of a value; read off a value split over 'model' (which the compiler keeps) it
     # is an all-reduce over 'model'. The hand-down tie reads each device's own part of the layer's gradients; the

@@ -21,10 +21,11 @@ import jax
 from jax import lax
 from jax.sharding import PartitionSpec
 
+from ...layout.mesh import parse_mesh
 from ...layout.specs import entry_axes, spec_entries
 from .base import DATA_AXIS, ShardedJitMode
 from .core import TrainState, finish_step, means
-from .declaration import CollectiveNeed
+from .declaration import CollectiveNeed, MeshFit, MeshFix, reshaped_mesh
 from .dp import NO_HAND_WRITTEN_SYNC
 from .param_gathering import split_dims
 
@@ -53,6 +54,32 @@ class ShardedStateMode(ShardedJitMode):
     # The mesh axes the step's shard_map is manual over (None: all of them). ``fsdp-tp`` names ``data`` only,
     # leaving ``model`` to the compiler (see :mod:`.fsdp_tp`).
     manual_axes: ClassVar[tuple[str, ...] | None] = None
+
+    @classmethod
+    def fit_mesh(cls, mesh: Any, alternative: str | None = None) -> MeshFit:
+        """As every mode's (:meth:`~.base.ParallelMode.fit_mesh`), and an error where a manual axis has one device
+        while an axis left to the compiler has several: XLA's partitioner rejects that step ("Cross-partition
+        allreduce must be in (partial) manual partitioning mode", JAX 0.10.2 and 0.12, ``fsdp-tp`` on
+        ``data=1,model=8``), and sharding over one device would change nothing anyway.
+
+        Example:
+            >>> from workbench.training.modes.fsdp_tp import FullyShardedTensorParallel
+            >>> fit = FullyShardedTensorParallel.fit_mesh("data=1,model=8", "tp")
+            >>> fit.level, [(fix.mode, fix.mesh) for fix in fit.fixes]
+            ('error', [('tp', None), (None, 'data=4,model=2')])
+        """
+        fit = super().fit_mesh(mesh, alternative)
+        shape = parse_mesh(mesh)
+        manual = cls.manual_axes or ()
+        lone = [axis for axis in manual if shape.axes.get(axis) == 1]
+        if not fit.ok or not lone or not any(shape.axes.get(a, 1) > 1 for a in cls.axes if a not in manual):
+            return fit
+        target = reshaped_mesh(cls.axes, shape.size, cls.mesh_example)
+        fixes = ((MeshFix(f"use mode {alternative}", mode=alternative),) if alternative else ()) + (
+            MeshFix(f"use mesh {target}", mesh=target),)
+        instead = f"use mode {alternative!r}, or mesh {target}" if alternative else f"use mesh {target}"
+        message = f"mode {cls.name!r} shards over {lone[0]!r}, but mesh {shape} has 1 device there: {instead}"
+        return MeshFit(cls.name, shape, "error", message, fixes)
 
     def _local_sums(self, shards: Any, other: Any, batch_shard: Any, dims: Any, kept: Any = None) -> dict[str, Any]:
         """Inside shard_map: weighted sums (see :mod:`.core`) of this device's batch shard, the gradients
