@@ -14,9 +14,8 @@ device holds one layer's ``model`` part at a time. Why not a plain ``jit`` with 
 all-reduced whole gradients and added collective-permutes (measured; docs/design/production-steps.md).
 
 How it relates to the modes it combines: on ``data=N,model=1`` the model axis splits nothing, and the
-layout, the step and the results are ``fsdp``'s (tested); ``data=1,model=M`` is refused with ``tp`` as the fix
-(XLA's partitioner rejects a step manual over a 1-device axis beside the compiler's; see
-:meth:`~.sharded_state.ShardedStateMode.fit_mesh`); on ``data=N,model=M`` it computes what ``dp-tp``
+layout, the step and the results are ``fsdp``'s (tested); ``data=1,model=M`` is refused, ``tp`` the fix (XLA
+rejects it: :meth:`~.sharded_state.ShardedStateMode.fit_mesh`); on ``data=N,model=M`` it computes what ``dp-tp``
 computes, storing about 1/N of dp-tp's state per device, and moves each layer's ``model`` part over ``data``
 (gathered twice, but the last layer called once; reduce-scattered once) where ``dp-tp`` all-reduces whole gradients.
 
