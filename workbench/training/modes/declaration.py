@@ -140,6 +140,23 @@ def example_shape(example: str) -> MeshShape:
     return parse_mesh(example)
 
 
+def mesh_fixes(axes: tuple[str, ...], shape: MeshShape, example: str,
+               alternative: str | None) -> tuple[str, tuple[MeshFix, ...], str]:
+    """For a mesh a mode cannot use: the same devices arranged for the mode's ``axes`` (``example``'s layout), the
+    fixes to offer (``alternative``, a mode that uses the mesh as it is, first), and the advice in words.
+
+    Example:
+        >>> target, fixes, instead = mesh_fixes(("data", "model"), parse_mesh("data=8"), "data=4,model=2", "dp")
+        >>> target, instead
+        ('data=4,model=2', "use mode 'dp', or mesh data=4,model=2")
+    """
+    target = reshaped_mesh(axes, shape.size, example) if axes else example  # the same devices, arranged for the mode
+    fixes = ((MeshFix(f"use mode {alternative}", mode=alternative),) if alternative else ()) + (
+        MeshFix(f"use mesh {target}", mesh=target),)
+    instead = f"use mode {alternative!r}, or mesh {target}" if alternative else f"use mesh {target}"
+    return target, fixes, instead
+
+
 def fit_mesh(mode: str, axes: tuple[str, ...], *, other_axes: str, mesh: Any, example: str,
              alternative: str | None = None) -> MeshFit:
     """Judge ``mesh`` for a mode that uses ``axes`` and does ``other_axes`` (a key of :data:`OTHER_AXES`)
@@ -153,10 +170,7 @@ def fit_mesh(mode: str, axes: tuple[str, ...], *, other_axes: str, mesh: Any, ex
     shape = parse_mesh(mesh)
     missing = [axis for axis in axes if axis not in shape.names]
     idle = {n: s for n, s in shape.axes.items() if n not in axes and s > 1}
-    target = reshaped_mesh(axes, shape.size, example) if axes else example  # the same devices, arranged for the mode
-    fixes = ((MeshFix(f"use mode {alternative}", mode=alternative),) if alternative else ()) + (
-        MeshFix(f"use mesh {target}", mesh=target),)
-    instead = f"use mode {alternative!r}, or mesh {target}" if alternative else f"use mesh {target}"
+    target, fixes, instead = mesh_fixes(axes, shape, example, alternative)
     if missing:
         message = (f"mode {mode!r} needs a mesh axis {missing[0]!r}, but mesh {shape} has {', '.join(shape.names)}: "
                    f"use e.g. --mesh {target}")
@@ -177,5 +191,5 @@ def fit_mesh(mode: str, axes: tuple[str, ...], *, other_axes: str, mesh: Any, ex
 
 __all__ = [
     "CARRIES", "LEVELS", "OTHER_AXES", "CollectiveNeed", "MeshFit", "MeshFix", "example_shape", "fit_mesh",
-    "reshaped_mesh",
+    "mesh_fixes", "reshaped_mesh",
 ]

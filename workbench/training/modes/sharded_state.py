@@ -25,7 +25,7 @@ from ...layout.mesh import parse_mesh
 from ...layout.specs import entry_axes, spec_entries
 from .base import DATA_AXIS, ShardedJitMode
 from .core import TrainState, finish_step, means
-from .declaration import CollectiveNeed, MeshFit, MeshFix, reshaped_mesh
+from .declaration import CollectiveNeed, MeshFit, mesh_fixes
 from .dp import NO_HAND_WRITTEN_SYNC
 from .param_gathering import split_dims
 
@@ -74,10 +74,7 @@ class ShardedStateMode(ShardedJitMode):
         lone = [axis for axis in manual if shape.axes.get(axis) == 1]
         if not fit.ok or not lone or not any(shape.axes.get(a, 1) > 1 for a in cls.axes if a not in manual):
             return fit
-        target = reshaped_mesh(cls.axes, shape.size, cls.mesh_example)
-        fixes = ((MeshFix(f"use mode {alternative}", mode=alternative),) if alternative else ()) + (
-            MeshFix(f"use mesh {target}", mesh=target),)
-        instead = f"use mode {alternative!r}, or mesh {target}" if alternative else f"use mesh {target}"
+        _, fixes, instead = mesh_fixes(cls.axes, shape, cls.mesh_example, alternative)
         message = f"mode {cls.name!r} shards over {lone[0]!r}, but mesh {shape} has 1 device there: {instead}"
         return MeshFit(cls.name, shape, "error", message, fixes)
 
