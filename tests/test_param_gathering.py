@@ -265,3 +265,30 @@ def test_the_forward_pass_keeps_activations_but_no_gathered_parameters(precision
                             precision=precision, optimizer="sgd", remat=remat)
     temp = build_abstract_step(config).compile().memory_analysis().temp_size_in_bytes
     assert temp < 0.6 * whole, (temp, whole)
+
+
+@pytest.mark.parametrize(("mode", "mesh"), [("fsdp", "data=8"), ("fsdp-tp", "data=4,model=2")])
+def test_kernel_gradients_leave_the_matmul_in_its_own_order(mode, mesh):
+    # JAX computes a kernel's gradient as the transpose of a matmul. Reduce-scattered as it was, XLA:CPU folded the
+    # transpose into the matmul and ran it as a generic dot on a transposed copy of the output's gradient (12-14 in
+    # this step; bench_modes' transformer fsdp-tp 1.36 of the hand-written step). Scattered in the matmul's order,
+    # no matmul of the step is a folded transpose.
+    import re
+
+    from workbench.training.config import make_optimizer
+    from workbench.training.models import tensor_parallel_rules
+
+    tx = make_optimizer("adam", 1e-3)
+    graphdef, state = init_state(wb.training.build_model("transformer", d_model=64, n_layers=2, n_heads=4,
+                                                         vocab=64, max_len=16), tx)
+    setup = StepSetup(graphdef, wb.training.model_class("transformer").loss, tx, wb.parse_mesh(mesh), 32,
+                      tp_rules=tuple(tensor_parallel_rules("transformer")))
+    runner = build_mode(mode, setup)
+    tokens = np.zeros((32, 16), np.int32)
+    batch = {"x": tokens, "y": tokens, "mask": np.ones(32, np.float32)}
+    text = runner.compile_step(runner.place_state(state), runner.place_batch(batch)).as_text()
+    matmuls = re.findall(r" dot\(.*", text)
+    assert matmuls, "no matmul found: the HLO text changed"
+    # Folded, the matmul contracts its first operand's leading dimension: [tokens, in] x [out, tokens] -> [in, out].
+    folded = [line[:160] for line in matmuls if "lhs_contracting_dims={0}, rhs_contracting_dims={1}" in line]
+    assert not folded, folded
