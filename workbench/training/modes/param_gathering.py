@@ -7,9 +7,10 @@ gradients). :func:`layered_model` rebuilds a model from its shards so that each 
 them go after: the forward pass gathers a layer only once its inputs exist and keeps what the layer's
 backward pass reads (its activations, as its remat policy says) but not the gathered parameters; the
 backward pass gathers them again once the output's gradient has arrived and reduce-scatters the layer's
-gradients (XLA schedules each reduce-scatter as soon as it can, as it frees memory). So about one layer's whole
-parameters and gradients are held at a time. The last layer the forward pass calls keeps its gathered parameters for its backward pass, which comes
-right after (:class:`_BackwardOrder`). Parameters outside every layer are gathered once.
+gradients (XLA schedules each reduce-scatter as soon as it can, as it frees memory). So about one layer's
+whole parameters and gradients are held at a time. The last layer the forward pass calls keeps its gathered
+parameters for its backward pass, which comes right after (:class:`_BackwardOrder`). Parameters outside every
+layer are gathered once.
 
 The order is kept by data dependencies (:func:`_after`), because XLA schedules a collective whose
 operands are ready as early as it likes: XLA:CPU gathered every parameter at the start of the step.
