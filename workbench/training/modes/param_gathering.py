@@ -448,10 +448,12 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
     activations, or with ``layer.recompute`` (a block under remat ``block``) only its inputs, the layer computed
     again in the backward pass. The backward pass gathers the parameters again and reduce-scatters their
     gradients; it hands the gradient of its inputs down untied: XLA schedules a reduce-scatter early by itself, as
-    it frees memory (tied to it, the next layer down waited for each reduce-scatter: measured, bench_modes'
-    transformer fsdp-tp 1.16 -> 1.08, and the 4-block fsdp step held 0.39 of its parameters where it held 0.51;
-    fsdp-tp bf16 under remat ``dots`` 0.28 where 0.26). The last layer the forward pass called
-    (:class:`_BackwardOrder`) keeps its gathered parameters for its backward pass instead, unless ``may_keep``
+    it frees memory. Tied to it, the next layer down waited for each reduce-scatter; untied (measured), bench_modes'
+    transformer fsdp-tp went from 1.16 to 1.08, the 4-block fsdp step on XLA:CPU holds 0.39 of its parameters where
+    it held 0.51 (fsdp-tp bf16 under remat ``dots``: 0.28 where 0.26), and libtpu's 8-chip fsdp step 207 MiB on
+    v5e where 212, but 251 on v6e where 222: that schedule keeps the gradients longer, as a latency-hiding
+    scheduler may to overlap the reduce-scatters with the next layer's work, which the tie forbade. The last layer
+    the forward pass called (:class:`_BackwardOrder`) keeps its gathered parameters for its backward pass instead, unless ``may_keep``
     is False (a layer of a scanned stack: one iteration cannot be told from the others). A layer your own code
     calls inside a ``lax.scan`` as the model's last is not told apart either: the scan would keep its parameters
     for every iteration (LayerStack, which scans layers for you, does not).
