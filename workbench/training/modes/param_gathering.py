@@ -453,10 +453,10 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
     it held 0.51 (fsdp-tp bf16 under remat ``dots``: 0.28 where 0.26), and libtpu's 8-chip fsdp step 207 MiB on
     v5e where 212, but 251 on v6e where 222: that schedule keeps the gradients longer, as a latency-hiding
     scheduler may to overlap the reduce-scatters with the next layer's work, which the tie forbade. The last layer
-    the forward pass called (:class:`_BackwardOrder`) keeps its gathered parameters for its backward pass instead, unless ``may_keep``
-    is False (a layer of a scanned stack: one iteration cannot be told from the others). A layer your own code
-    calls inside a ``lax.scan`` as the model's last is not told apart either: the scan would keep its parameters
-    for every iteration (LayerStack, which scans layers for you, does not).
+    the forward pass called (:class:`_BackwardOrder`) keeps its gathered parameters for its backward pass instead,
+    unless ``may_keep`` is False (a layer of a scanned stack: one iteration cannot be told from the others). A
+    layer your own code calls inside a ``lax.scan`` as the model's last is not told apart either: the scan would
+    keep its parameters for every iteration (LayerStack, which scans layers for you, does not).
     """
     dims, kept, prepare = layer.dims, layer.kept, layer.prepare
     leaves, treedef = jax.tree.flatten((args, kwargs))
