@@ -255,8 +255,7 @@ def gather(shards: Any, dims: Any, kept: Any = None, prepare: Callable[[Any], An
 
         if not spec:
             return all_gather(x)
-        axes = {axis for entry in spec_entries(spec) for axis in entry_axes(entry)}
-        return jax.shard_map(all_gather, in_specs=spec, out_specs=spec, axis_names=axes)(x)
+        return jax.shard_map(all_gather, in_specs=spec, out_specs=spec, axis_names=set(_kept_axes(spec)))(x)
 
     with_paths, treedef = leaves_with_paths(shards), jax.tree.structure(shards)
     leaves = [leaf for _, leaf in with_paths]
@@ -266,8 +265,7 @@ def gather(shards: Any, dims: Any, kept: Any = None, prepare: Callable[[Any], An
     vectors: dict[tuple, list[int]] = {}  # 1-D leaves gathered together: by the axes they stay split over, dtype
     for i, (x, dim, spec) in enumerate(zip(leaves, split_dims, specs, strict=True)):
         if vectors_together and x.ndim == 1 and dim != WHOLE:
-            axes = frozenset(axis for entry in spec_entries(spec) for axis in entry_axes(entry))
-            vectors.setdefault((axes, jax.eval_shape(cast, x).dtype), []).append(i)
+            vectors.setdefault((_kept_axes(spec), jax.eval_shape(cast, x).dtype), []).append(i)
         else:
             gathered[i] = one(x, dim, spec, kernels_transposed and _is_dense_kernel(*with_paths[i]))
     for (axes, _), members in vectors.items():
@@ -284,6 +282,16 @@ def gather(shards: Any, dims: Any, kept: Any = None, prepare: Callable[[Any], An
         for i, value in zip(members, whole, strict=True):
             gathered[i] = value
     return jax.tree.unflatten(treedef, gathered)
+
+
+def _kept_axes(spec: PartitionSpec) -> frozenset[str]:
+    """The mesh axes ``spec`` splits a leaf over: those a gathered leaf stays split over (see :func:`gather`).
+
+    Example:
+        >>> sorted(_kept_axes(PartitionSpec(None, ("model", "expert"))))
+        ['expert', 'model']
+    """
+    return frozenset(axis for entry in spec_entries(spec) for axis in entry_axes(entry))
 
 
 def _is_dense_kernel(path: str, leaf: Any) -> bool:
@@ -325,11 +333,11 @@ def _local_marker(leaf: jax.Array, spec: PartitionSpec) -> jax.Array | None:
     split over the axes the compiler keeps). Read off a leaf split over such an axis (``fsdp-tp``'s ``model``), the
     marker's one element was an all-reduce over that axis (measured: 2 of the mlp's fsdp-tp step's 5 all-reduces
     over 'model')."""
-    axes = {axis for entry in spec_entries(spec) for axis in entry_axes(entry)}
+    axes = _kept_axes(spec)
     if not axes:
         return _done(leaf)
     # Every device's marker is 0, so the replicated result is the truth: nothing to check or to sum.
-    return jax.shard_map(_done, in_specs=spec, out_specs=PartitionSpec(), axis_names=axes, check_vma=False)(leaf)
+    return jax.shard_map(_done, in_specs=spec, out_specs=PartitionSpec(), axis_names=set(axes), check_vma=False)(leaf)
 
 
 def _after_input(shards: Any, kept: Any, arrays: list) -> Any:
