@@ -328,6 +328,16 @@ def _gather_flat(parts: tuple) -> tuple:
     return tuple(whole)
 
 
+def _local_done(shards: Any, kept: Any, dims: Any) -> list:
+    """:func:`_local_marker` of each leaf of ``shards`` split over ``data`` (reduce-scattered). Whole leaves are left
+    out: their gradients are summed by an all-reduce that XLA then combines with the other layers' and the loss's
+    (one collective less per layer; they are small)."""
+    leaves = jax.tree.leaves(shards)
+    markers = [_local_marker(leaf, spec) for leaf, spec, dim in
+               zip(leaves, _spec_leaves(kept, len(leaves)), jax.tree.leaves(dims), strict=True) if dim != WHOLE]
+    return [marker for marker in markers if marker is not None]
+
+
 def _local_marker(leaf: jax.Array, spec: PartitionSpec) -> jax.Array | None:
     """:func:`~..schedule_ties.done_marker` of ``leaf``, read on every device's own part of it (``spec``: how it is
     split over the axes the compiler keeps). Read off a leaf split over such an axis (``fsdp-tp``'s ``model``), the
@@ -537,7 +547,7 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
         scatter = jax.linear_transpose(
             lambda s: prepare(gather(s, dims, kept, vectors_together=True, kernels_transposed=True)), shards)
         (grad_shards,) = scatter(grad_prepared)
-        return grad_shards, grad_rest, grad_arrays
+        return grad_shards, grad_rest, _after(grad_arrays, _local_done(grad_shards, kept, dims))
 
     gathered_call.defvjp(forward, backward)
     return gathered_call(layer.shards, layer.rest, [leaf for leaf, t in zip(leaves, traced, strict=True) if t])
