@@ -3,7 +3,7 @@ for XLA:GPU (workbench/analysis/compiler_rules.py); libtpu's rows are reported, 
 libtpu's figure.
 
 The GPU rows are the issue's H200 rows (one GPU, AdamW, dp: mlp, the 512-wide transformer in fp32 and bf16, the
-1024-wide at batch 8 and 32, the 0.8B) and the modes on 8 H200s; each is ``plan_training(..., verify="gpu:h200:N")``,
+1024-wide at batch 8 and 32, the 0.8B), the modes on 8 H200s and fsdp / fsdp-tp under remat ``block``; each is ``plan_training(..., verify="gpu:h200:N")``,
 the compile in its own child as ``--verify`` runs it. Reported after ``make gpu-compile`` (and the TPU rows with the
 ``tpu`` extra); about 2 minutes each on 2 cores. Rows under 4 MiB per device and the mlp whose matmul XLA:GPU
 splits along its contraction (split-K, a buffer the jaxpr does not show) are reported without a target.
@@ -38,6 +38,14 @@ GPU_ROWS = [
     ("LM 512x4 tp model=8 bf16", "transformer", _lm(512, 4, 8, 256), "model=8", "tp", 16, "bf16", 256, True),
     ("mlp 2048 fsdp data=8 fp32 (split-K)", "mlp", {"hidden": 2048}, "data=8", "fsdp", 1024, "fp32", None, False),
 ]
+# Per-layer fsdp under remat block: XLA:GPU's reduce-scatter combiner held every layer's gradients until the end
+# (fsdp 273 MiB, plan 182) while a layer's input gradient did not wait for its reduce-scatter.
+GPU_REMAT_ROWS = [  # the same, and remat
+    ("LM 512x4 fsdp data=8 bf16 remat block", "transformer", _lm(512, 4, 8, 256), "data=8", "fsdp", 64, "bf16", 256,
+     True, "block"),
+    ("LM 512x4 fsdp-tp data=4,model=2 bf16 remat block", "transformer", _lm(512, 4, 8, 256), "data=4,model=2",
+     "fsdp-tp", 64, "bf16", 256, True, "block"),
+]
 TPU_ROWS = [  # 8 chips: the smallest slice every generation offers
     ("LM 512x4 fsdp data=8 bf16", "transformer", _lm(512, 4, 8, 256), "data=8", "fsdp", 64, "bf16", 256),
     ("LM 512x4 tp model=8 bf16", "transformer", _lm(512, 4, 8, 256), "model=8", "tp", 16, "bf16", 256),
@@ -46,9 +54,9 @@ TPU_TOPOLOGIES = ("v5e:2x4", "v6e:2x4", "v5p:2x2x2")
 
 
 def _row(label: str, target: str, model: str, options: dict, mesh: str, mode: str, batch: int, precision: str,
-         seq_len: int | None, held: bool) -> dict:
+         seq_len: int | None, held: bool, remat: str = "none") -> dict:
     plan = plan_training(model, options, mesh, mode, global_batch=batch, precision=precision, seq_len=seq_len,
-                         verify=target)
+                         remat=remat, verify=target)
     compiled = plan.compiled
     return record(
         f"plan / {target.split(':')[0]} compiler peak: {label} ({target})", plan.peak_bytes / compiled.peak_bytes, "x",
@@ -66,6 +74,9 @@ def run() -> list[dict]:
             devices = 1 if mesh == "data=1" else 8
             records.append(_row(label, f"gpu:h200:{devices}", model, options, mesh, mode, batch, precision, seq_len,
                                 held))
+        for label, model, options, mesh, mode, batch, precision, seq_len, held, remat in GPU_REMAT_ROWS:
+            records.append(_row(label, "gpu:h200:8", model, options, mesh, mode, batch, precision, seq_len, held,
+                                remat))
     if libtpu_installed():
         for topology in TPU_TOPOLOGIES:
             for label, model, options, mesh, mode, batch, precision, seq_len in TPU_ROWS:

@@ -8,8 +8,8 @@ too, each leaf along its largest dimension divisible by the axis size (small lea
 The step runs in ``jax.shard_map``. Each layer of the model (see :mod:`.param_gathering`) all-gathers
 its parameters when it is called and drops them after, keeping its activations as the remat policy
 says (``TrainConfig.remat``: ``block`` recomputes the layer); in the backward pass it gathers them
-again, and its gradients are reduce-scattered (the all-gather's transpose), which XLA schedules as
-early as it can. So a device holds one layer's whole parameters and gradients at a time, as production FSDP
+again, and its gradients are reduce-scattered (the all-gather's transpose) before the layer below
+starts. So a device holds one layer's whole parameters and gradients at a time, as production FSDP
 does (PyTorch FSDP's units, MaxText's scanned layers), at the cost of a second all-gather per layer. The
 last layer called (a language model's head) keeps its parameters for its backward pass, which starts with
 it, as PyTorch FSDP2 leaves the last layer unsharded after its forward pass: one gather less, the same peak.

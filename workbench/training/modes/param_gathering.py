@@ -7,13 +7,13 @@ gradients). :func:`layered_model` rebuilds a model from its shards so that each 
 them go after: the forward pass gathers a layer only once its inputs exist and keeps what the layer's
 backward pass reads (its activations, as its remat policy says) but not the gathered parameters; the
 backward pass gathers them again once the output's gradient has arrived and reduce-scatters the layer's
-gradients (XLA schedules each reduce-scatter as soon as it can, as it frees memory). So about one layer's
-whole parameters and gradients are held at a time. The last layer the forward pass calls keeps its gathered
-parameters for its backward pass, which comes right after (:class:`_BackwardOrder`). Parameters outside every
-layer are gathered once.
+gradients before the layer below starts. So one layer's whole parameters and gradients are held at a time.
+The last layer the forward pass calls keeps its gathered parameters for its backward pass, which comes right
+after (:class:`_BackwardOrder`). Parameters outside every layer are gathered once.
 
 The order is kept by data dependencies (:func:`_after`), because XLA schedules a collective whose
-operands are ready as early as it likes: XLA:CPU gathered every parameter at the start of the step.
+operands are ready as early as it likes: XLA:CPU gathered every parameter at the start of the step, and
+XLA:GPU's reduce-scatter combiner merged every layer's reduce-scatters into a few at the end of the step.
 
 Example:
     >>> from workbench.training.models import build_model
@@ -42,6 +42,7 @@ from ..data_parallel import varying_axes
 from ..layer_stack import LAYER_AXIS, is_layer_stack, scan_layers
 from ..schedule_ties import computed_after as _after
 from ..schedule_ties import done_marker as _done
+from ..schedule_ties import handed_down_after
 
 WHOLE = -1  # a leaf no dimension of which is split over 'data': every device holds it whole
 _CONTAINERS = (nnx.List, nnx.Dict)
@@ -328,16 +329,6 @@ def _gather_flat(parts: tuple) -> tuple:
     return tuple(whole)
 
 
-def _local_done(shards: Any, kept: Any, dims: Any) -> list:
-    """:func:`_local_marker` of each leaf of ``shards`` split over ``data`` (reduce-scattered). Whole leaves are left
-    out: their gradients are summed by an all-reduce that XLA then combines with the other layers' and the loss's
-    (one collective less per layer; they are small)."""
-    leaves = jax.tree.leaves(shards)
-    markers = [_local_marker(leaf, spec) for leaf, spec, dim in
-               zip(leaves, _spec_leaves(kept, len(leaves)), jax.tree.leaves(dims), strict=True) if dim != WHOLE]
-    return [marker for marker in markers if marker is not None]
-
-
 def _local_marker(leaf: jax.Array, spec: PartitionSpec) -> jax.Array | None:
     """:func:`~..schedule_ties.done_marker` of ``leaf``, read on every device's own part of it (``spec``: how it is
     split over the axes the compiler keeps). Read off a leaf split over such an axis (``fsdp-tp``'s ``model``), the
@@ -464,13 +455,15 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
 
     The forward pass keeps what the layer's backward pass reads but not the gathered parameters: its
     activations, or with ``layer.recompute`` (a block under remat ``block``) only its inputs, the layer computed
-    again in the backward pass. The backward pass gathers the parameters again and reduce-scatters their
-    gradients; it hands the gradient of its inputs down untied: XLA schedules a reduce-scatter early by itself, as
-    it frees memory. Tied to it, the next layer down waited for each reduce-scatter; untied (measured), bench_modes'
-    transformer fsdp-tp went from 1.16 to 1.08, the 4-block fsdp step on XLA:CPU holds 0.39 of its parameters where
-    it held 0.51 (fsdp-tp bf16 under remat ``dots``: 0.28 where 0.26), and libtpu's 8-chip fsdp step 207 MiB on
-    v5e where 212, but 251 on v6e where 222: that schedule keeps the gradients longer, as a latency-hiding
-    scheduler may to overlap the reduce-scatters with the next layer's work, which the tie forbade. The last layer
+    again in the backward pass. The backward pass gathers the parameters again, then hands the gradient of
+    the inputs down only once the layer's reduce-scatter is done (:func:`~..schedule_ties.handed_down_after`). Why:
+    XLA:GPU's reduce-scatter combiner merges reduce-scatters that do not depend on each other, so untied, every
+    layer's gradients waited whole for a few combined reduce-scatters at the end of the step (measured, deviceless
+    XLA:GPU under remat ``block``: the 1.3B transformer's fsdp step on 512 H100s 30.1 GiB where tied 6.8, the
+    4-block one on 8 GPUs 273 MiB where 179), and libtpu's v6e schedule kept them longer too (8 chips: 251 MiB,
+    tied 214). An optimisation barrier, which XLA:CPU removes before it schedules: there a tie costs time
+    (bench_modes' transformer fsdp-tp step 1.15 of the hand-written step with a zero tie, 1.10 with the barrier)
+    and memory (the 4-block fsdp step held 0.51 of its parameters where it holds 0.39). The last layer
     the forward pass called (:class:`_BackwardOrder`) keeps its gathered parameters for its backward pass instead,
     unless ``may_keep`` is False (a layer of a scanned stack: one iteration cannot be told from the others). A
     layer your own code calls inside a ``lax.scan`` as the model's last is not told apart either: the scan would
@@ -547,7 +540,14 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
         scatter = jax.linear_transpose(
             lambda s: prepare(gather(s, dims, kept, vectors_together=True, kernels_transposed=True)), shards)
         (grad_shards,) = scatter(grad_prepared)
-        return grad_shards, grad_rest, _after(grad_arrays, _local_done(grad_shards, kept, dims))
+        # Only the leaves split over 'data' go through the barrier: each of its results varies over every axis one
+        # of its operands does, and a whole leaf's gradient must stay the same on every device.
+        leaves, tree = jax.tree.flatten(grad_shards)
+        split = [i for i, dim in enumerate(jax.tree.leaves(dims)) if dim != WHOLE]
+        grad_arrays, tied = handed_down_after(grad_arrays, [leaves[i] for i in split])
+        for i, leaf in zip(split, tied, strict=True):
+            leaves[i] = leaf
+        return jax.tree.unflatten(tree, leaves), grad_rest, grad_arrays
 
     gathered_call.defvjp(forward, backward)
     return gathered_call(layer.shards, layer.rest, [leaf for leaf, t in zip(leaves, traced, strict=True) if t])
