@@ -50,13 +50,13 @@ tie 1.085; with every 1-D leaf kept whole over 'data' (9 collectives, and a layo
 (1.19-1.23).
 On the transformer (2026-11-27, 61 rounds): ``fsdp`` 1.04 since each layer's vectors (biases, scales) move in one
 all-gather and one reduce-scatter (1.22 while each moved alone: 85 collectives, now 47, the hand-written step's 44);
-``fsdp-tp`` 1.36 then, and 1.08-1.11 since (2026-11-28: 1.10), ``fsdp`` 0.92-0.96: XLA:CPU had folded each
-kernel gradient's transpose into its matmul, a generic dot on a transposed copy of the output's gradient (12-14 a
-step; a jit step's all-reduce keeps them apart), until the gradients were reduce-scattered in the matmul's own
-order. At batch 128 the fold had cost ``fsdp`` 1.40 and ``fsdp-tp`` 1.47. The tie that makes each layer's input
-gradient wait for its reduce-scatter (which XLA:GPU needs) is an optimisation barrier, which XLA:CPU removes: as a
-zero added, it cost fsdp-tp 1.15. What is left of fsdp-tp's is the per-layer order of the forward pass and the
-re-gathers: without those ties (so gathering every layer at the start, as fsdp-whole-tree does) 1.04.
+``fsdp-tp`` 1.36 then, and 1.15 since (2026-11-28), ``fsdp`` 0.95: XLA:CPU had folded each kernel gradient's
+transpose into its matmul, a generic dot on a transposed copy of the output's gradient (12-14 a step; a jit
+step's all-reduce keeps them apart), until the gradients were reduce-scattered in the matmul's own order. At batch
+128 the fold had cost ``fsdp`` 1.40 and ``fsdp-tp`` 1.47. What is left of fsdp-tp's is the per-layer order: the
+tie that makes each layer's backward pass wait for the reduce-scatter of the layer above (without it 1.08-1.11,
+but XLA:GPU's combiner then held every layer's gradients to the end of the step: see param_gathering._layer_call)
+and the forward pass's; without both (so gathering every layer at the start, as fsdp-whole-tree does) 1.04.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.

@@ -3,7 +3,7 @@ per-layer fsdp its re-gathers) in the backward pass, where the compiler would ot
 
 Per-layer fsdp (:mod:`.modes.param_gathering`) and the remat policies (:mod:`.remat`) both recompute work in
 the backward pass, and both hand a layer's input gradient down only once the layer's own gradients exist
-(:func:`handed_down_after`). XLA schedules an operation whose operands are ready as early as it likes, and XLA:CPU
+(remat through :func:`handed_down_after`). XLA schedules an operation whose operands are ready as early as it likes, and XLA:CPU
 removes the optimisation barriers ``jax.checkpoint`` relies on before it schedules, so recomputed values
 were computed in the forward pass and kept (measured: the same temporaries with and without remat).
 
@@ -70,14 +70,12 @@ def handed_down_after(values: Any, deps: Any) -> tuple[Any, Any]:
     schedules with that order: a layer's input gradient ``values`` handed down once its own gradients ``deps`` exist.
     Use both results: XLA drops the part of a barrier whose result is unused (and with it, the order).
 
-    An optimisation barrier, not :func:`computed_after`'s zero: XLA:GPU and libtpu keep barriers until they
-    schedule, XLA:CPU removes them before (its ``cse_barrier_expander``). That is the split wanted here. The
-    compilers that keep them are those that combine independent collectives and move work to the end of the step:
-    XLA:GPU's reduce-scatter combiner merged every fsdp layer's reduce-scatters into a few at the end of the step,
-    and its scheduler computed every transformer block's weight gradients there under remat ``block``, each
-    keeping its operands until then (measured on the 1.3B transformer, 512 H100s: fsdp 30.1 -> 6.8 GiB, dp-tp
-    11.2 -> 5.8 GiB). XLA:CPU does neither, and a zero tie cost it time and memory (bench_modes' transformer
-    fsdp-tp step 1.15 of the hand-written step, 1.10 with the barrier).
+    An optimisation barrier, not :func:`computed_after`'s zero: XLA:GPU keeps barriers until it schedules, JAX
+    0.10's XLA:CPU removes them before (its ``cse_barrier_expander``), where the order is not needed. XLA:GPU's
+    scheduler computed every transformer block's weight gradients at the end of a jit step under remat ``block``,
+    next to their all-reduce, each keeping its operands until then (the 1.3B's dp-tp step on 512 H100s: 11.2 GiB,
+    tied 5.8). Per-layer fsdp ties its hand-down with a zero instead (``param_gathering._layer_call``: there a
+    barrier cost JAX 0.12's XLA:CPU 14% more temporaries).
 
     Example:
         >>> handed_down_after(jnp.ones(2), jnp.zeros(3))[0].tolist()

@@ -42,7 +42,6 @@ from ..data_parallel import varying_axes
 from ..layer_stack import LAYER_AXIS, is_layer_stack, scan_layers
 from ..schedule_ties import computed_after as _after
 from ..schedule_ties import done_marker as _done
-from ..schedule_ties import handed_down_after
 
 WHOLE = -1  # a leaf no dimension of which is split over 'data': every device holds it whole
 _CONTAINERS = (nnx.List, nnx.Dict)
@@ -329,6 +328,16 @@ def _gather_flat(parts: tuple) -> tuple:
     return tuple(whole)
 
 
+def _local_done(shards: Any, kept: Any, dims: Any) -> list:
+    """:func:`_local_marker` of each leaf of ``shards`` split over ``data`` (reduce-scattered). Whole leaves are left
+    out: their gradients are summed by an all-reduce that XLA then combines with the other layers' and the loss's
+    (one collective less per layer; they are small)."""
+    leaves = jax.tree.leaves(shards)
+    markers = [_local_marker(leaf, spec) for leaf, spec, dim in
+               zip(leaves, _spec_leaves(kept, len(leaves)), jax.tree.leaves(dims), strict=True) if dim != WHOLE]
+    return [marker for marker in markers if marker is not None]
+
+
 def _local_marker(leaf: jax.Array, spec: PartitionSpec) -> jax.Array | None:
     """:func:`~..schedule_ties.done_marker` of ``leaf``, read on every device's own part of it (``spec``: how it is
     split over the axes the compiler keeps). Read off a leaf split over such an axis (``fsdp-tp``'s ``model``), the
@@ -456,14 +465,15 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
     The forward pass keeps what the layer's backward pass reads but not the gathered parameters: its
     activations, or with ``layer.recompute`` (a block under remat ``block``) only its inputs, the layer computed
     again in the backward pass. The backward pass gathers the parameters again, then hands the gradient of
-    the inputs down only once the layer's reduce-scatter is done (:func:`~..schedule_ties.handed_down_after`). Why:
-    XLA:GPU's reduce-scatter combiner merges reduce-scatters that do not depend on each other, so untied, every
-    layer's gradients waited whole for a few combined reduce-scatters at the end of the step (measured, deviceless
-    XLA:GPU under remat ``block``: the 1.3B transformer's fsdp step on 512 H100s 30.1 GiB where tied 6.8, the
-    4-block one on 8 GPUs 273 MiB where 179), and libtpu's v6e schedule kept them longer too (8 chips: 251 MiB,
-    tied 214). An optimisation barrier, which XLA:CPU removes before it schedules: there a tie costs time
-    (bench_modes' transformer fsdp-tp step 1.15 of the hand-written step with a zero tie, 1.10 with the barrier)
-    and memory (the 4-block fsdp step held 0.51 of its parameters where it holds 0.39). The last layer
+    the inputs down only once the layer's reduce-scatter is done. Why: XLA:GPU's reduce-scatter combiner merges
+    reduce-scatters that do not depend on each other, so untied, every layer's gradients waited whole for a few
+    combined reduce-scatters at the end of the step (measured, deviceless XLA:GPU under remat ``block``: the 1.3B
+    transformer's fsdp step on 512 H100s 30.1 GiB where tied 6.8, the 4-block one on 8 GPUs 273 MiB where 179),
+    and libtpu's v6e schedule kept them longer too (8 chips: 251 MiB, tied 222). It costs where nothing combines:
+    on XLA:CPU bench_modes' transformer fsdp-tp step runs 1.15 of the hand-written step where untied 1.08-1.11, and
+    the 4-block fsdp step holds 0.51 of its parameters where untied 0.39. A zero added, not an optimisation barrier
+    (:func:`~..schedule_ties.handed_down_after`, which JAX 0.10's XLA:CPU removes, at no cost): on JAX 0.12's
+    XLA:CPU a barrier added 14% to the temporaries of the mlp's fsdp step, which the zero does not. The last layer
     the forward pass called (:class:`_BackwardOrder`) keeps its gathered parameters for its backward pass instead,
     unless ``may_keep`` is False (a layer of a scanned stack: one iteration cannot be told from the others). A
     layer your own code calls inside a ``lax.scan`` as the model's last is not told apart either: the scan would
@@ -540,14 +550,7 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
         scatter = jax.linear_transpose(
             lambda s: prepare(gather(s, dims, kept, vectors_together=True, kernels_transposed=True)), shards)
         (grad_shards,) = scatter(grad_prepared)
-        # Only the leaves split over 'data' go through the barrier: each of its results varies over every axis one
-        # of its operands does, and a whole leaf's gradient must stay the same on every device.
-        leaves, tree = jax.tree.flatten(grad_shards)
-        split = [i for i, dim in enumerate(jax.tree.leaves(dims)) if dim != WHOLE]
-        grad_arrays, tied = handed_down_after(grad_arrays, [leaves[i] for i in split])
-        for i, leaf in zip(split, tied, strict=True):
-            leaves[i] = leaf
-        return jax.tree.unflatten(tree, leaves), grad_rest, grad_arrays
+        return grad_shards, grad_rest, _after(grad_arrays, _local_done(grad_shards, kept, dims))
 
     gathered_call.defvjp(forward, backward)
     return gathered_call(layer.shards, layer.rest, [leaf for leaf, t in zip(leaves, traced, strict=True) if t])
