@@ -3,10 +3,11 @@ for XLA:GPU (workbench/analysis/compiler_rules.py); libtpu's rows are reported, 
 libtpu's figure.
 
 The GPU rows are the issue's H200 rows (one GPU, AdamW, dp: mlp, the 512-wide transformer in fp32 and bf16, the
-1024-wide at batch 8 and 32, the 0.8B), the modes on 8 H200s and fsdp / fsdp-tp under remat ``block``; each is ``plan_training(..., verify="gpu:h200:N")``,
-the compile in its own child as ``--verify`` runs it. Reported after ``make gpu-compile`` (and the TPU rows with the
-``tpu`` extra); about 2 minutes each on 2 cores. Rows under 4 MiB per device and the mlp whose matmul XLA:GPU
-splits along its contraction (split-K, a buffer the jaxpr does not show) are reported without a target.
+1024-wide at batch 8 and 32, the 0.8B), the modes on 8 H200s and fsdp / fsdp-tp under remat ``block``; each is
+``plan_training(..., verify="gpu:h200:N")``, the compile in its own child as ``--verify`` runs it. Reported after
+``make gpu-compile`` (and the TPU rows with the ``tpu`` extra); about 3 minutes in all on 2 cores. Rows under 4 MiB
+per device and the mlp whose matmul XLA:GPU splits along its contraction (split-K, a buffer the jaxpr does not
+show) are reported without a target.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@ per-layer fsdp its re-gathers) in the backward pass, where the compiler would ot
 
 Per-layer fsdp (:mod:`.modes.param_gathering`) and the remat policies (:mod:`.remat`) both recompute work in
 the backward pass, and both hand a layer's input gradient down only once the layer's own gradients exist
-(remat through :func:`handed_down_after`). XLA schedules an operation whose operands are ready as early as it likes, and XLA:CPU
-removes the optimisation barriers ``jax.checkpoint`` relies on before it schedules, so recomputed values
-were computed in the forward pass and kept (measured: the same temporaries with and without remat).
+(remat through :func:`handed_down_after`). XLA schedules an operation whose operands are ready as early as it
+likes, and XLA:CPU removes the optimisation barriers ``jax.checkpoint`` relies on before it schedules, so
+recomputed values were computed in the forward pass and kept (measured: the same temporaries with and without
+remat).
 
 Example:
     >>> import jax.numpy as jnp
