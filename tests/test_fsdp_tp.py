@@ -81,9 +81,9 @@ def test_one_device_over_data_is_refused_with_the_tp_fix():
 
 def test_the_order_ties_send_nothing_over_the_model_axis():
     # A tie's marker is one element of a value; read off a value split over 'model' (which the compiler keeps) it
-    # is an all-reduce over 'model'. The forward tie adds a zero row of the row-parallel layer's input, split over
-    # 'model' as its kernel is, to the kernel (bench_modes' fsdp-tp 1.20 -> 1.17 -> 1.07-1.10), so only the layer's
-    # own all-reduce is left.
+    # is an all-reduce over 'model'. The hand-down tie reads each device's own part of the layer's gradients; the
+    # forward tie adds a zero row of the row-parallel layer's input, split over 'model' as its kernel is, to the
+    # kernel (bench_modes' fsdp-tp 1.20 -> 1.17 -> 1.07-1.10), so only the layer's own all-reduce is left.
     from workbench.analysis.hlo import collective_ops
 
     tx = make_optimizer("adam", 1e-2)
