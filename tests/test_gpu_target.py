@@ -156,3 +156,16 @@ def test_plan_verified_by_xla_gpu_without_a_gpu(gpu_compiler):
     planned, sent = (sum(c.bytes * c.count for c in collectives if c.kind == "all-reduce" and c.axes == ("data",))
                      for collectives in (plan.collectives, compiled.collectives))
     assert 0.98 <= planned / sent <= 1.02, (planned, sent)
+
+
+@pytest.mark.slow
+def test_remat_block_all_reduces_on_xla_gpu(gpu_compiler):
+    # XLA:GPU adds q, k and v's input gradients before it all-reduces them once (XLA:CPU sends three), and remat
+    # block sends the attention's forward all-reduce again in the backward pass: 5 a block, as the plan counts.
+    # Scalars aside: a schedule tie's marker, read off a sharded array (schedule_ties.done_marker), is one.
+    plan = wb.plan_training("transformer", SMALL_LM, "data=4,model=2", "fsdp-tp", remat="block", verify="gpu:h100:8")
+    planned, sent = (sum(c.bytes * c.count for c in collectives
+                         if c.kind == "all-reduce" and c.axes == ("model",) and c.bytes > 4)
+                     for collectives in (plan.collectives, plan.compiled.collectives))
+    assert 0 < planned == sent, (planned, sent)
+    assert sum(c.count for c in plan.collectives if c.axes == ("model",)) == 5 * SMALL_LM["n_layers"]

@@ -144,12 +144,26 @@ def test_tensor_parallel_activation_all_reduces():
     plan = plan_training("transformer", SMALL_LM, "data=2,model=4", "dp-tp", global_batch=8, seq_len=16, hardware=TOY)
     by_what = {c.what.split(" ")[0]: c for c in plan.collectives}
     blocks = by_what["activations"]
-    # 2 forward + 2 backward per block, of the (B_local, T, d_model) activations' partial sums: bf16 here, which
-    # XLA:CPU (the toy hardware's compiler) widens to float32; XLA:GPU and libtpu send bfloat16 (test_gpu_target.py).
-    assert (blocks.count, blocks.bytes, blocks.axes, blocks.group_size) == (4 * 2, 4 * 16 * 64 * 4, ("model",), 4)
+    # 2 forward + 4 backward per block (q, k, v and up's input gradients: XLA:CPU, the toy hardware's compiler,
+    # sends q, k and v's as three), of the (B_local, T, d_model) activations' partial sums: bf16 here, which XLA:CPU
+    # widens to float32; XLA:GPU and libtpu send bfloat16 (test_gpu_target.py) and add q, k and v's first.
+    assert (blocks.count, blocks.bytes, blocks.axes, blocks.group_size) == (6 * 2, 4 * 16 * 64 * 4, ("model",), 4)
     assert by_what["gradients"].bytes == plan.grads_bytes and by_what["gradients"].axes == ("data",)
     params, _ = abstract_state("transformer", SMALL_LM)
     assert plan.params_bytes < layout_tree(params, "data=2,model=4", "replicate").bytes_per_device
+
+
+@pytest.mark.parametrize("mode, mesh, remat", [("tp", "model=2", "dots"), ("dp-tp", "data=4,model=2", "none"),
+                                                ("fsdp-tp", "data=4,model=2", "block")])
+def test_activation_all_reduces_match_the_compiled_step(mode, mesh, remat):
+    # Every all-reduce over 'model', to the byte: XLA:CPU sends q, k and v's input gradients as three, and remat
+    # block recomputes the attention's forward all-reduce in the backward pass (plan_estimates.activation_all_reduces).
+    # Scalars aside: a schedule tie's marker, read off a sharded array (schedule_ties.done_marker), is one.
+    plan = plan_training("transformer", SMALL_LM, mesh, mode, global_batch=8, seq_len=16, remat=remat, verify="cpu")
+    planned, sent = (sum(c.bytes * c.count for c in collectives
+                         if c.kind == "all-reduce" and c.axes == ("model",) and c.bytes > 4)
+                     for collectives in (plan.collectives, plan.compiled.collectives))
+    assert 0 < planned == sent, (planned, sent)
 
 
 def test_every_mode_can_be_planned():

@@ -5,8 +5,9 @@ few differ, and each difference moves a transformer's peak by a block's activati
 (XLA:CPU computes in f32), whether f32 ``exp``/``div`` read by several fusions are stored (XLA:CPU) or
 recomputed (XLA:GPU), whether shared broadcasts are stored, whether cheap work is fused into a matmul's
 operands, whether FSDP's weights are gathered after their bf16 cast, whether a residual sum its reductions read is
-stored, and whether combined all-reduces are scheduled as one op. Each was read off the compiler's
-buffer assignment (``XLA_FLAGS=--xla_dump_to=DIR``); the table and the measurements are in
+stored, and whether combined all-reduces are scheduled as one op. One rule is the planned collectives': whether
+all-reduces that are added are added first and sent once. Each was read off the compiler's buffer assignment
+(``XLA_FLAGS=--xla_dump_to=DIR``) or its collectives; the table and the measurements are in
 docs/design/compile-verification.md. libtpu schedules each TPU generation its own way, so its rules carry a
 note saying which figure to trust.
 
@@ -48,6 +49,9 @@ class CompilerRules:
             and a jit step's gradient all-reduce, which the partitioner puts on a bf16 matmul's output, sums bf16.
         stores_reduced_sums: whether work combining two or more computed values (a residual sum) is stored
             where a reduction and other work read it, rather than computed again inside each reader.
+        reassociates_all_reduces: whether all-reduces whose results are added are added first and all-reduced once
+            (XLA's AllReduceReassociate: XLA:GPU and libtpu do, XLA:CPU does not, so there a transformer block's
+            q, k and v input gradients are three all-reduces over 'model', not one).
         runs_combined_all_reduces_as_one: whether the all-reduces the compiler combines are scheduled as one op
             (XLA:GPU starts and ends each asynchronously: held as one, its 8-GPU dp plan of a small module rose
             from 1.10 to 1.17 of the compiler's peak).
@@ -67,6 +71,7 @@ class CompilerRules:
     casts_before_gathering: bool = False
     widens_collectives: bool = False
     stores_reduced_sums: bool = False
+    reassociates_all_reduces: bool = True
     runs_combined_all_reduces_as_one: bool = False
     narrow_results: frozenset = frozenset()
     trust: str | None = None
@@ -89,7 +94,7 @@ class CompilerRules:
 # 0.93-1.14 (0.11 not measured).
 _CPU_NARROW_MATMULS = frozenset({"dot_general", "transpose"}) if jax.__version_info__ >= (0, 12) else frozenset()
 XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True,
-                        widens_collectives=True, runs_combined_all_reduces_as_one=True,
+                        widens_collectives=True, runs_combined_all_reduces_as_one=True, reassociates_all_reduces=False,
                         narrow_results=_CPU_NARROW_MATMULS)
 # XLA:GPU stores a block's residual sum too (one buffer a block, the block's saved input under remat block):
 # counted fused, the unrolled 1.3B fsdp-tp plan on 512 H100s under block was 1.63x the compiler's peak (0.99 so).

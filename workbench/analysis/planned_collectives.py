@@ -62,7 +62,7 @@ class PlannedCollective(CountedCollective):
 
 def step_collectives(
     mode_cls, mesh: MeshShape, params_layout: TreeLayout, hw: Hardware,
-    block_activation: int | None, n_layers: int, notes: list[str], custom: bool = False,
+    block_activation: int | None, activation_all_reduces: int, notes: list[str], custom: bool = False,
     gathered_bytes_per_float: int = 4, microbatches: int = 1, not_regathered_bytes: int = 0,
     gradient_bytes_per_float: int = 4,
 ) -> tuple[list[PlannedCollective], int]:
@@ -71,8 +71,8 @@ def step_collectives(
 
     Sizes by what each carries: the gradients of leaves not split over the axis (their per-device
     bytes); leaves split over the axis, gathered or reduce-scattered whole; a transformer block's
-    activations, 4 times per block (2 forward, 2 backward). XLA combines small collectives, so each kind
-    is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a gathered float32
+    activations, ``activation_all_reduces`` times a microbatch (:func:`~.plan_estimates.activation_all_reduces`).
+    XLA combines small collectives, so each kind is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a gathered float32
     parameter takes on the wire (2 where a bf16 step gathers bf16: XLA:GPU casts before gathering, and a per-layer
     gathering mode casts its shards first off XLA:CPU). ``microbatches``:
     a step's microbatches (gradient accumulation): what runs inside each microbatch's forward and backward pass runs
@@ -97,7 +97,7 @@ def step_collectives(
         elif need.carries in ("gradients", "whole-gradients"):
             nbytes = (params_layout.bytes_per_device - split_bytes) * gradient_bytes_per_float // 4
         else:  # activations
-            nbytes, count = block_activation or 0, 4 * n_layers
+            nbytes, count = block_activation or 0, activation_all_reduces
         if _per_microbatch(mode_cls, need.carries):
             count *= microbatches
         if need.axis == DATA_AXIS and need.carries not in ("sharded-parameters", "regathered-parameters"):

@@ -47,6 +47,7 @@ from .exported_rules import export_table
 from .plan_estimates import (
     COMPUTE_BYTES,
     GRADIENT_BYTES,
+    activation_all_reduces,
     activation_bytes,
     assumption_note,
     bound_by_compute,
@@ -221,7 +222,8 @@ def plan_training(
     narrow_collectives = precision == "bf16" and not memory_rules.widens_collectives
     gradient_bytes = 2 if narrow_collectives and declared.gradient_sync == "compiler" else GRADIENT_BYTES
     collectives, sync_bytes = step_collectives(
-        declared, mesh_shape, params_layout, hw, block_activation, abstract.n_layers if transformer_formulas else 0,
+        declared, mesh_shape, params_layout, hw, block_activation,
+        activation_all_reduces(abstract, remat, memory_rules.reassociates_all_reduces) if transformer_formulas else 0,
         notes,
         custom=custom_rules is not None,
         # bf16 parameters on the wire: a per-layer gathering mode casts its shards before it gathers them where the
