@@ -37,6 +37,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ..errors import ShapeError, WorkbenchError
+from .causal_attention import causally_masked, weighted_values
 from .layer_stack import LayerStack
 from .lm_head import OutputHead, default_tile
 from .remat import REMAT_POLICIES as ALL_REMAT_POLICIES
@@ -346,9 +347,10 @@ class CausalSelfAttention(nnx.Module):
         head_dim = d_model // self.n_heads
         q, k, v = (proj(x).reshape(batch, length, self.n_heads, head_dim) for proj in (self.q, self.k, self.v))
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(head_dim)
-        causal = np.tril(np.ones((length, length), dtype=bool))  # a constant (see sinusoidal_positions)
-        weights = jax.nn.softmax(jnp.where(causal, scores, jnp.finfo(scores.dtype).min), axis=-1)
-        return self.out(jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, length, d_model))
+        # Masked and weighted with hand-written backward passes that hold fewer (batch, heads, T, T) buffers
+        # (causal_attention): the same values and gradients.
+        weights = jax.nn.softmax(causally_masked(scores), axis=-1)
+        return self.out(weighted_values(weights, v).reshape(batch, length, d_model))
 
 
 class FeedForward(nnx.Module):
