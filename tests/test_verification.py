@@ -129,7 +129,7 @@ def test_tensor_parallel_all_reduces_name_their_layer_and_line(tensor_parallel_s
     forward = {layer: c.sources for c in over_model for layer in c.layers if layer.endswith(("/out", "/down"))}
     # Megatron's pairs: each block's row-parallel layers (attention out, MLP down) end in an all-reduce.
     assert set(forward) == {f"blocks/{i}/{name}" for i in range(2) for name in ("attn/out", "mlp/down")}
-    assert forward["blocks/1/mlp/down"] == (_line_of(models.FeedForward.__call__, "self.down"),)
+    assert forward["blocks/1/mlp/down"] == (_line_of(models.FeedForward.forward, "self.down"),)
     assert forward["blocks/0/attn/out"] == (_line_of(models.CausalSelfAttention.__call__, "self.out"),)
     # The gradient all-reduces over 'data' (XLA combines them into one or a few) carry every replicated
     # gradient: many arrays, many layers, once per step.

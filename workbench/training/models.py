@@ -42,6 +42,7 @@ from .layer_stack import LayerStack
 from .lm_head import OutputHead, default_tile
 from .remat import REMAT_POLICIES as ALL_REMAT_POLICIES
 from .remat import rematerialized, validate_remat
+from .schedule_ties import weight_gradients_first
 from .token_embedding import TokenEmbedding
 
 FEED_FORWARD_MULTIPLIER = 4  # the transformer's d_ff when none is given: 4 * d_model
@@ -361,6 +362,12 @@ class FeedForward(nnx.Module):
         self.down = nnx.Linear(d_ff, d_model, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        # Its input's gradient goes down once its weights' exist: XLA:GPU left those to after the attention's
+        # backward pass, keeping the (batch, T, d_ff) gradients they read (schedule_ties.weight_gradients_first).
+        return weight_gradients_first(FeedForward.forward)(self, x)
+
+    def forward(self, x: jax.Array) -> jax.Array:
+        """The feed-forward's output, without the order its backward pass is tied to."""
         return self.down(nnx.gelu(self.up(x)))
 
 

@@ -6,7 +6,9 @@ the backward pass, and both hand a layer's input gradient down only once the lay
 (remat through :func:`handed_down_after`). XLA schedules an operation whose operands are ready as early as it
 likes, and XLA:CPU removes the optimisation barriers ``jax.checkpoint`` relies on before it schedules, so
 recomputed values were computed in the forward pass and kept (measured: the same temporaries with and without
-remat).
+remat). A transformer block's feed-forward, recomputed or not, hands its input gradient down after its weight
+gradients too (:func:`weight_gradients_first`): XLA:GPU's scheduler otherwise left them to after the attention's
+backward pass.
 
 Example:
     >>> import jax.numpy as jnp
@@ -16,10 +18,12 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax import lax
 
 from .data_parallel import varying_axes
@@ -86,4 +90,48 @@ def handed_down_after(values: Any, deps: Any) -> tuple[Any, Any]:
     return values, deps
 
 
-__all__ = ["computed_after", "done_marker", "handed_down_after"]
+def weight_gradients_first(fn: Callable) -> Callable:
+    """``fn(module, *args)`` whose backward pass hands the inputs' gradients down only once the module's weight
+    gradients exist (:func:`handed_down_after`); nothing is recomputed, the values are ``fn``'s.
+
+    Why: XLA:GPU's scheduler put a transformer block's feed-forward weight gradients after the attention's backward
+    pass, keeping the (batch, T, d_ff) gradients they read alive beside the attention's (batch, heads, T, T)
+    buffers. Tied, the 1.3B fsdp step on 512 H100s under remat ``block`` compiled to 5.4 GiB where it took 6.0, and
+    the unrolled fsdp-tp step without remat to 14.1 GiB where it took 15.6 (compiled without a GPU).
+
+    Example:
+        >>> layer = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+        >>> bool(jnp.allclose(weight_gradients_first(nnx.Linear.__call__)(layer, jnp.ones(2)), layer(jnp.ones(2))))
+        True
+    """
+    def call(module: Any, *args: Any) -> Any:
+        graphdef, state = nnx.split(module)
+
+        def pure(state: Any, *args: Any) -> Any:
+            return fn(nnx.merge(graphdef, state), *args)
+
+        @jax.custom_vjp
+        def run(state: Any, *args: Any) -> Any:
+            return pure(state, *args)
+
+        def forward(state: Any, *args: Any) -> tuple[Any, Any]:
+            return jax.vjp(pure, state, *args)  # the output, and a pullback holding what it saves
+
+        def backward(pullback: Any, cotangent: Any) -> Any:
+            state_grad, *arg_grads = pullback(cotangent)
+            # A kernel's gradient waits as its matmul computes it, [out, in] (JAX transposes that to [in, out]), so
+            # the transposes on either side of the barrier cancel: per-layer fsdp reduce-scatters it in that order,
+            # and a barrier between the matmul and its transpose had XLA:CPU fold the transpose into the matmul.
+            leaves, treedef = jax.tree.flatten(state_grad)
+            as_computed = [leaf.T if leaf.ndim == 2 else leaf for leaf in leaves]
+            arg_grads, as_computed = handed_down_after(tuple(arg_grads), as_computed)
+            state_grad = treedef.unflatten([leaf.T if leaf.ndim == 2 else leaf for leaf in as_computed])
+            return (state_grad, *arg_grads)
+
+        run.defvjp(forward, backward)
+        return run(state, *args)
+
+    return call
+
+
+__all__ = ["computed_after", "done_marker", "handed_down_after", "weight_gradients_first"]
