@@ -307,7 +307,7 @@ def assumption_note(precision: str, utilisation: float) -> str:
 
 
 __all__ = [
-    "COMPUTE_BYTES", "GRADIENT_BYTES", "activation_all_reduces", "activation_bytes", "assumption_note", "bound_by_compute",
-    "flops_per_device", "not_regathered_bytes",
-    "remat_flops_per_device", "tensor_parallel_notes", "transient_params_bytes",
+    "COMPUTE_BYTES", "GRADIENT_BYTES", "activation_all_reduces", "activation_bytes", "assumption_note",
+    "bound_by_compute", "flops_per_device", "not_regathered_bytes", "remat_flops_per_device", "tensor_parallel_notes",
+    "transient_params_bytes",
 ]

@@ -69,17 +69,17 @@ def step_collectives(
     """The mode's declared collectives (:attr:`ParallelMode.collectives`), sized from the layout and
     priced with the ring model, and the per-device gradient bytes synchronised over 'data'.
 
-    Sizes by what each carries: the gradients of leaves not split over the axis (their per-device
-    bytes); leaves split over the axis, gathered or reduce-scattered whole; a transformer block's
-    activations, ``activation_all_reduces`` times a microbatch (:func:`~.plan_estimates.activation_all_reduces`).
-    XLA combines small collectives, so each kind is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a gathered float32
-    parameter takes on the wire (2 where a bf16 step gathers bf16: XLA:GPU casts before gathering, and a per-layer
-    gathering mode casts its shards first off XLA:CPU). ``microbatches``:
-    a step's microbatches (gradient accumulation): what runs inside each microbatch's forward and backward pass runs
-    that many times (:func:`_per_microbatch`); ``block_activation`` is one microbatch's. ``not_regathered_bytes``:
-    the per-device bytes, split over 'data', of the layers a per-layer gathering mode does not gather again for the
-    backward pass (:func:`~.plan_estimates.not_regathered_bytes`). ``gradient_bytes_per_float``: the bytes a
-    float32 parameter's gradient takes in a gradient all-reduce (2 where the compiler sums bf16 gradients).
+    Sizes by what each carries: the gradients of leaves not split over the axis (their per-device bytes); leaves
+    split over the axis, gathered or reduce-scattered whole; a transformer block's activations,
+    ``activation_all_reduces`` times a microbatch (:func:`~.plan_estimates.activation_all_reduces`). XLA combines
+    small collectives, so each kind is priced as one bucketed collective. ``gathered_bytes_per_float``: the bytes a
+    gathered float32 parameter takes on the wire (2 where a bf16 step gathers bf16: XLA:GPU casts before gathering,
+    and a per-layer gathering mode casts its shards first off XLA:CPU). ``microbatches``: a step's microbatches
+    (gradient accumulation): what runs inside each microbatch's forward and backward pass runs that many times
+    (:func:`_per_microbatch`); ``block_activation`` is one microbatch's. ``not_regathered_bytes``: the per-device
+    bytes, split over 'data', of the layers a per-layer gathering mode does not gather again for the backward pass
+    (:func:`~.plan_estimates.not_regathered_bytes`). ``gradient_bytes_per_float``: the bytes a float32 parameter's
+    gradient takes in a gradient all-reduce (2 where the compiler sums bf16 gradients).
     """
     collectives: list[PlannedCollective] = []
     synced = 0
