@@ -3,11 +3,11 @@ for XLA:GPU (workbench/analysis/compiler_rules.py); libtpu's rows are reported, 
 libtpu's figure.
 
 The GPU rows are the issue's H200 rows (one GPU, AdamW, dp: mlp, the 512-wide transformer in fp32 and bf16, the
-1024-wide at batch 8 and 32, the 0.8B), the modes on 8 H200s and fsdp / fsdp-tp under remat ``block``; each is
-``plan_training(..., verify="gpu:h200:N")``, the compile in its own child as ``--verify`` runs it. Reported after
-``make gpu-compile`` (and the TPU rows with the ``tpu`` extra); about 3 minutes in all on 2 cores. Rows under 4 MiB
-per device and the mlp whose matmul XLA:GPU splits along its contraction (split-K, a buffer the jaxpr does not
-show) are reported without a target.
+1024-wide at batch 8 and 32, the 0.8B), the modes on 8 H200s and fsdp / fsdp-tp under remat ``block`` (and fsdp on
+2,048-token sequences); each is ``plan_training(..., verify="gpu:h200:N")``, the compile in its own child as
+``--verify`` runs it. Reported after ``make gpu-compile`` (and the TPU rows with the ``tpu`` extra); about 3 minutes
+in all on 2 cores. Rows under 4 MiB per device and the mlp whose matmul XLA:GPU splits along its contraction
+(split-K, a buffer the jaxpr does not show) are reported without a target.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ GPU_REMAT_ROWS = [  # the same, and remat
      True, "block"),
     ("LM 512x4 fsdp-tp data=4,model=2 bf16 remat block", "transformer", _lm(512, 4, 8, 256), "data=4,model=2",
      "fsdp-tp", 64, "bf16", 256, True, "block"),
+    # Long sequences, heads not split, blocks scanned: (batch, heads, T, T) buffers weigh (causal_attention).
+    ("LM 256x4 s2048 fsdp data=8 bf16 scanned remat block", "transformer",
+     {**_lm(256, 4, 8, 2048), "vocab": 8192, "scan_layers": True}, "data=8", "fsdp", 8, "bf16", 2048, True, "block"),
 ]
 TPU_ROWS = [  # 8 chips: the smallest slice every generation offers
     ("LM 512x4 fsdp data=8 bf16", "transformer", _lm(512, 4, 8, 256), "data=8", "fsdp", 64, "bf16", 256),

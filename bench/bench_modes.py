@@ -57,6 +57,9 @@ step's all-reduce keeps them apart), until the gradients were reduce-scattered i
 tie that makes each layer's backward pass wait for the reduce-scatter of the layer above (without it 1.08-1.11,
 but XLA:GPU's combiner then held every layer's gradients to the end of the step: see param_gathering._layer_call)
 and the forward pass's; without both (so gathering every layer at the start, as fsdp-whole-tree does) 1.04.
+Since the attention's and the feed-forward's backward passes are ordered for XLA:GPU (causal_attention,
+schedule_ties.weight_gradients_first; both sides run them), 2026-11-28, 61 rounds: ``fsdp-tp`` 1.16, ``fsdp`` 0.93,
+``dp`` 1.00.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.

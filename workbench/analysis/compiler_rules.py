@@ -102,12 +102,12 @@ XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "di
                         stores_shared_broadcasts=False, fuses_matmul_operands=True, casts_before_gathering=True,
                         stores_reduced_sums=True)
 # Measured (tests/test_verification.py's configs, bench/bench_gpu_memory.py): libtpu lays out and schedules
-# the same program differently per generation; the 4-block transformer's fsdp step on 8 chips held 222 MiB
+# the same program differently per generation; the 4-block transformer's fsdp step on 8 chips held 216 MiB
 # on v6e, 212 MiB on v5e and 526 MiB on v5p (2026-11-28). No jaxpr-level rule follows that.
 LIBTPU = CompilerRules(
     "libtpu", "tpu", {},
     trust="libtpu lays out and schedules each TPU generation's memory its own way (the same 8-chip step held "
-          "222 MiB on v6e, 212 MiB on v5e, 526 MiB on v5p), which the simulation does not follow: trust the "
+          "216 MiB on v6e, 212 MiB on v5e, 526 MiB on v5p), which the simulation does not follow: trust the "
           "compiler's peak (--verify tpu:<generation>:<shape>)",
 )
 COMPILERS = {rules.kind: rules for rules in (XLA_CPU, XLA_GPU, LIBTPU)}
