@@ -44,8 +44,9 @@ def causally_masked(scores: jax.Array) -> jax.Array:
         >>> jax.grad(lambda s: causally_masked(s).sum())(jnp.zeros((2, 2))).tolist()
         [[1.0, 0.0], [1.0, 1.0]]
     """
-    # The fill is computed from the scores (the lowest value for every finite score), not broadcast from a constant:
-    # a broadcast constant is the same in every layer, and JAX's scan computed it once, before the loop.
+    # The fill is computed from the scores (the lowest value for every finite score; a NaN stays NaN, which only a
+    # step that has already diverged holds), not broadcast from a constant: a broadcast constant is the same in
+    # every layer, and JAX's scan computed it once, before the loop.
     return jnp.where(_causal_mask(scores.shape[-1]), scores, jnp.minimum(scores, jnp.finfo(scores.dtype).min))
 
 

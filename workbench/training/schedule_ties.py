@@ -96,8 +96,8 @@ def weight_gradients_first(fn: Callable) -> Callable:
 
     Why: XLA:GPU's scheduler put a transformer block's feed-forward weight gradients after the attention's backward
     pass, keeping the (batch, T, d_ff) gradients they read alive beside the attention's (batch, heads, T, T)
-    buffers. Tied, the 1.3B fsdp step on 512 H100s under remat ``block`` compiled to 5.4 GiB where it took 6.0, and
-    the unrolled fsdp-tp step without remat to 14.1 GiB where it took 15.6 (compiled without a GPU).
+    buffers. Tied, the 1.3B fsdp step on 512 H100s under remat ``block`` compiled to 5.4 GiB where it took 6.0
+    (compiled without a GPU; the other modes' rows held or fell a little).
 
     Example:
         >>> layer = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
