@@ -169,3 +169,17 @@ def test_remat_block_all_reduces_on_xla_gpu(gpu_compiler):
                      for collectives in (plan.collectives, plan.compiled.collectives))
     assert 0 < planned == sent, (planned, sent)
     assert sum(c.count for c in plan.collectives if c.axes == ("model",)) == 5 * SMALL_LM["n_layers"]
+
+
+@pytest.mark.slow
+def test_over_its_budget_xla_gpu_recomputes_and_the_comparison_says_so(gpu_compiler, monkeypatch):
+    # A slop factor of 0 makes XLA:GPU's budget 0 B (gpu_memory_budget): it recomputes what it can. The compile holds
+    # clearly less than the plan, and the comparison names the budget rather than leaving a bare ratio.
+    monkeypatch.setenv("XLA_FLAGS", f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_memory_limit_slop_factor=0")
+    lm = {**SMALL_LM, "max_len": 256}
+    plan = wb.plan_training("transformer", lm, "data=8", "fsdp", global_batch=16, seq_len=256, precision="bf16",
+                            verify="gpu:h100:8")
+    assert plan.gpu_budget.slop_percent == 0 and plan.gpu_budget.on_gpu == plan.gpu_budget.without_gpu == 0
+    assert any("over XLA:GPU's budget of 0 B" in note for note in plan.notes)
+    assert plan.compiled.temp_bytes < 0.9 * plan.memory.temp_bytes, (plan.compiled.temp_bytes, plan.memory.temp_bytes)
+    assert "over this compile's budget, 0 B: XLA:GPU computed values again" in plan.comparison.row("temporaries").note

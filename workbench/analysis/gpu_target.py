@@ -18,6 +18,7 @@ import dataclasses
 import importlib.metadata
 import os
 import pathlib
+import re
 import sys
 
 from ..errors import WorkbenchError
@@ -53,6 +54,15 @@ class GpuChip:
         """The chip's ``GpuTargetConfigProto`` text, as XLA reads it."""
         return self.config_path.read_text()
 
+    @property
+    def memory_bytes(self) -> int:
+        """The GPU's memory as its target description gives it (``device_memory_size``): what XLA:GPU budgets from
+        (:mod:`.gpu_memory_budget`)."""
+        found = re.search(r"device_memory_size:\s*(\d+)", self.target_config())
+        if found is None:
+            raise WorkbenchError(f"{self.config_path} gives no device_memory_size: restore it from the workbench")
+        return int(found.group(1))
+
 
 GPU_CHIPS: dict[str, GpuChip] = {chip.name: chip for chip in (
     GpuChip("a100-80gb", "NVIDIA A100-SXM4-80GB", "a100-80gb"),
@@ -68,6 +78,16 @@ def gpu_chip(name: str) -> GpuChip:
     if name not in GPU_CHIPS:
         raise WorkbenchError(f"unknown GPU {name!r}: choose one of {', '.join(GPU_CHIPS)} (e.g. gpu:h100:512)")
     return GPU_CHIPS[name]
+
+
+def chip_for_hardware(hardware: str) -> GpuChip | None:
+    """The chip whose cost-model preset is ``hardware`` (None: not a GPU the workbench compiles for).
+
+    Example:
+        >>> chip_for_hardware("h100-nvlink").name, chip_for_hardware("tpu-v5p")
+        ('h100', None)
+    """
+    return next((chip for chip in GPU_CHIPS.values() if chip.hardware == hardware), None)
 
 
 def gpu_topology(chip: str, count: int) -> str:
@@ -155,5 +175,5 @@ def gpu_compiler_problem() -> str | None:
     return None
 
 
-__all__ = ["DEVICELESS_XLA_FLAGS", "GPU_CHIPS", "GPU_COMPILER_ENV", "GpuChip", "gpu_chip", "gpu_compiler_dir",
+__all__ = ["DEVICELESS_XLA_FLAGS", "GPU_CHIPS", "GPU_COMPILER_ENV", "GpuChip", "chip_for_hardware", "gpu_chip", "gpu_compiler_dir",
            "gpu_compiler_problem", "gpu_targets_for", "gpu_topology", "install_command"]

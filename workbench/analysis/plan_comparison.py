@@ -19,6 +19,8 @@ from ..formatting import align_columns, format_bytes, format_seconds
 from .compile_target import parse_target
 from .compiled_step import PEAK_FORMULA, CompiledStep
 from .compiler_rules import compiler_rules
+from .gpu_memory_budget import gpu_memory_budget, recomputed_toward_budget
+from .gpu_target import gpu_chip
 
 # The step size (compiled peak per device) from which the plan's peak holds ±15% of the compiler's: measured
 # 0.97-1.13 on bench_step_memory's transformers (tens of MiB and more); the default mlp's steps (0.1-2 MiB)
@@ -118,7 +120,8 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
                            "every mode's step donates its state: the updated state is written over it"),
             ComparedFigure("temporaries", "bytes", memory.temp_bytes, compiled.temp_bytes,
                            _temporaries_words(compiled,
-                                              f"plan: {simulated} (gradients, activations, gathered parameters)")),
+                                              f"plan: {simulated} (gradients, activations, gathered parameters)"
+                                              + _recomputed_words(memory.temp_bytes, compiled))),
         ]
     else:
         transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes + \
@@ -135,7 +138,8 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
         ]
     rows += [
         ComparedFigure("peak", "bytes", None if memory is None else plan.peak_bytes, compiled.peak_bytes,
-                       f"plan: {PEAK_FORMULA}, {simulated}; compiler: {_peak_words(compiled)}" if memory is not None
+                       f"plan: {PEAK_FORMULA}, {simulated}; compiler: {_peak_words(compiled)}"
+                       + _recomputed_words(memory.temp_bytes, compiled) if memory is not None
                        else f"plan: not modelled ({plan.memory_caveat}); compiler: {_peak_words(compiled)}"),
         _flops_row(plan, compiled),
     ]
@@ -165,6 +169,20 @@ def _flops_row(plan: Any, compiled: CompiledStep) -> ComparedFigure:
 def _scalar_bytes(compiled: CompiledStep, kind: str) -> int:
     """Bytes per step of ``kind``'s collectives that carry only scalars (at most 8 bytes an array)."""
     return sum(c.total_bytes for c in compiled.collectives if c.kind == kind and c.bytes <= 8 * c.arrays)
+
+
+def _recomputed_words(planned_temp: int, compiled: CompiledStep) -> str:
+    """Where XLA:GPU held fewer temporaries than planned because the plan's are over its compile's budget
+    (:mod:`.gpu_memory_budget`), what the compiler did; else nothing."""
+    target = parse_target(compiled.target)
+    if target.kind != "gpu":
+        return ""
+    io_bytes = compiled.argument_bytes + compiled.output_bytes - compiled.alias_bytes
+    budget = gpu_memory_budget(gpu_chip(target.generation).memory_bytes, io_bytes).without_gpu
+    if not recomputed_toward_budget(planned_temp, compiled.temp_bytes, budget):
+        return ""
+    return (f"; the plan's temporaries are over this compile's budget, {format_bytes(budget)}: XLA:GPU computed "
+            "values again to come down to it (more compute), so it holds less than the step as written")
 
 
 def _temporaries_words(compiled: CompiledStep, words: str) -> str:

@@ -18,6 +18,7 @@ from ..layout.lint import lint_text
 from ..layout.specs import format_spec
 from ..training.modes import mode_class
 from ..training.remat import REMAT_MEANINGS
+from .gpu_memory_budget import MEM_FRACTION_ENV, SLOP_FLAG, GpuMemoryBudget
 
 if TYPE_CHECKING:
     from .training_plan import TrainingPlan
@@ -73,6 +74,14 @@ def _summary_lines(plan: TrainingPlan) -> list[str]:
     ]
 
 
+def _budget_words(budget: GpuMemoryBudget) -> str:
+    """How XLA:GPU's budget for the temporaries comes about (:mod:`.gpu_memory_budget`)."""
+    return (f"for the temporaries on the GPU: JAX's allocator's {budget.mem_fraction:.0%} ({MEM_FRACTION_ENV}) of "
+            f"{format_bytes(budget.device_memory)}, less arguments and outputs, x {budget.slop_percent}% "
+            f"({SLOP_FLAG}); over it, XLA:GPU computes values again to fit (compiled without the GPU: "
+            f"{format_bytes(budget.without_gpu)}, from 80%)")
+
+
 def _memory_lines(plan: TrainingPlan) -> list[str]:
     """Bytes per device, part by part, and whether the peak fits the device's memory."""
     verdict = f"of {format_bytes(plan.device_memory)}: {'fits' if plan.fits else 'does NOT fit'}"
@@ -93,6 +102,8 @@ def _memory_lines(plan: TrainingPlan) -> list[str]:
             ("peak", plan.peak_bytes, verdict + " (arguments + outputs - donated + temporaries)"
              + (f"; rough: {rules.trust}" if rules.trust else "")),
         ]
+        if plan.gpu_budget is not None:
+            rows.append(("XLA:GPU budget", plan.gpu_budget.on_gpu, _budget_words(plan.gpu_budget)))
     else:
         activations = (_activation_words(plan.remat) if plan.activation_bytes is not None
                        else f"for {plan.model}")

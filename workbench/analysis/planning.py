@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any
@@ -44,6 +45,7 @@ from .compiler_rules import compiler_rules
 from .cost_model import DEFAULT_UTILISATION, Hardware, compute_time
 from .cost_model import hardware as lookup_hardware
 from .exported_rules import export_table
+from .gpu_memory_budget import over_budget_note
 from .plan_estimates import (
     COMPUTE_BYTES,
     GRADIENT_BYTES,
@@ -263,6 +265,9 @@ def plan_training(
         memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind, accum=accum, remat=remat,
         remat_flops_per_device=remat_flops,
     )
+    over_budget = None if plan.gpu_budget is None else over_budget_note(plan.gpu_budget, plan.memory.temp_bytes)
+    if over_budget is not None:  # known only once the step is simulated for XLA:GPU
+        plan = dataclasses.replace(plan, notes=(*plan.notes, over_budget))
     if settings is None:
         return plan
     if own is not None:

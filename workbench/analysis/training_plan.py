@@ -22,6 +22,8 @@ from ..layout.tree_layout import TreeLayout
 from .compiled_step import CompiledStep
 from .compiler_rules import CompilerRules, compiler_rules
 from .cost_model import ComputeBoundTest, Hardware, compute_time
+from .gpu_memory_budget import GpuMemoryBudget, gpu_memory_budget
+from .gpu_target import chip_for_hardware
 from .plan_comparison import PlanComparison, compare_plan
 from .plan_text import plan_text, rules_code
 from .planned_collectives import PlannedCollective
@@ -85,6 +87,18 @@ class TrainingPlan:
     def comparison(self) -> PlanComparison | None:
         """The analytic figures beside the compiler's (:class:`~.plan_comparison.PlanComparison`); None unverified."""
         return None if self.compiled is None else compare_plan(self, self.compiled)
+
+    @property
+    def gpu_budget(self) -> GpuMemoryBudget | None:
+        """XLA:GPU's budget for the step's temporaries (:mod:`.gpu_memory_budget`), for a step simulated as XLA:GPU
+        stores it; None otherwise. From the chip's memory as XLA reads it (the preset's chip), or the plan's own
+        ``device_memory`` where it was given another."""
+        if self.memory_rules.kind != "gpu" or self.memory is None:
+            return None
+        chip = chip_for_hardware(self.hardware.name)
+        memory = chip.memory_bytes if chip is not None and self.device_memory == self.hardware.memory_bytes \
+            else self.device_memory
+        return gpu_memory_budget(memory, self.memory.argument_bytes + self.memory.output_bytes - self.memory.alias_bytes)
 
     @property
     def params_bytes(self) -> int:
@@ -156,6 +170,7 @@ class TrainingPlan:
             "peak_bytes": self.peak_bytes,
             "simulated": None if self.memory is None else self.memory.to_json(),
             "memory_caveat": self.memory_caveat, "memory_compiler": self.memory_rules.name,
+            "xla_gpu_budget": None if self.gpu_budget is None else self.gpu_budget.to_json(),
         }
 
     def rules_code(self, name: str = "SHARDING_RULES") -> str:
