@@ -175,5 +175,5 @@ def gpu_compiler_problem() -> str | None:
     return None
 
 
-__all__ = ["DEVICELESS_XLA_FLAGS", "GPU_CHIPS", "GPU_COMPILER_ENV", "GpuChip", "chip_for_hardware", "gpu_chip", "gpu_compiler_dir",
-           "gpu_compiler_problem", "gpu_targets_for", "gpu_topology", "install_command"]
+__all__ = ["DEVICELESS_XLA_FLAGS", "GPU_CHIPS", "GPU_COMPILER_ENV", "GpuChip", "chip_for_hardware", "gpu_chip",
+           "gpu_compiler_dir", "gpu_compiler_problem", "gpu_targets_for", "gpu_topology", "install_command"]

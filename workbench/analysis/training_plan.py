@@ -98,7 +98,8 @@ class TrainingPlan:
         chip = chip_for_hardware(self.hardware.name)
         memory = chip.memory_bytes if chip is not None and self.device_memory == self.hardware.memory_bytes \
             else self.device_memory
-        return gpu_memory_budget(memory, self.memory.argument_bytes + self.memory.output_bytes - self.memory.alias_bytes)
+        step = self.memory
+        return gpu_memory_budget(memory, step.argument_bytes + step.output_bytes - step.alias_bytes)
 
     @property
     def params_bytes(self) -> int:
