@@ -104,6 +104,24 @@ def test_a_remat_policy_is_weighed_only_where_the_lighter_one_does_not_fit():
     assert "remat='dots'" in layout_code(dots)
 
 
+def test_on_a_gpu_a_layout_over_xla_gpus_budget_ranks_after_those_within_it():
+    # On 40 MiB GPUs, dp without remat holds 28.7 MiB of temporaries (a 31.7 MiB peak: it fits) where XLA:GPU's budget
+    # is 27.0 MiB: the compiler would recompute values, time the plan does not count. The same layout with dots is
+    # simulated too, within it, and ranks first; the one without remat stays, after, saying why.
+    lm = {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 256}
+    rec = wb.recommend("transformer", "gpu:h100:8", 64, seq_len=256, model_options=lm, device_memory="40MiB",
+                       verify=False)
+    assert (rec.chosen.mode, rec.chosen.remat, rec.chosen.over_gpu_budget) == ("dp", "dots", False)
+    over = [c for c in rec.candidates if c.over_gpu_budget]
+    assert ("dp", 1, "none") in {(c.mode, c.accum, c.remat) for c in over}
+    simulated = [c for c in rec.candidates if c.memory_source == "simulated"]
+    assert [c.over_gpu_budget for c in simulated] == sorted(c.over_gpu_budget for c in simulated)  # within first
+    for c in over:
+        assert c.fits and c.plan.memory.temp_bytes > c.plan.gpu_budget.on_gpu
+        assert any("over XLA:GPU's budget" in d for d in c.disagreements)
+    assert json.loads(json.dumps(rec.to_json()))["candidates"][0]["over_gpu_budget"] is False
+
+
 # --- on the 8 simulated CPU devices: trained, compiled, compared
 
 

@@ -125,6 +125,14 @@ class Candidate:
     def fits(self) -> bool:
         return self.headroom_bytes >= 0
 
+    @property
+    def over_gpu_budget(self) -> bool:
+        """Whether the step's simulated temporaries are over XLA:GPU's budget on the GPU (:mod:`.gpu_memory_budget`):
+        the compiler will compute values again to fit, time the plan does not count. False where not simulated
+        for XLA:GPU."""
+        budget = self.plan.gpu_budget
+        return budget is not None and self.plan.memory.temp_bytes > budget.on_gpu
+
     def analytic_bytes_by_collective(self) -> dict[str, int]:
         """Collective kind -> bytes per device per step, as planned."""
         totals: dict[str, int] = {}
@@ -145,7 +153,7 @@ class Candidate:
             "bound": self.bound, "tokens_per_s_per_chip": self.tokens_per_s_per_chip, "mfu": self.mfu,
             "analytic_peak_bytes": self.analytic_peak_bytes, "memory_source": self.memory_source,
             "compiler_peak_bytes": self.compiler_peak_bytes, "headroom_bytes": self.headroom_bytes,
-            "device_memory": self.plan.device_memory, "fits": self.fits,
+            "device_memory": self.plan.device_memory, "fits": self.fits, "over_gpu_budget": self.over_gpu_budget,
             "analytic_bytes_by_collective": self.analytic_bytes_by_collective(),
             "compiler_bytes_by_collective": self.compiler_bytes_by_collective(),
             "verified": self.verified, "verification": self.verification,

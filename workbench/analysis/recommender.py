@@ -161,9 +161,13 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
             simulated = candidate(fast.choice, simulate=True) if planned.registered or example_batch else fast
             ranked[ranked.index(fast)] = simulated
             heavier = list(policies[policies.index(fast.remat) + 1:])
-            while not simulated.fits:  # the same layout with the next remat policy, simulated too
-                ranked.remove(simulated)
-                unfit.append(simulated)
+            # The same layout with the next remat policy, simulated too, where it does not fit, or where it fits only
+            # as XLA:GPU recomputes values itself (unpriced; a policy's recomputation is priced). Over the budget
+            # but fitting, the lighter one stays ranked, after every layout within it.
+            while not simulated.fits or (simulated.over_gpu_budget and heavier):
+                if not simulated.fits:
+                    ranked.remove(simulated)
+                    unfit.append(simulated)
                 if not heavier:
                     break
                 say(f"simulating the step's memory: {fast.choice} with remat {heavier[0]}")
@@ -196,10 +200,11 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     unfit += [c for c in ranked if not c.fits]
     # Ranked by speed among the layouts whose fit was simulated or compiled; those planned by the formulas alone
     # (their memory errs both ways, 0.5-2x) after them.
-    fitting = sorted((c for c in ranked if c.fits), key=lambda c: (_unconfirmed(c), *_speed(c)))
+    # Layouts over XLA:GPU's budget after those within it: their step time leaves out the compiler's recomputation.
+    fitting = sorted((c for c in ranked if c.fits), key=lambda c: (_unconfirmed(c), c.over_gpu_budget, *_speed(c)))
     if not fitting:
         raise RecommendationError(_none_fits_message(unfit, chips, plan, batch, failed))
-    fitting = _flag_reordering(fitting)
+    fitting = _flag_over_budget(_flag_reordering(fitting))
     final = tuple(_ranked(c, i + 1) for i, c in enumerate(fitting))
     families = _families(final, unfit, no_layout, failed)
     return Recommendation(
@@ -412,6 +417,20 @@ def _flag_reordering(fitting: list[Candidate]) -> list[Candidate]:
                                       f"{_ordinal(place + 1)} on the compiler's figures")
     return [Candidate(c.choice, c.plan, c.time, c.model_flops, c.compiled_time, c.verification,
                       (*c.disagreements, flagged[id(c)])) if id(c) in flagged else c for c in fitting]
+
+
+def _flag_over_budget(fitting: list[Candidate]) -> list[Candidate]:
+    """Say where a layout fits only as XLA:GPU recomputes values to stay within its budget."""
+    def flagged(c: Candidate) -> Candidate:
+        if not c.over_gpu_budget:
+            return c
+        words = (f"over XLA:GPU's budget: {format_bytes(c.plan.memory.temp_bytes)} of temporaries where "
+                 f"{format_bytes(c.plan.gpu_budget.on_gpu)} are its limit on the GPU, so the compiler will compute "
+                 "values again to fit, slower than this row says (a heavier remat policy prices it)")
+        return Candidate(c.choice, c.plan, c.time, c.model_flops, c.compiled_time, c.verification,
+                         (*c.disagreements, words))
+
+    return [flagged(c) for c in fitting]
 
 
 def _ordinal(n: int) -> str:
