@@ -182,4 +182,5 @@ def test_over_its_budget_xla_gpu_recomputes_and_the_comparison_says_so(gpu_compi
     assert plan.gpu_budget.slop_percent == 0 and plan.gpu_budget.on_gpu == plan.gpu_budget.without_gpu == 0
     assert any("over XLA:GPU's budget of 0 B" in note for note in plan.notes)
     assert plan.compiled.temp_bytes < 0.9 * plan.memory.temp_bytes, (plan.compiled.temp_bytes, plan.memory.temp_bytes)
+    assert plan.comparison.recomputed_to_budget == 0 and plan.comparison.to_json()["recomputed_to_budget"] == 0
     assert "over this compile's budget, 0 B: XLA:GPU computed values again" in plan.comparison.row("temporaries").note

@@ -218,3 +218,19 @@ def test_without_the_tpu_extra_a_tpu_target_says_how_to_get_it():
     panel.target.value = "tpu:v5e:2x2"
     panel.verify_button.click()
     assert panel.status.last == ("error", INSTALL_LIBTPU) and panel.job is None
+
+
+def test_where_xla_gpu_recomputed_to_its_budget_the_verdict_says_so(gpu_compiler, monkeypatch):
+    # XLA:GPU's budget at 0 B (slop factor 0): it recomputes what it can, and holds clearly less than the plan.
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_memory_limit_slop_factor=0")
+    lm = {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 256}
+    panel = VerifyPanel(Selection(model="transformer", model_options=lm, mesh="data=8", mode="fsdp",
+                                  options={"batch": 16, "precision": "bf16"}))
+    panel.target.value = "gpu:h100:8"
+    panel.verify_button.click()
+    plan = panel.wait(WAIT_S)
+
+    assert plan is not None, panel.status.last
+    assert plan.comparison.recomputed_to_budget == 0
+    assert "over this compile's budget, 0 B: XLA:GPU computed values again" in panel.status.last[1]
+    assert "XLA:GPU computed values again" in shown(panel.table)

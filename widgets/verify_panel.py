@@ -295,6 +295,8 @@ class VerifyPanel(widgets.VBox):
                  f"{'fits' if fits else 'does NOT fit'} {plan.hardware.name}'s {wb.format_bytes(plan.device_memory)}; "
                  f"the plan said {wb.format_bytes(plan.peak_bytes)}"
                  + (f" (plan / compiler {peak.ratio:.2f})" if peak.ratio is not None else ""))
+        if comparison.recomputed_words:
+            words += f"; {comparison.recomputed_words}"
         if compiled.peak_bytes < wb.analysis.PLAN_ACCURACY_FROM_BYTES and peak.ratio is not None:
             words += (f"; a step under {wb.format_bytes(wb.analysis.PLAN_ACCURACY_FROM_BYTES)} per device "
                       "is outside where the plan "

@@ -58,6 +58,13 @@ class PlanComparison:
 
     rows: tuple[ComparedFigure, ...]
     compiled: CompiledStep
+    recomputed_to_budget: int | None = None  # XLA:GPU's budget, where it computed values again to come down to it
+
+    @property
+    def recomputed_words(self) -> str:
+        """What the compiler did where it held fewer temporaries than planned to stay within XLA:GPU's budget
+        (:mod:`.gpu_memory_budget`); empty otherwise."""
+        return _recomputed_words(self.recomputed_to_budget)
 
     def row(self, figure: str) -> ComparedFigure:
         """The row called ``figure`` (e.g. ``"peak"``); KeyError naming the figures if none."""
@@ -67,7 +74,8 @@ class PlanComparison:
         raise KeyError(f"no figure {figure!r}: the rows are {', '.join(r.figure for r in self.rows)}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"rows": [row.to_json() for row in self.rows], "compiled": self.compiled.to_json()}
+        return {"rows": [row.to_json() for row in self.rows], "compiled": self.compiled.to_json(),
+                "recomputed_to_budget": self.recomputed_to_budget}
 
     def to_text(self) -> str:
         """The side-by-side table, then the compiler's collectives with the code that caused them."""
@@ -110,6 +118,8 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
     state = plan.params_bytes + plan.opt_state_bytes
     memory = plan.memory  # the step's memory simulated from its jaxpr (None: not modelled)
     simulated = _simulated_words(plan.memory_rules, compiled.target)
+    budget = None if memory is None else _recomputed_budget(memory.temp_bytes, compiled)
+    recomputed = f"; {_recomputed_words(budget)}" if budget is not None else ""
     if memory is not None:
         rows = [
             ComparedFigure("arguments", "bytes", memory.argument_bytes, compiled.argument_bytes,
@@ -121,7 +131,7 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
             ComparedFigure("temporaries", "bytes", memory.temp_bytes, compiled.temp_bytes,
                            _temporaries_words(compiled,
                                               f"plan: {simulated} (gradients, activations, gathered parameters)"
-                                              + _recomputed_words(memory.temp_bytes, compiled))),
+                                              + recomputed)),
         ]
     else:
         transients = plan.grads_bytes + (plan.activation_bytes or 0) + plan.transient_params_bytes + \
@@ -138,8 +148,8 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
         ]
     rows += [
         ComparedFigure("peak", "bytes", None if memory is None else plan.peak_bytes, compiled.peak_bytes,
-                       f"plan: {PEAK_FORMULA}, {simulated}; compiler: {_peak_words(compiled)}"
-                       + _recomputed_words(memory.temp_bytes, compiled) if memory is not None
+                       f"plan: {PEAK_FORMULA}, {simulated}; compiler: {_peak_words(compiled)}" + recomputed
+                       if memory is not None
                        else f"plan: not modelled ({plan.memory_caveat}); compiler: {_peak_words(compiled)}"),
         _flops_row(plan, compiled),
     ]
@@ -153,7 +163,7 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
             # The loss and metrics summed over devices: a few bytes the plan does not price, not a 0 ratio.
             analytic, note = None, f"only scalars (the loss and metrics summed over devices); {note}"
         rows.append(ComparedFigure(f"{kind} bytes", "bytes", analytic, measured.get(kind, 0), note))
-    return PlanComparison(tuple(rows), compiled)
+    return PlanComparison(tuple(rows), compiled, budget)
 
 
 def _flops_row(plan: Any, compiled: CompiledStep) -> ComparedFigure:
@@ -171,18 +181,22 @@ def _scalar_bytes(compiled: CompiledStep, kind: str) -> int:
     return sum(c.total_bytes for c in compiled.collectives if c.kind == kind and c.bytes <= 8 * c.arrays)
 
 
-def _recomputed_words(planned_temp: int, compiled: CompiledStep) -> str:
-    """Where XLA:GPU held fewer temporaries than planned because the plan's are over its compile's budget
-    (:mod:`.gpu_memory_budget`), what the compiler did; else nothing."""
+def _recomputed_words(budget: int | None) -> str:
+    if budget is None:
+        return ""
+    return (f"the plan's temporaries are over this compile's budget, {format_bytes(budget)}: XLA:GPU computed values "
+            "again to come down to it (more compute), so it holds less than the step as written")
+
+
+def _recomputed_budget(planned_temp: int, compiled: CompiledStep) -> int | None:
+    """XLA:GPU's budget in ``compiled``'s compile where it held fewer temporaries than the plan's ``planned_temp``
+    because they are over it (:func:`~.gpu_memory_budget.recomputed_toward_budget`); None otherwise."""
     target = parse_target(compiled.target)
     if target.kind != "gpu":
-        return ""
+        return None
     io_bytes = compiled.argument_bytes + compiled.output_bytes - compiled.alias_bytes
     budget = gpu_memory_budget(gpu_chip(target.generation).memory_bytes, io_bytes).without_gpu
-    if not recomputed_toward_budget(planned_temp, compiled.temp_bytes, budget):
-        return ""
-    return (f"; the plan's temporaries are over this compile's budget, {format_bytes(budget)}: XLA:GPU computed "
-            "values again to come down to it (more compute), so it holds less than the step as written")
+    return budget if recomputed_toward_budget(planned_temp, compiled.temp_bytes, budget) else None
 
 
 def _temporaries_words(compiled: CompiledStep, words: str) -> str:
