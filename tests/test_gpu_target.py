@@ -144,6 +144,7 @@ def test_plan_verified_by_xla_gpu_without_a_gpu(gpu_compiler):
     assert compiled.target == "gpu:h100:16" and compiled.devices == 16
     assert compiled.device_kind == "NVIDIA H100 80GB HBM3"
     assert compiled.peak_bytes >= compiled.argument_bytes > 0
+    assert compiled.as_written_temp_bytes is None  # far within XLA:GPU's budget: compiled once
     layers = {layer for c in compiled.collectives if c.axes == ("model",) for layer in c.layers}
     assert {"blocks/0/mlp/down", "blocks/1/attn/out"} <= layers
     assert {c.axes for c in compiled.collectives} >= {("data",), ("model",)}
@@ -183,4 +184,9 @@ def test_over_its_budget_xla_gpu_recomputes_and_the_comparison_says_so(gpu_compi
     assert any("over XLA:GPU's budget of 0 B" in note for note in plan.notes)
     assert plan.compiled.temp_bytes < 0.9 * plan.memory.temp_bytes, (plan.compiled.temp_bytes, plan.memory.temp_bytes)
     assert plan.comparison.recomputed_to_budget == 0 and plan.comparison.to_json()["recomputed_to_budget"] == 0
+    # At its budget, the step is compiled again with the budget lifted: the step as written, which the plan simulates
+    # (its own options override XLA_FLAGS for that compile).
+    written = plan.comparison.row("temporaries as written")
+    assert written.compiler == plan.compiled.as_written_temp_bytes > plan.compiled.temp_bytes
+    assert 0.85 <= written.ratio <= 1.15, written.ratio
     assert "over this compile's budget, 0 B: XLA:GPU computed values again" in plan.comparison.row("temporaries").note

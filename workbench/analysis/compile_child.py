@@ -10,6 +10,7 @@ which the parent keeps out of sight. It exits at once when its stdin closes: the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -23,11 +24,14 @@ from jax.experimental import mesh_utils, topologies
 
 from ..child_processes import exit_when_parent_goes
 from ..errors import WorkbenchError
+from ..formatting import format_bytes
 from ..training.config import TrainConfig
+from ..training.profiling import memory_figures
 from ..training.step import build_abstract_step
 from .compile_target import mesh_mismatch, parse_target
-from .compiled_step import read_compiled_step
+from .compiled_step import CompiledStep, read_compiled_step
 from .exported_step import ExportedStep, compile_exported
+from .gpu_memory_budget import LIFTED, gpu_memory_budget, reached_budget
 from .gpu_target import gpu_chip, gpu_topology
 
 
@@ -91,19 +95,38 @@ def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[s
         exported = ExportedStep.from_json(request["exported"])
         built = time.perf_counter()
         say(progress=f"compiling your model's exported step for {config.mesh_shape.size:,} {target} devices")
-        compiled, mesh = compile_exported(exported, devices or jax.devices()[: config.mesh_shape.size])
+        on = devices or jax.devices()[: config.mesh_shape.size]
+        compile_step = lambda options=None: compile_exported(exported, on, options)[0]  # noqa: E731
+        compiled, mesh = compile_exported(exported, on)
         layers = exported.layers
     else:
         say(progress="tracing the model and laying out the step (nothing is allocated)")
         step = build_abstract_step(config, seq_len=request.get("seq_len"), devices=devices)
         built = time.perf_counter()
         say(progress=f"compiling the step for {step.mode.mesh.size:,} {target} devices")
+        compile_step = step.compile
         compiled, mesh, layers = step.compile(), step.mode.mesh, step.layers
     compiled_at = time.perf_counter()
     say(progress="reading the compiled program's memory, FLOPs and collectives")
     report = read_compiled_step(compiled, mesh, layers, target=str(target), compile_seconds=compiled_at - built,
                                 build_seconds=built - start, peak_rss_bytes=peak_rss_bytes())
+    if target.kind == "gpu":
+        report = _as_written(report, target, compile_step, say)
     return report.to_json()
+
+
+def _as_written(report: CompiledStep, target: Any, compile_step: Callable[..., Any],
+                say: Callable[..., None]) -> CompiledStep:
+    """``report`` with the temporaries of the step as written, where XLA:GPU's came out at its memory budget (it may
+    have computed values again to fit, :mod:`.gpu_memory_budget`): compiled once more with the budget lifted."""
+    io_bytes = report.argument_bytes + report.output_bytes - report.alias_bytes
+    budget = gpu_memory_budget(gpu_chip(target.generation).memory_bytes, io_bytes).without_gpu
+    if not reached_budget(report.temp_bytes, budget):
+        return report
+    say(progress=f"the step reached XLA:GPU's memory budget ({format_bytes(budget)}): compiling it again with the "
+                 "budget lifted, to see the step as written")
+    written = memory_figures(compile_step(LIFTED))
+    return dataclasses.replace(report, as_written_temp_bytes=written["temp_bytes"] if written else None)
 
 
 def main() -> None:

@@ -91,6 +91,9 @@ class CompiledStep:
         peak_rss_bytes: the compiling process's peak resident memory, when measured there.
         loop_trips: trip counts of the program's loops that run more than once (scanned layers): XLA's
             cost analysis counts each loop body once, so ``flops`` then undercounts.
+        as_written_temp_bytes: for XLA:GPU, where the compile's temporaries reached its memory budget (it may have
+            computed values again to fit: :mod:`.gpu_memory_budget`), those of the same step compiled again with the
+            budget lifted: the step as written; else None.
     """
 
     target: str
@@ -108,6 +111,7 @@ class CompiledStep:
     collectives: tuple[CompiledCollective, ...]
     peak_rss_bytes: int | None = None
     loop_trips: tuple[int, ...] = ()
+    as_written_temp_bytes: int | None = None
 
     @property
     def devices(self) -> int:

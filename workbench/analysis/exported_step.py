@@ -187,9 +187,11 @@ def export_step(config: ResolvedConfig, own: OwnModel, target: CompileTarget | s
     return ExportedStep(payload, str(config.mesh_shape), platform, step.layers, len(state))
 
 
-def compile_exported(exported: ExportedStep, devices: list) -> tuple[Any, Any]:
+def compile_exported(exported: ExportedStep, devices: list,
+                     compiler_options: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """(the compiled step, its mesh): ``exported`` compiled for ``devices`` (in mesh order), its state donated as
-    the trainer's step donates it. Nothing is allocated. Runs in the verification's child process."""
+    the trainer's step donates it, with XLA's ``compiler_options`` for this compile. Nothing is allocated. Runs in
+    the verification's child process."""
     try:
         program = jax.export.deserialize(bytearray(exported.payload))
     except Exception as error:  # noqa: BLE001 - a payload from another JAX version, or damaged
@@ -203,7 +205,8 @@ def compile_exported(exported: ExportedStep, devices: list) -> tuple[Any, Any]:
     outputs = jax.tree.unflatten(program.out_tree, list(program.out_shardings_jax(mesh)))
     # The trainer's step donates its state (the first arguments): the new state reuses their buffers, here too.
     step = jax.jit(program.call, donate_argnums=tuple(range(exported.state_leaves)), out_shardings=outputs)
-    return step.lower(*args, **kwargs).compile(), mesh
+    lowered = step.lower(*args, **kwargs)
+    return (lowered.compile(compiler_options) if compiler_options else lowered.compile()), mesh
 
 
 __all__ = ["EXPORT_PLATFORMS", "ExportError", "ExportedStep", "OwnModel", "OwnModelError", "compile_exported",

@@ -32,6 +32,8 @@ from ..formatting import format_bytes
 SLOP_FLAG = "xla_gpu_memory_limit_slop_factor"
 DEFAULT_SLOP_PERCENT = 95  # XLA's default for SLOP_FLAG
 DEVICELESS_BASE_PERCENT = 80  # XLA:GPU's base when the compile is told no allocator limit (no GPU)
+LIFTED = {SLOP_FLAG: 1000}  # compiler options that lift the budget (10x the memory): the step as written
+AT_BUDGET = 0.98  # compiled temporaries from this fraction of the budget up: the compiler may have recomputed
 MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 DEFAULT_MEM_FRACTION = 0.75  # what JAX's GPU allocator takes of the memory unless MEM_FRACTION_ENV says otherwise
 
@@ -116,6 +118,18 @@ def over_budget_note(budget: GpuMemoryBudget, temp_bytes: int) -> str | None:
             "fit); --remat block, a smaller batch or more devices keep the step within it")
 
 
+def reached_budget(temp_bytes: int, budget: int) -> bool:
+    """Whether a compile's temporaries (``temp_bytes``) are at its budget or over it (recomputing came down only so
+    far): XLA:GPU may have computed values again, so a second compile with the budget lifted (:data:`LIFTED`) shows
+    the step as written.
+
+    Example:
+        >>> reached_budget(64_308_286_424, 64_317_901_122), reached_budget(40 * 2**30, 60 * 2**30)
+        (True, False)
+    """
+    return temp_bytes >= AT_BUDGET * budget
+
+
 def recomputed_toward_budget(planned_temp: int, compiled_temp: int, budget: int) -> bool:
     """Whether a compile for a GPU holds fewer temporaries (``compiled_temp`` bytes) than planned because XLA:GPU
     recomputed values to come down to ``budget`` (its compile's): the plan's are over the budget and the compiler's
@@ -128,4 +142,5 @@ def recomputed_toward_budget(planned_temp: int, compiled_temp: int, budget: int)
     return planned_temp > budget and compiled_temp < planned_temp * 0.97
 
 
-__all__ = ["GpuMemoryBudget", "gpu_memory_budget", "over_budget_note", "recomputed_toward_budget"]
+__all__ = ["GpuMemoryBudget", "LIFTED", "gpu_memory_budget", "over_budget_note", "reached_budget",
+           "recomputed_toward_budget"]

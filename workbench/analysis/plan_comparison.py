@@ -19,7 +19,7 @@ from ..formatting import align_columns, format_bytes, format_seconds
 from .compile_target import parse_target
 from .compiled_step import PEAK_FORMULA, CompiledStep
 from .compiler_rules import compiler_rules
-from .gpu_memory_budget import gpu_memory_budget, recomputed_toward_budget
+from .gpu_memory_budget import LIFTED, gpu_memory_budget, recomputed_toward_budget
 from .gpu_target import gpu_chip
 
 # The step size (compiled peak per device) from which the plan's peak holds ±15% of the compiler's: measured
@@ -120,6 +120,8 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
     simulated = _simulated_words(plan.memory_rules, compiled.target)
     budget = None if memory is None else _recomputed_budget(memory.temp_bytes, compiled)
     recomputed = f"; {_recomputed_words(budget)}" if budget is not None else ""
+    if recomputed and compiled.as_written_temp_bytes is not None:
+        recomputed += " (compiled again with the budget lifted: 'temporaries as written')"
     if memory is not None:
         rows = [
             ComparedFigure("arguments", "bytes", memory.argument_bytes, compiled.argument_bytes,
@@ -146,6 +148,12 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
             ComparedFigure("temporaries", "bytes", None, compiled.temp_bytes,
                            f"not modelled: {plan.memory_caveat} (rough transients: {format_bytes(transients)})"),
         ]
+    if memory is not None and compiled.as_written_temp_bytes is not None:
+        rows.append(ComparedFigure(
+            "temporaries as written", "bytes", memory.temp_bytes, compiled.as_written_temp_bytes,
+            f"the compiler's came out at XLA:GPU's memory budget, so the step was compiled again with the budget "
+            f"lifted ({next(iter(LIFTED))}={next(iter(LIFTED.values()))}): the step as written, which the plan "
+            "simulates"))
     rows += [
         ComparedFigure("peak", "bytes", None if memory is None else plan.peak_bytes, compiled.peak_bytes,
                        f"plan: {PEAK_FORMULA}, {simulated}; compiler: {_peak_words(compiled)}" + recomputed

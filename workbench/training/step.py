@@ -224,10 +224,11 @@ class AbstractStep:
     batch: dict[str, jax.ShapeDtypeStruct]
     layers: tuple[str, ...]
 
-    def compile(self):
-        """The mode's step compiled for these shapes and shardings (``mode.compile_step``): a
-        ``jax.stages.Compiled``, never run. Modes that run several programs per step raise WorkbenchError."""
-        return self.mode.compile_step(self.state, self.batch)
+    def compile(self, compiler_options: dict[str, Any] | None = None):
+        """The mode's step compiled for these shapes and shardings (``mode.compile_step``, with XLA's
+        ``compiler_options`` for this compile): a ``jax.stages.Compiled``, never run. Modes that run several programs
+        per step raise WorkbenchError."""
+        return self.mode.compile_step(self.state, self.batch, compiler_options=compiler_options)
 
 
 def validate_compiles_ahead(mode: str | type[ParallelMode]) -> None:

@@ -386,10 +386,13 @@ class ParallelMode(abc.ABC):
         """A state read into :meth:`restore_shardings`, placed as this mode computes on it."""
         return self.place_state(state)
 
-    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
+    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False,
+                     compiler_options: dict[str, Any] | None = None):
         """The step compiled for these (placed) inputs, a ``jax.stages.Compiled``: its ``as_text()``
         is the optimised HLO (the collectives a step runs), ``memory_analysis()`` and ``cost_analysis()``
-        the compiler's estimates. Modes that run more than one program per step raise WorkbenchError.
+        the compiler's estimates. ``compiler_options``: XLA's options for this compile only (``Lowered.compile``'s),
+        e.g. ``{"xla_gpu_memory_limit_slop_factor": 1000}``. Modes that run more than one program per step raise
+        WorkbenchError.
         """
         raise WorkbenchError(
             f"mode {self.name!r} runs several programs per step, so there is no single compiled step to "
@@ -521,8 +524,10 @@ class ShardedJitMode(ParallelMode):
             out_specs=PartitionSpec(), axis_names={DATA_AXIS}, check_vma=True,
         )(params, other, batch)
 
-    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
-        return self._compiled_step(state, diagnostics).lower(state, batch).compile()  # shares jit's cache
+    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False,
+                     compiler_options: dict[str, Any] | None = None):
+        lowered = self._compiled_step(state, diagnostics).lower(state, batch)
+        return lowered.compile(compiler_options) if compiler_options else lowered.compile()  # shares jit's cache
 
     def precompile(self, state: TrainState, batch: Any) -> None:
         self.compile_step(state, batch)

@@ -109,8 +109,10 @@ class PmapDataParallel(ParallelMode):
     def eval_sums(self, state: TrainState, batch: Any) -> dict[str, Any]:
         return self._eval(state, batch)
 
-    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False):
-        return self._steps[diagnostics].lower(state, batch).compile()
+    def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False,
+                     compiler_options: dict[str, Any] | None = None):
+        lowered = self._steps[diagnostics].lower(state, batch)
+        return lowered.compile(compiler_options) if compiler_options else lowered.compile()
 
     def precompile(self, state: TrainState, batch: Any) -> None:
         self.compile_step(state, batch)
