@@ -205,8 +205,7 @@ def compile_exported(exported: ExportedStep, devices: list,
     outputs = jax.tree.unflatten(program.out_tree, list(program.out_shardings_jax(mesh)))
     # The trainer's step donates its state (the first arguments): the new state reuses their buffers, here too.
     step = jax.jit(program.call, donate_argnums=tuple(range(exported.state_leaves)), out_shardings=outputs)
-    lowered = step.lower(*args, **kwargs)
-    return (lowered.compile(compiler_options) if compiler_options else lowered.compile()), mesh
+    return step.lower(*args, **kwargs).compile(compiler_options), mesh
 
 
 __all__ = ["EXPORT_PLATFORMS", "ExportError", "ExportedStep", "OwnModel", "OwnModelError", "compile_exported",

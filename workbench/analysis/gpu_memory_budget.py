@@ -32,7 +32,8 @@ from ..formatting import format_bytes
 SLOP_FLAG = "xla_gpu_memory_limit_slop_factor"
 DEFAULT_SLOP_PERCENT = 95  # XLA's default for SLOP_FLAG
 DEVICELESS_BASE_PERCENT = 80  # XLA:GPU's base when the compile is told no allocator limit (no GPU)
-LIFTED = {SLOP_FLAG: 1000}  # compiler options that lift the budget (10x the memory): the step as written
+LIFTED_SLOP_PERCENT = 1000  # a budget of 10x the memory: nothing is recomputed, the step compiles as written
+LIFTED = {SLOP_FLAG: LIFTED_SLOP_PERCENT}  # the compiler options of that compile
 AT_BUDGET = 0.98  # compiled temporaries from this fraction of the budget up: the compiler may have recomputed
 MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 DEFAULT_MEM_FRACTION = 0.75  # what JAX's GPU allocator takes of the memory unless MEM_FRACTION_ENV says otherwise
@@ -142,5 +143,5 @@ def recomputed_toward_budget(planned_temp: int, compiled_temp: int, budget: int)
     return planned_temp > budget and compiled_temp < planned_temp * 0.97
 
 
-__all__ = ["GpuMemoryBudget", "LIFTED", "gpu_memory_budget", "over_budget_note", "reached_budget",
-           "recomputed_toward_budget"]
+__all__ = ["GpuMemoryBudget", "LIFTED", "LIFTED_SLOP_PERCENT", "gpu_memory_budget", "over_budget_note",
+           "reached_budget", "recomputed_toward_budget"]

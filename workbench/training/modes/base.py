@@ -526,8 +526,7 @@ class ShardedJitMode(ParallelMode):
 
     def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False,
                      compiler_options: dict[str, Any] | None = None):
-        lowered = self._compiled_step(state, diagnostics).lower(state, batch)
-        return lowered.compile(compiler_options) if compiler_options else lowered.compile()  # shares jit's cache
+        return self._compiled_step(state, diagnostics).lower(state, batch).compile(compiler_options)  # jit's cache
 
     def precompile(self, state: TrainState, batch: Any) -> None:
         self.compile_step(state, batch)

@@ -111,8 +111,7 @@ class PmapDataParallel(ParallelMode):
 
     def compile_step(self, state: TrainState, batch: Any, diagnostics: bool = False,
                      compiler_options: dict[str, Any] | None = None):
-        lowered = self._steps[diagnostics].lower(state, batch)
-        return lowered.compile(compiler_options) if compiler_options else lowered.compile()
+        return self._steps[diagnostics].lower(state, batch).compile(compiler_options)
 
     def precompile(self, state: TrainState, batch: Any) -> None:
         self.compile_step(state, batch)
