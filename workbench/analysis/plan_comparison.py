@@ -199,7 +199,7 @@ def _recomputed_budget(planned_temp: int, compiled: CompiledStep) -> int | None:
     """XLA:GPU's budget in ``compiled``'s compile where it held fewer temporaries than the plan's ``planned_temp``
     because they are over it (:func:`~.gpu_memory_budget.recomputed_toward_budget`); None otherwise."""
     target = parse_target(compiled.target)
-    if target.kind != "gpu":
+    if target.kind != "gpu" or target.generation is None:
         return None
     io_bytes = compiled.argument_bytes + compiled.output_bytes - compiled.alias_bytes
     budget = gpu_memory_budget(gpu_chip(target.generation).memory_bytes, io_bytes).without_gpu

@@ -265,8 +265,9 @@ def plan_training(
         memory=simulated, memory_caveat=caveat, compiler=memory_rules.kind, accum=accum, remat=remat,
         remat_flops_per_device=remat_flops,
     )
-    over_budget = None if plan.gpu_budget is None else over_budget_note(plan.gpu_budget, plan.memory.temp_bytes)
-    if over_budget is not None:  # known only once the step is simulated for XLA:GPU
+    budget = plan.gpu_budget  # known only once the step is simulated for XLA:GPU
+    over_budget = over_budget_note(budget, simulated.temp_bytes) if budget is not None and simulated else None
+    if over_budget is not None:
         plan = dataclasses.replace(plan, notes=(*plan.notes, over_budget))
     if settings is None:
         return plan

@@ -130,8 +130,8 @@ class Candidate:
         """Whether the step's simulated temporaries are over XLA:GPU's budget on the GPU (:mod:`.gpu_memory_budget`):
         the compiler will compute values again to fit, time the plan does not count. False where not simulated
         for XLA:GPU."""
-        budget = self.plan.gpu_budget
-        return budget is not None and self.plan.memory.temp_bytes > budget.on_gpu
+        budget, memory = self.plan.gpu_budget, self.plan.memory
+        return budget is not None and memory is not None and memory.temp_bytes > budget.on_gpu
 
     def analytic_bytes_by_collective(self) -> dict[str, int]:
         """Collective kind -> bytes per device per step, as planned."""

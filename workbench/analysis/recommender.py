@@ -422,10 +422,11 @@ def _flag_reordering(fitting: list[Candidate]) -> list[Candidate]:
 def _flag_over_budget(fitting: list[Candidate]) -> list[Candidate]:
     """Say where a layout fits only as XLA:GPU recomputes values to stay within its budget."""
     def flagged(c: Candidate) -> Candidate:
-        if not c.over_gpu_budget:
+        budget, memory = c.plan.gpu_budget, c.plan.memory
+        if not c.over_gpu_budget or budget is None or memory is None:
             return c
-        words = (f"over XLA:GPU's budget: {format_bytes(c.plan.memory.temp_bytes)} of temporaries where "
-                 f"{format_bytes(c.plan.gpu_budget.on_gpu)} are its limit on the GPU, so the compiler will compute "
+        words = (f"over XLA:GPU's budget: {format_bytes(memory.temp_bytes)} of temporaries where "
+                 f"{format_bytes(budget.on_gpu)} are its limit on the GPU, so the compiler will compute "
                  "values again to fit, slower than this row says (a heavier remat policy prices it)")
         return Candidate(c.choice, c.plan, c.time, c.model_flops, c.compiled_time, c.verification,
                          (*c.disagreements, words))
