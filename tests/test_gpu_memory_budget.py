@@ -64,7 +64,9 @@ def test_only_a_compile_that_holds_clearly_less_than_a_plan_over_its_budget_reco
     assert recomputed_toward_budget(78, 60, 60) and recomputed_toward_budget(78, 51, 31)  # as far as it went
     assert not recomputed_toward_budget(50, 40, 60)  # within the budget: the plan's own difference
     assert not recomputed_toward_budget(78, 77, 60)  # over it, but holding what the plan holds
-    assert over_budget_note(GpuMemoryBudget(2**30, 0), 2**30) is not None
+    assert "allocator" not in over_budget_note(GpuMemoryBudget(2**30, 0), 2**30)
+    assert "its peak, 1.0 GiB, is over the 768.0 MiB JAX's allocator takes (75% of the GPU" in over_budget_note(
+        GpuMemoryBudget(2**30, 0), 2**30, peak_bytes=2**30)
     assert over_budget_note(GpuMemoryBudget(2**40, 0), 2**30) is None
 
 

@@ -58,7 +58,12 @@ class GpuMemoryBudget:
     @property
     def on_gpu(self) -> int:
         """The budget when the step is compiled on the GPU, from the allocator's limit."""
-        return self._from_base(int(self.device_memory * self.mem_fraction))
+        return self._from_base(self.allocator_bytes)
+
+    @property
+    def allocator_bytes(self) -> int:
+        """What JAX's allocator takes of the GPU: the most a step's peak may hold there."""
+        return int(self.device_memory * self.mem_fraction)
 
     @property
     def without_gpu(self) -> int:
@@ -103,9 +108,10 @@ def gpu_memory_budget(device_memory: int, io_bytes: int, *, xla_flags: str | Non
     return GpuMemoryBudget(device_memory, io_bytes, slop, share)
 
 
-def over_budget_note(budget: GpuMemoryBudget, temp_bytes: int) -> str | None:
+def over_budget_note(budget: GpuMemoryBudget, temp_bytes: int, peak_bytes: int | None = None) -> str | None:
     """What a plan says when its step's temporaries (``temp_bytes``) are over XLA:GPU's budget on the GPU; None when
-    they are within it.
+    they are within it. With the step's ``peak_bytes`` over what JAX's allocator takes, it says that too: unless the
+    compiler's recomputation brings it down, the step runs out of memory there.
 
     Example:
         >>> over_budget_note(GpuMemoryBudget(80 * 2**30, 0), 10 * 2**30) is None
@@ -113,10 +119,14 @@ def over_budget_note(budget: GpuMemoryBudget, temp_bytes: int) -> str | None:
     """
     if temp_bytes <= budget.on_gpu:
         return None
+    allocator = ""
+    if peak_bytes is not None and peak_bytes > budget.allocator_bytes:
+        allocator = (f"; its peak, {format_bytes(peak_bytes)}, is over the {format_bytes(budget.allocator_bytes)} "
+                     f"JAX's allocator takes ({budget.mem_fraction:.0%} of the GPU: {MEM_FRACTION_ENV} sets it)")
     return (f"the step's temporaries, {format_bytes(temp_bytes)}, are over XLA:GPU's budget of "
             f"{format_bytes(budget.on_gpu)} on the GPU: the compiler will compute values again to come down to it, "
             "time this plan does not count (and a scanned stack's saved activations are not recomputed: it may not "
-            "fit); --remat block, a smaller batch or more devices keep the step within it")
+            f"fit){allocator}; --remat block, a smaller batch or more devices keep the step within it")
 
 
 def reached_budget(temp_bytes: int, budget: int) -> bool:

@@ -266,7 +266,8 @@ def plan_training(
         remat_flops_per_device=remat_flops,
     )
     budget = plan.gpu_budget  # known only once the step is simulated for XLA:GPU
-    over_budget = over_budget_note(budget, simulated.temp_bytes) if budget is not None and simulated else None
+    over_budget = over_budget_note(budget, simulated.temp_bytes, simulated.peak_bytes) \
+        if budget is not None and simulated else None
     if over_budget is not None:
         plan = dataclasses.replace(plan, notes=(*plan.notes, over_budget))
     if settings is None:
