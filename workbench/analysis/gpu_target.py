@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import os
 import pathlib
@@ -54,7 +55,7 @@ class GpuChip:
         """The chip's ``GpuTargetConfigProto`` text, as XLA reads it."""
         return self.config_path.read_text()
 
-    @property
+    @functools.cached_property  # read once: plans ask for it per candidate layout
     def memory_bytes(self) -> int:
         """The GPU's memory as its target description gives it (``device_memory_size``): what XLA:GPU budgets from
         (:mod:`.gpu_memory_budget`)."""
