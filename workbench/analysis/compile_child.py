@@ -31,7 +31,7 @@ from ..training.step import build_abstract_step
 from .compile_target import mesh_mismatch, parse_target
 from .compiled_step import CompiledStep, read_compiled_step
 from .exported_step import ExportedStep, compile_exported
-from .gpu_memory_budget import LIFTED, gpu_memory_budget, reached_budget
+from .gpu_memory_budget import LIFTED, reached_budget
 from .gpu_target import gpu_chip, gpu_topology
 
 
@@ -111,17 +111,15 @@ def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[s
     report = read_compiled_step(compiled, mesh, layers, target=str(target), compile_seconds=compiled_at - built,
                                 build_seconds=built - start, peak_rss_bytes=peak_rss_bytes())
     if target.kind == "gpu":
-        report = _as_written(report, target, compile_step, say)
+        report = _as_written(report, compile_step, say)
     return report.to_json()
 
 
-def _as_written(report: CompiledStep, target: Any, compile_step: Callable[..., Any],
-                say: Callable[..., None]) -> CompiledStep:
+def _as_written(report: CompiledStep, compile_step: Callable[..., Any], say: Callable[..., None]) -> CompiledStep:
     """``report`` with the temporaries of the step as written, where XLA:GPU's came out at its memory budget (it may
     have computed values again to fit, :mod:`.gpu_memory_budget`): compiled once more with the budget lifted."""
-    io_bytes = report.argument_bytes + report.output_bytes - report.alias_bytes
-    budget = gpu_memory_budget(gpu_chip(target.generation).memory_bytes, io_bytes).without_gpu
-    if not reached_budget(report.temp_bytes, budget):
+    budget = report.xla_gpu_budget
+    if budget is None or not reached_budget(report.temp_bytes, budget):
         return report
     say(progress=f"the step reached XLA:GPU's memory budget ({format_bytes(budget)}): compiling it again with the "
                  "budget lifted, to see the step as written")

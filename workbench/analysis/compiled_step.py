@@ -32,6 +32,9 @@ from ..layout.mesh import parse_mesh
 from ..training.layer_scopes import layer_of
 from .hlo_sources import SourceTables, op_source
 from .collectives import COLLECTIVE_KINDS, CountedCollective, bytes_by_kind
+from .compile_target import parse_target
+from .gpu_memory_budget import gpu_memory_budget
+from .gpu_target import gpu_chip
 from .hlo import collective_ops, loop_trip_counts
 from .ledger import memory_figures
 
@@ -116,6 +119,16 @@ class CompiledStep:
     @property
     def devices(self) -> int:
         return parse_mesh(self.mesh).size
+
+    @property
+    def xla_gpu_budget(self) -> int | None:
+        """For a compile for GPUs (``gpu:<chip>:<count>``, made without one), XLA:GPU's budget for its temporaries in
+        that compile (:mod:`.gpu_memory_budget`); None for another target."""
+        target = parse_target(self.target)
+        if target.kind != "gpu" or target.generation is None:
+            return None
+        io_bytes = self.argument_bytes + self.output_bytes - self.alias_bytes
+        return gpu_memory_budget(gpu_chip(target.generation).memory_bytes, io_bytes).without_gpu
 
     @property
     def summed_peak_bytes(self) -> int:

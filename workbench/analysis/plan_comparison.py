@@ -19,8 +19,7 @@ from ..formatting import align_columns, format_bytes, format_seconds
 from .compile_target import parse_target
 from .compiled_step import PEAK_FORMULA, CompiledStep
 from .compiler_rules import compiler_rules
-from .gpu_memory_budget import LIFTED_SLOP_PERCENT, SLOP_FLAG, gpu_memory_budget, recomputed_toward_budget
-from .gpu_target import gpu_chip
+from .gpu_memory_budget import LIFTED_SLOP_PERCENT, SLOP_FLAG, recomputed_toward_budget
 
 # The step size (compiled peak per device) from which the plan's peak holds ±15% of the compiler's: measured
 # 0.97-1.13 on bench_step_memory's transformers (tens of MiB and more); the default mlp's steps (0.1-2 MiB)
@@ -198,12 +197,9 @@ def _recomputed_words(budget: int | None) -> str:
 def _recomputed_budget(planned_temp: int, compiled: CompiledStep) -> int | None:
     """XLA:GPU's budget in ``compiled``'s compile where it held fewer temporaries than the plan's ``planned_temp``
     because they are over it (:func:`~.gpu_memory_budget.recomputed_toward_budget`); None otherwise."""
-    target = parse_target(compiled.target)
-    if target.kind != "gpu" or target.generation is None:
-        return None
-    io_bytes = compiled.argument_bytes + compiled.output_bytes - compiled.alias_bytes
-    budget = gpu_memory_budget(gpu_chip(target.generation).memory_bytes, io_bytes).without_gpu
-    return budget if recomputed_toward_budget(planned_temp, compiled.temp_bytes, budget) else None
+    budget = compiled.xla_gpu_budget
+    return budget if budget is not None and recomputed_toward_budget(planned_temp, compiled.temp_bytes, budget) \
+        else None
 
 
 def _temporaries_words(compiled: CompiledStep, words: str) -> str:
