@@ -125,6 +125,10 @@ PLANNED = [  # options, mode, mesh, precision, global batch: activations a third
     # Long sequences, scanned: the recomputed block makes its attention mask again inside the backward loop, which
     # the plan once counted unsplit (1.22-1.46x here; 4.4x for the README's 1.3B dp-tp `block`).
     ({**LM, "d_model": 256, "n_heads": 8, "max_len": 512, "scan_layers": True}, "dp-tp", "data=4,model=2", "fp32", 32),
+    # 4,096 tokens a device in bf16: XLA:CPU's YNN layer norms read their operands stored, the residual sums kept in
+    # bf16 (block's saved inputs) and the saved matmul results of `dots` too (step_memory._store_large_norm_operands;
+    # counted otherwise, 0.81 / 0.81 / 0.86 here).
+    ({**LM, "max_len": 128}, "fsdp-tp", "data=2,model=4", "bf16", 64),
 ]
 
 

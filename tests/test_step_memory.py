@@ -17,6 +17,10 @@ from workbench.training.step import CustomModel, build_abstract_step
 
 LM = {"d_model": 128, "n_layers": 2, "n_heads": 4, "vocab": 256, "max_len": 64}
 SCANNED = {**LM, "scan_layers": True}  # the blocks in one lax.scan (workbench/training/layer_stack.py)
+# 128 tokens a sequence: 4,096 rows a device at the batches below, where XLA:CPU computes each layer norm's backward
+# pass in one YNN fusion reading its operands stored (step_memory._store_large_norm_operands: counted fused, these
+# rows planned 0.81-0.90 of its peak).
+LONG_ROWS = {**LM, "max_len": 128}
 MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("mlp", {"hidden": 512}, "dp", "data=8", "fp32", 256),
     ("mlp", {"hidden": 512}, "fsdp", "data=8", "bf16", 256),
@@ -32,6 +36,10 @@ MATRIX = [  # model, options, mode, mesh, precision, global batch
     ("transformer", LM, "fsdp-tp", "data=4,model=2", "fp32", 32),  # a shard_map manual over 'data' alone
     ("transformer", LM, "fsdp-tp", "data=4,model=2", "bf16", 32),
     ("transformer", SCANNED, "fsdp-tp", "data=4,model=2", "fp32", 32),
+    ("transformer", LONG_ROWS, "tp", "model=8", "fp32", 32),
+    ("transformer", LONG_ROWS, "dp-tp", "data=2,model=4", "bf16", 64),
+    ("transformer", LONG_ROWS, "fsdp-tp", "data=2,model=4", "bf16", 64),
+    ("transformer", LONG_ROWS, "fsdp", "data=8", "bf16", 256),
 ]
 
 
@@ -64,7 +72,8 @@ def _compiled_peak(step) -> int:
 def _matrix_params():
     for row in MATRIX:
         model, options, mode, mesh, precision, _ = row
-        yield pytest.param(*row, id=f"{model}{'-scanned' * bool(options.get('scan_layers'))}-{mode}-{mesh}-{precision}")
+        yield pytest.param(*row, id=f"{model}{'-scanned' * bool(options.get('scan_layers'))}-{mode}-{mesh}-{precision}"
+                                    f"{'-4096-rows' * (options is LONG_ROWS)}")
 
 
 @pytest.mark.parametrize("model,options,mode,mesh,precision,batch", list(_matrix_params()))

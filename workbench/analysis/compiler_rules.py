@@ -49,6 +49,9 @@ class CompilerRules:
             and a jit step's gradient all-reduce, which the partitioner puts on a bf16 matmul's output, sums bf16.
         stores_reduced_sums: whether work combining two or more computed values (a residual sum) is stored
             where a reduction and other work read it, rather than computed again inside each reader.
+        stores_large_norm_operands: whether a layer norm of 4,096 rows or more per device reads its operands
+            stored (XLA:CPU's YNN fusion of the norm's backward pass): its scale's product with ``rsqrt(var)``, and
+            in bfloat16 the float32 cast of the sum it normalises, the sum itself stored in bfloat16.
         reassociates_all_reduces: whether all-reduces whose results are added are added first and all-reduced once
             (XLA's AllReduceReassociate: XLA:GPU and libtpu do, XLA:CPU does not, so there a transformer block's
             q, k and v input gradients are three all-reduces over 'model', not one).
@@ -71,6 +74,7 @@ class CompilerRules:
     casts_before_gathering: bool = False
     widens_collectives: bool = False
     stores_reduced_sums: bool = False
+    stores_large_norm_operands: bool = False
     reassociates_all_reduces: bool = True
     runs_combined_all_reduces_as_one: bool = False
     narrow_results: frozenset = frozenset()
@@ -93,9 +97,12 @@ class CompilerRules:
 # Counted widened on 0.12, the bf16 transformer rows of the tests' matrices held 1.07-1.30x its peak; narrow,
 # 0.93-1.14 (0.11 not measured).
 _CPU_NARROW_MATMULS = frozenset({"dot_general", "transpose"}) if jax.__version_info__ >= (0, 12) else frozenset()
+# A rematerialised step's saved matmul results (remat ``dots``: JAX marks each with ``reduce_precision``) are stored
+# in their own type, a copy apart from the matmul's float32 result: XLA:CPU's ``reduce-precision_convert_fusion``.
 XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True,
+                        stores_large_norm_operands=True,
                         widens_collectives=True, runs_combined_all_reduces_as_one=True, reassociates_all_reduces=False,
-                        narrow_results=_CPU_NARROW_MATMULS)
+                        narrow_results=_CPU_NARROW_MATMULS | {"reduce_precision"})
 # XLA:GPU stores a block's residual sum too (one buffer a block, the block's saved input under remat block):
 # counted fused, the unrolled 1.3B fsdp-tp plan on 512 H100s under block was 1.63x the compiler's peak (0.99 so).
 XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),
