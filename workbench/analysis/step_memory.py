@@ -259,6 +259,7 @@ class _Program:
             self.body_blocks[id(outs)] = body_block
         for out, start in zip(outs, _carried_in(eqn, ins), strict=False):
             out.carried = start
+        # A view narrowed to its own type is a buffer of its own (XLA:CPU's bf16 copy of a saved matmul result).
         if name in _VIEWS and name not in self.rules.narrow_results and ins and ins[0] is not None and len(outs) == 1:
             self._view(outs[0], ins[0])
             return outs
