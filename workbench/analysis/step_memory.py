@@ -133,6 +133,12 @@ class _Value:
         self.nbytes = math.prod(-(-dim // math.prod(sizes[a] for a in entry))
                                 for dim, entry in zip(self.shape, self.spec, strict=True)) * self.itemsize
 
+    def narrow(self, sizes: dict[str, int]) -> None:
+        """Count it in its own type, where the compiler stores it so (not widened by ``float_bytes``)."""
+        if self.dtype is not None and self.itemsize != self.dtype.itemsize:
+            self.itemsize = self.dtype.itemsize
+            self.resplit(self.spec, sizes)
+
 
 _DTYPES: dict[tuple, tuple] = {}
 
@@ -252,9 +258,7 @@ class _Program:
             out.block = block
         if name in self.rules.narrow_results:
             for out in outs:
-                if out.dtype is not None and out.itemsize != out.dtype.itemsize:
-                    out.itemsize = out.dtype.itemsize
-                    out.resplit(out.spec, self.sizes)
+                out.narrow(self.sizes)
         if body:
             self.body_blocks[id(outs)] = body_block
         for out, start in zip(outs, _carried_in(eqn, ins), strict=False):
@@ -865,10 +869,7 @@ def _store_large_norm_operands(program: _Program, consumers: dict[int, int]) -> 
               and ins[0].dtype is not None and out.dtype is not None and out.shape and _rows(out) >= _YNN_NORM_ROWS
               and ins[0].dtype.itemsize < out.dtype.itemsize):
             out.materialised = True
-            stored = ins[0]
-            if stored.itemsize != stored.dtype.itemsize:
-                stored.itemsize = stored.dtype.itemsize
-                stored.resplit(stored.spec, program.sizes)
+            ins[0].narrow(program.sizes)
 
 
 def _rows(value: _Value) -> int:
