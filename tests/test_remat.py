@@ -129,7 +129,13 @@ PLANNED = [  # options, mode, mesh, precision, global batch: activations a third
     # bf16 (block's saved inputs) and the saved matmul results of `dots` too (step_memory._store_large_norm_operands;
     # counted otherwise, 0.81 / 0.81 / 0.86 here).
     ({**LM, "max_len": 128}, "fsdp-tp", "data=2,model=4", "bf16", 64),
+    # 4,096 tokens a device under `dots`: JAX 0.10's XLA:CPU gives each matmul reading a bf16 value others read too a
+    # float32 copy of its own (step_memory._copy_shared_matmul_operands; without them, fsdp bf16 planned 0.75).
+    ({**LM, "max_len": 128}, "fsdp", "data=8", "bf16", 256),
 ]
+# JAX 0.12's XLA:CPU multiplies bfloat16 natively and stores the recomputed feed-forward's elementwise results in
+# bfloat16, several live at once; the simulation counts bf16 work in 4 bytes and holds fewer (README, known gaps).
+KNOWN_GAPS = {("fsdp", "bf16", 256, "dots"): (jax.__version_info__ >= (0, 12), "planned 0.76 of JAX 0.12's XLA:CPU")}
 
 
 def _compiled_figures(options, mode, mesh, precision, batch, remat):
@@ -154,7 +160,9 @@ def _planned_params():
     for (options, mode, mesh, precision, batch), policies in rows:
         scanned = bool(options.get("scan_layers"))
         for remat in policies:
-            yield pytest.param(options, mode, mesh, precision, batch, remat,
+            gap = KNOWN_GAPS.get((mode, precision, batch, remat))
+            marks = [pytest.mark.xfail(gap[0], reason=gap[1], strict=True)] if gap else []
+            yield pytest.param(options, mode, mesh, precision, batch, remat, marks=marks,
                                id=f"{'scanned-' * scanned}{mode}-{mesh}-{precision}-{batch}-{remat}"
                                   f"{'-long' * (options is LONG)}")
 
