@@ -129,8 +129,11 @@ PLANNED = [  # options, mode, mesh, precision, global batch: activations a third
     # bf16 (block's saved inputs) and the saved matmul results of `dots` too (step_memory._store_large_norm_operands;
     # counted otherwise, 0.81 / 0.81 / 0.86 here).
     ({**LM, "max_len": 128}, "fsdp-tp", "data=2,model=4", "bf16", 64),
-    # 4,096 tokens a device under `dots`: JAX 0.10's XLA:CPU gives each matmul reading a bf16 value others read too a
-    # float32 copy of its own (step_memory._copy_shared_matmul_operands; without them, fsdp bf16 planned 0.75).
+    # 4,096 tokens a device under `dots`: XLA's list scheduler breaks ties by readers, then the op made ready last
+    # (step_memory._list_order; in program order, dp fp32 planned 1.21x), and JAX 0.10's XLA:CPU gives each matmul
+    # reading a bf16 value others read too a float32 copy of its own (step_memory._copy_shared_matmul_operands;
+    # without them, fsdp bf16 planned 0.75).
+    ({**LM, "max_len": 128}, "dp", "data=8", "fp32", 256),
     ({**LM, "max_len": 128}, "fsdp", "data=8", "bf16", 256),
 ]
 # JAX 0.12's XLA:CPU multiplies bfloat16 natively and stores the recomputed feed-forward's elementwise results in
