@@ -64,6 +64,13 @@ schedule_ties.weight_gradients_first; both sides run them), 2026-11-28, 61 round
 collectives, 167 ms against 127: all-gathers 62.8 ms (21.0), reduce-scatters 57.8 ms (none), all-reduces 46.6 ms
 (98.7). On 2 cores each collective is a rendezvous of 8 device threads, which waits for the slowest. Untied 1.08 (31
 rounds). One reduce-scatter a layer for all its gradients (a flat buffer): 1.20, not fewer waits but more copies.
+Neither the count of collectives nor of kernels predicts it (2026-11-28, 31 rounds each): each layer's gradients summed
+by one tuple all-reduce and sliced (36 collectives a step, the hand-written step's 43, the mode's 52) 1.18-1.19; each
+layer's reduce-scatters held back to run together 1.29 (the tie's adds reached the matmuls); 35 fewer kernels (the
+mean's division a multiplication) 1.18; XLA's thread pool at 16 or 64 threads 1.15-1.16. What differs is how the
+8 device threads share the 2 cores: over 5 traced steps the mode ran 35 ms of its 173 with one thread computing and
+the rest waiting at a collective, the hand-written step 10 ms of 133: per-layer collectives over 'data' between the
+pairs' all-reduces over 'model' keep making every device wait for the slowest (on data=8,model=1 fsdp-tp is 0.94).
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.
