@@ -69,19 +69,19 @@ by one tuple all-reduce and sliced (36 collectives a step, the hand-written step
 layer's reduce-scatters held back to run together 1.29 (the tie's adds reached the matmuls); 35 fewer kernels (the
 mean's division a multiplication) 1.18; XLA's thread pool at 16 or 64 threads 1.15-1.16. What differs is XLA:CPU's
 scheduler (2026-11-28, 31 rounds each). Its default, concurrency-optimized one (breadth-first) runs the hand-written
-step's 34 all-gathers as one group at the start of the step, every parameter gathered at once (what per-layer
-gathering exists not to do), which saves that step 15-20%: 34-39 ms a step, 47-48 with XLA:CPU's memory-minimizing
-(depth-first) scheduler, which puts each collective just before its reader. The mode, whose ties hold each layer's
-gathers to the layer, runs 39-49 ms under either. Both steps compiled depth-first: fsdp-tp 1.02-1.04 (JAX 0.12: 1.04),
-``fsdp`` 0.88, fsdp-tp on data=8,model=1 0.92 (1.02 and 1.00 by default); reported on every run
-(``UNDER_MEMORY_SCHEDULER``). Not how 8 threads share 2 cores, as this note said before: on 4 simulated devices
-(data=2,model=2) 1.17; nor a fixed cost per collective: at batch 128 1.23-1.26, at d_model 256 1.06. Both sides keep
-the 2 cores busy (1.9 cores of CPU time per wall second); the mode spends 8% more of it, most in the kernel's thread
-switches and wake-ups. Tried, none kept (31 rounds): each layer gathered during the layer before it (prefetch)
-1.12-1.13; the backward re-gather issued beside the reduce-scatter of the layer above 1.15-1.17, with prefetch
-1.12-1.14; the norms' scales gathered as buffers of their own (from the flat gather's slices XLA:CPU writes out their
-(batch, T, d_model) broadcasts) 1.16; XLA:CPU's Eigen threads off 1.16. The issue's target for fsdp-tp is a team
-decision: per-layer order on XLA:CPU against a step that may gather everything at once.
+step's 34 all-gathers as one group at the start of the step, every parameter gathered at once (what per-layer gathering
+exists not to do), which saves that step 15-20%: 34-39 ms a step, 47-48 with XLA:CPU's memory-minimizing (depth-first)
+scheduler, which puts each collective just before its reader. The mode, whose ties hold each layer's gathers to the
+layer, runs 39-49 ms under either. Both steps compiled depth-first: fsdp-tp 1.02-1.04 (JAX 0.12: 1.04), ``fsdp`` 0.88,
+fsdp-tp on data=8,model=1 0.92 (1.02 and 1.00 by default); on the mlp fsdp-tp 1.04 (1.08 by default), fsdp 1.02.
+Reported on every run for fsdp-tp (``UNDER_MEMORY_SCHEDULER``). Not how 8 threads share 2 cores, as this note said
+before: on 4 simulated devices (data=2,model=2) 1.17; nor a fixed cost per collective: at batch 128 1.23-1.26, at
+d_model 256 1.06. Both sides keep the 2 cores busy (1.9 cores of CPU time per wall second); the mode spends 8% more of
+it, most in the kernel's thread switches and wake-ups. Tried, none kept (31 rounds): each layer gathered during the
+layer before it (prefetch) 1.12-1.13; the backward re-gather issued beside the reduce-scatter of the layer above
+1.15-1.17, with prefetch 1.12-1.14; the norms' scales gathered as buffers of their own (from the flat gather's slices
+XLA:CPU writes out their (batch, T, d_model) broadcasts) 1.16; XLA:CPU's Eigen threads off 1.16. The issue's target for
+fsdp-tp is a team decision: per-layer order on XLA:CPU against a step that may gather everything at once.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.
@@ -327,7 +327,7 @@ def measure(name: str, mesh: str, workload: str) -> dict:
 # hand-written step's all-gathers as one group at the start, which per-layer gathering may not (it would hold every
 # layer's parameters); its memory-minimizing one (depth-first) puts each collective just before its reader.
 MEMORY_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-UNDER_MEMORY_SCHEDULER = [("fsdp-tp", "data=4,model=2", "transformer")]
+UNDER_MEMORY_SCHEDULER = [("fsdp-tp", "data=4,model=2", "mlp"), ("fsdp-tp", "data=4,model=2", "transformer")]
 CHILD_TIMEOUT_S = 600
 
 
