@@ -76,12 +76,13 @@ layer, runs 39-49 ms under either. Both steps compiled depth-first: fsdp-tp 1.02
 fsdp-tp on data=8,model=1 0.92 (1.02 and 1.00 by default); on the mlp fsdp-tp 1.04 (1.08 by default), fsdp 1.02.
 Reported on every run for fsdp-tp (``UNDER_MEMORY_SCHEDULER``). Not how 8 threads share 2 cores, as this note said
 before: on 4 simulated devices (data=2,model=2) 1.17; nor a fixed cost per collective: at batch 128 1.23-1.26, at
-d_model 256 1.06. Both sides keep the 2 cores busy (1.9 cores of CPU time per wall second); the mode spends 8% more of
-it, most in the kernel's thread switches and wake-ups. Tried, none kept (31 rounds): each layer gathered during the
-layer before it (prefetch) 1.12-1.13; the backward re-gather issued beside the reduce-scatter of the layer above
-1.15-1.17, with prefetch 1.12-1.14; the norms' scales gathered as buffers of their own (from the flat gather's slices
-XLA:CPU writes out their (batch, T, d_model) broadcasts) 1.16; XLA:CPU's Eigen threads off 1.16. The issue's target for
-fsdp-tp is a team decision: per-layer order on XLA:CPU against a step that may gather everything at once.
+d_model 256 1.06. Both sides keep the 2 cores busy (1.9 cores of CPU time per wall second); at batch 128 the mode spends
+8% more of it, most in the operating system's thread switches and wake-ups. Tried, none kept (31 rounds): each layer
+gathered during the layer before it (prefetch) 1.12-1.13; the backward re-gather issued beside the reduce-scatter of the
+layer above 1.15-1.17, with prefetch 1.12-1.14; the norms' scales gathered as buffers of their own (from the flat
+gather's slices XLA:CPU writes out their (batch, T, d_model) broadcasts) 1.16; XLA:CPU's Eigen threads off 1.16. The
+issue's target for fsdp-tp is a team decision: per-layer order on XLA:CPU against a step that may gather everything at
+once.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.
