@@ -61,6 +61,9 @@ class CompilerRules:
         copies_shared_matmul_operands: whether each matmul reading a stored value of a type ``float_bytes`` widens
             that another matmul reads too converts its own copy to float32 (JAX 0.10's XLA:CPU, whose bfloat16
             matmuls compute in float32): see ``step_memory._copy_shared_matmul_operands``.
+        copies_handed_down_gradients: whether a transformer block's float32 input gradient, handed down to the block
+            below, is computed again by each reader there (a copy for each matmul and reduction) rather than stored
+            once (XLA:CPU): see ``step_memory._copy_handed_down_gradients``.
         narrow_results: primitives whose results in a type ``float_bytes`` widens are stored in their own type
             (JAX 0.12's XLA:CPU multiplies bfloat16 matrices natively and stores bfloat16 products).
         trust: where the simulation cannot follow this compiler, which figure to trust and why; None where
@@ -81,6 +84,7 @@ class CompilerRules:
     reassociates_all_reduces: bool = True
     runs_combined_all_reduces_as_one: bool = False
     copies_shared_matmul_operands: bool = False
+    copies_handed_down_gradients: bool = False
     narrow_results: frozenset = frozenset()
     trust: str | None = None
 
@@ -106,7 +110,7 @@ _CPU_NARROW_MATMULS = frozenset({"dot_general", "transpose"}) if jax.__version_i
 XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True,
                         stores_large_norm_operands=True,
                         widens_collectives=True, runs_combined_all_reduces_as_one=True, reassociates_all_reduces=False,
-                        copies_shared_matmul_operands=not _CPU_NARROW_MATMULS,
+                        copies_shared_matmul_operands=not _CPU_NARROW_MATMULS, copies_handed_down_gradients=True,
                         narrow_results=_CPU_NARROW_MATMULS | {"reduce_precision"})
 # XLA:GPU stores a block's residual sum too (one buffer a block, the block's saved input under remat block):
 # counted fused, the unrolled 1.3B fsdp-tp plan on 512 H100s under block was 1.63x the compiler's peak (0.99 so).
