@@ -895,18 +895,22 @@ def _copy_shared_matmul_operands(program: _Program) -> None:
                 stored = _stored_operand(value)
                 if stored is not None:
                     readers.setdefault(id(stored), (stored, []))[1].append((index, position))
+    _float32_copies(program, [read for _, reads in readers.values() if len(reads) > 1 for read in reads],
+                    "convert_element_type")
+
+
+def _float32_copies(program: _Program, reads: list[tuple[int, int]], producer: str) -> None:
+    """Give each read in ``reads`` (an op's index and the position of the operand it reads) a float32 copy of that
+    operand, a buffer of its own that an op ``producer`` makes just before the reader."""
     copies = []
-    for _, reads in readers.values():
-        if len(reads) < 2:
-            continue
-        for index, position in reads:
-            ins = program.ops[index][1]
-            read = ins[position]
-            widened = program.value(jax.core.ShapedArray(read.shape, np.float32), read.spec)
-            widened.origin, widened.producer, widened.operands = read.origin, "convert_element_type", [read]
-            widened.materialised = True
-            ins[position] = widened
-            copies.append((index, ("convert_element_type", [read], [widened], 0)))
+    for index, position in reads:
+        operands = program.ops[index][1]
+        read = operands[position]
+        copy = program.value(jax.core.ShapedArray(read.shape, np.float32), read.spec)
+        copy.origin, copy.producer, copy.operands = read.origin, producer, [read]
+        copy.materialised = True
+        operands[position] = copy
+        copies.append((index, (producer, [read], [copy], 0)))
     for index, op in sorted(copies, key=lambda copy: -copy[0]):  # from the last, so earlier indices hold
         program.ops.insert(index, op)
 
@@ -946,7 +950,7 @@ def _copy_handed_down_gradients(program: _Program, consumers: dict[int, int], di
         return found
 
     copied = {"dot_general"} | _REDUCTIONS
-    copies = []
+    copies: list[tuple[int, int]] = []
     for name, ins, outs in list(made_by.values()):
         value = outs[0]
         if (len(outs) != 1 or name not in _FUSIBLE or name in ("broadcast_in_dim", "iota", "transpose")
@@ -961,16 +965,8 @@ def _copy_handed_down_gradients(program: _Program, consumers: dict[int, int], di
                 or any(read[2] not in _FUSIBLE for read in readers if read[2] not in copied)):
             continue
         value.materialised = False  # its readers' buffers are now what it is computed from
-        for index, position, _, _ in to_copy:
-            operands = program.ops[index][1]
-            read = operands[position]
-            copy = program.value(jax.core.ShapedArray(read.shape, np.float32), read.spec)
-            copy.origin, copy.producer, copy.operands = read.origin, "copy", [read]
-            copy.materialised = True
-            operands[position] = copy
-            copies.append((index, ("copy", [read], [copy], 0)))
-    for index, op in sorted(copies, key=lambda copy: -copy[0]):  # from the last, so earlier indices hold
-        program.ops.insert(index, op)
+        copies += [(index, position) for index, position, _, _ in to_copy]
+    _float32_copies(program, copies, "copy")
 
 
 def _stored_operand(value: _Value) -> _Value | None:
