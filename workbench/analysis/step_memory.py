@@ -931,10 +931,7 @@ def _copy_handed_down_gradients(program: _Program, consumers: dict[int, int], di
     stores once (``add_convert_fusion``): float32 only. A jit step hands its gradient down through an optimisation
     barrier (``schedule_ties.handed_down_after``), which the simulation reads as an op of its own: left alone."""
     reads_of: dict[int, list[tuple[int, int, str, list]]] = {}
-    made_by: dict[int, tuple[str, list, list]] = {}
     for index, (name, ins, outs, _) in enumerate(program.ops):
-        for out in outs:
-            made_by[id(out)] = (name, ins, outs)
         for position, value in enumerate(ins):
             reads_of.setdefault(id(value), []).append((index, position, name, outs))
 
@@ -951,9 +948,11 @@ def _copy_handed_down_gradients(program: _Program, consumers: dict[int, int], di
 
     copied = {"dot_general"} | _REDUCTIONS
     copies: list[tuple[int, int]] = []
-    for name, ins, outs in list(made_by.values()):
+    for name, ins, outs, _ in program.ops:
+        if len(outs) != 1:
+            continue
         value = outs[0]
-        if (len(outs) != 1 or name not in _FUSIBLE or name in ("broadcast_in_dim", "iota", "transpose")
+        if (name not in _FUSIBLE or name in ("broadcast_in_dim", "iota", "transpose")
                 or not value.materialised or value.is_arg or value.is_output or value.carried is not None
                 or value.dtype != np.float32 or "transpose(" not in value.origin
                 or not _duplicable(name, ins, outs, consumers, program.rules, divisors)):
