@@ -612,21 +612,62 @@ def _divisors_only(program: _Program) -> set[int]:
     return divisors - other
 
 
-def _schedule(running: list, as_one: bool) -> list:
+def _schedule(running: list, as_one: bool, argument_shapes: set[tuple]) -> list:
     """``running`` with the partitioner's all-reduces combined as XLA's all-reduce combiner does: each waits
-    until a reader needs its result, and then all waiting ones run at once (one tuple all-reduce)."""
+    until a reader needs its result, and then all waiting ones run at once (one tuple all-reduce).
+
+    Where the compiler runs them as one (``as_one``, XLA:CPU), a parameter's gradient (a sum shaped like one of the
+    step's arguments) passed on by an optimisation barrier or a transpose keeps waiting, that part of the barrier moved
+    after the sums: XLA:CPU expands the barriers before it combines all-reduces. Measured (the 2-block transformer's
+    dp step under remat ``block``, JAX 0.10): both blocks' gradients summed in one all-reduce at the end of block 0's
+    backward pass, block 1's live through it; summed at the barrier, they were gone there, and the plan held 0.95 of
+    the compiler's peak (0.96 so). Only gradients: moving the tensor-parallel activations' sums too put JAX 0.12's
+    fsdp-tp bf16 ``dots`` row at 0.84 (0.97 so)."""
     ordered, waiting, produced_by_waiting = [], [], set()
+    moved: list = []  # (as_one) what only passes a waiting sum on: it runs after the sums
     for op in running:
-        name, ins, outs, _ = op
-        if name == PARTITIONER_ALL_REDUCE:
+        if op[0] == PARTITIONER_ALL_REDUCE:
             waiting.append(op)
-            produced_by_waiting.update(id(out) for out in outs)
+            produced_by_waiting.update(id(out) for out in op[2])
             continue
-        if waiting and any(id(buffer) in produced_by_waiting for value in ins for buffer in _buffers(value)):
-            ordered += _combined(waiting, as_one)
-            waiting, produced_by_waiting = [], set()
-        ordered.append(op)
-    return ordered + _combined(waiting, as_one)
+        parts = [op]
+        if as_one and waiting and op[0] in _PASSES_ON:
+            kept, passed = _split_passing_on(op, produced_by_waiting, argument_shapes)
+            if passed is not None:
+                moved.append(passed)
+                produced_by_waiting.update(id(out) for out in passed[2])
+            parts = [kept] if kept is not None else []
+        for name, ins, outs, body in parts:
+            if waiting and any(id(buffer) in produced_by_waiting for value in ins for buffer in _buffers(value)):
+                ordered += _combined(waiting, as_one) + moved
+                waiting, produced_by_waiting, moved = [], set(), []
+            ordered.append((name, ins, outs, body))
+    return ordered + _combined(waiting, as_one) + moved
+
+
+# Ops that only pass a sum on (see _schedule): an optimisation barrier (output i is operand i) and a transpose.
+_PASSES_ON = {"optimization_barrier", "transpose"}
+
+
+def _split_passing_on(op: tuple, waiting: set[int], argument_shapes: set[tuple]) -> tuple[tuple | None, tuple | None]:
+    """``op`` (in ``_PASSES_ON``) as the part to run now and the part that passes parameters' gradients among the
+    ``waiting`` sums on, to run after them; either is None where it would have no operands."""
+    name, ins, outs, body = op
+    if name != "optimization_barrier" or len(ins) != len(outs):
+        pairs = [(ins, outs)]
+    else:
+        pairs = [([value], [out]) for value, out in zip(ins, outs, strict=True)]
+    passes = [all(out.shape in argument_shapes for out in part_outs)
+              and any(id(buffer) in waiting for value in part_ins for buffer in _buffers(value))
+              for part_ins, part_outs in pairs]
+
+    def part(which: bool) -> tuple | None:
+        chosen = [pair for pair, passing in zip(pairs, passes, strict=True) if passing == which]
+        if not chosen:
+            return None
+        return (name, [v for ins_, _ in chosen for v in ins_], [o for _, outs_ in chosen for o in outs_], body)
+
+    return part(False), part(True)
 
 
 def _combined(waiting: list, as_one: bool) -> list:
@@ -804,7 +845,8 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
             root.is_output = True
     # The ops that run, in program order: those that store a value (fused work runs inside its consumers).
     running = _schedule([op for op in program.ops if any(out.materialised for out in op[2]) or op[0] not in _FUSIBLE],
-                        program.rules.runs_combined_all_reduces_as_one)
+                        program.rules.runs_combined_all_reduces_as_one,
+                        {value.shape for value in inputs if value is not None})
     # XLA:CPU's scheduler runs stored broadcasts of the step's inputs and constants first, right after the
     # parameters (measured: the zeros of the embedding gradient's scatter-add are live from the start).
     first = [op for op in running
@@ -928,8 +970,14 @@ def _copy_handed_down_gradients(program: _Program, consumers: dict[int, int], di
     gradient, one for its bias gradient's reduction, and the residual sum; three buffers it is computed from live
     until the last. Stored once, the plan held 0.89 of the compiler's peak; 1.00 so (fsdp in float32 0.96 ->
     1.04; 4 blocks of fsdp-tp 0.90 -> 0.94). In bfloat16 the gradient ends in a cast, which JAX 0.12's XLA:CPU
-    stores once (``add_convert_fusion``): float32 only. A jit step hands its gradient down through an optimisation
-    barrier (``schedule_ties.handed_down_after``), which the simulation reads as an op of its own: left alone."""
+    stores once (``add_convert_fusion``): float32 only.
+
+    A jit step hands its gradient down through an optimisation barrier (``schedule_ties.handed_down_after``), which
+    XLA:CPU expands: the gradient is stored once, as the simulation counts the barrier's output, and the weight-gradient
+    matmul that contracts over its rows reads a transposed copy of it. Measured (the dp step under remat ``block``, the
+    same transformer at 2,048 tokens a device): ``copy_bitcast_fusion.11``, f32[128,1024], live through block 0's
+    feed-forward backward pass, the step's peak; without it the plan held 0.958 of the compiler's peak (0.968 with;
+    JAX 0.12 0.989 and 0.999)."""
     reads_of: dict[int, list[tuple[int, int, str, list]]] = {}
     for index, (name, ins, outs, _) in enumerate(program.ops):
         for position, value in enumerate(ins):
@@ -946,9 +994,22 @@ def _copy_handed_down_gradients(program: _Program, consumers: dict[int, int], di
                 found.append((index, position, name, outs[0].origin if outs else ""))
         return found
 
+    def handed_down(value: _Value, readers: list) -> bool:
+        block = _block(value.origin)
+        return block is not None and all(_block(origin) not in (None, block) for *_, origin in readers)
+
     copied = {"dot_general"} | _REDUCTIONS
     copies: list[tuple[int, int]] = []
     for name, ins, outs, _ in program.ops:
+        if name == "optimization_barrier":  # a jit step's hand-down: a transposed copy for the weight gradient
+            for value in outs:
+                if value.materialised and value.dtype == np.float32 and "transpose(" in value.origin:
+                    readers = reads(value)
+                    if handed_down(value, readers):
+                        copies += [(index, position) for index, position, reader, _ in readers
+                                   if reader == "dot_general"  # contracting its rows: a result of lower rank
+                                   and len(program.ops[index][2][0].shape) < len(value.shape)]
+            continue
         if len(outs) != 1:
             continue
         value = outs[0]
@@ -957,10 +1018,9 @@ def _copy_handed_down_gradients(program: _Program, consumers: dict[int, int], di
                 or value.dtype != np.float32 or "transpose(" not in value.origin
                 or not _duplicable(name, ins, outs, consumers, program.rules, divisors)):
             continue
-        block, readers = _block(value.origin), reads(value)
-        handed_down = block is not None and all(_block(origin) not in (None, block) for *_, origin in readers)
+        readers = reads(value)
         to_copy = [read for read in readers if read[2] in copied]
-        if (not handed_down or len(readers) < 2 or not to_copy
+        if (not handed_down(value, readers) or len(readers) < 2 or not to_copy
                 or any(read[2] not in _FUSIBLE for read in readers if read[2] not in copied)):
             continue
         value.materialised = False  # its readers' buffers are now what it is computed from
