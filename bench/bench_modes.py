@@ -40,49 +40,12 @@ FSDP's explicit gather, the weighted-sum arithmetic of the shard_map/pmap modes.
 ``fsdp`` and ``fsdp-tp`` do more work than the step they are compared with, by design (each layer but the last
 one called gathered again for the backward pass, so that one layer's parameters are held at a time, in an order
 tied down by data dependencies that keep XLA from gathering every layer at the start or keeping the forward
-pass's gathers), and are held to the target all the same, as the issue asks. Measured 2026-11-27 (151 rounds):
-``fsdp`` 1.00 and ``fsdp-tp`` 1.12-1.13 since the last layer called keeps its gathered parameters (before:
-1.05-1.07 and 1.17; 1.17 and 1.33 while they recomputed every layer whatever the remat policy); ``fsdp-tp``
-1.07-1.10 since its order ties send nothing over 'model' (11 collectives, was 13; the hand-written step runs 7,
-summing every gradient in one all-reduce). What is left of fsdp-tp's is its design, not the ties: without any
-tie 1.085; with every 1-D leaf kept whole over 'data' (9 collectives, and a layout fsdp-tp does not use) still
-1.07-1.09, as the hand-written step saves as much. Tying each gather one layer ahead (prefetch) did not help
-(1.19-1.23).
-On the transformer (2026-11-27, 61 rounds): ``fsdp`` 1.04 since each layer's vectors (biases, scales) move in one
-all-gather and one reduce-scatter (1.22 while each moved alone: 85 collectives, now 47, the hand-written step's 44);
-``fsdp-tp`` 1.36 then, and 1.15 since (2026-11-28), ``fsdp`` 0.95: XLA:CPU had folded each kernel gradient's
-transpose into its matmul, a generic dot on a transposed copy of the output's gradient (12-14 a step; a jit
-step's all-reduce keeps them apart), until the gradients were reduce-scattered in the matmul's own order. At batch
-128 the fold had cost ``fsdp`` 1.40 and ``fsdp-tp`` 1.47. What is left of fsdp-tp's is the per-layer order: the
-tie that makes each layer's backward pass wait for the reduce-scatter of the layer above (without it 1.08-1.11,
-but XLA:GPU's combiner then held every layer's gradients to the end of the step: see param_gathering._layer_call)
-and the forward pass's; without both (so gathering every layer at the start, as fsdp-whole-tree does) 1.04.
-Since the attention's and the feed-forward's backward passes are ordered for XLA:GPU (causal_attention,
-schedule_ties.weight_gradients_first; both sides run them), 2026-11-28, 61 rounds: ``fsdp-tp`` 1.16, ``fsdp`` 0.93,
-``dp`` 1.00. Where the 0.14-0.16 goes (2026-11-28, JAX's trace of 10 steps of each on the transformer, summed over the
-8 devices): not the kernels (the mode's matmul fusions 30.9 ms a step, the hand-written step's 35.5 ms) but the
-collectives, 167 ms against 127: all-gathers 62.8 ms (21.0), reduce-scatters 57.8 ms (none), all-reduces 46.6 ms
-(98.7). On 2 cores each collective is a rendezvous of 8 device threads, which waits for the slowest. Untied 1.08 (31
-rounds). One reduce-scatter a layer for all its gradients (a flat buffer): 1.20, not fewer waits but more copies.
-Neither the count of collectives nor of kernels predicts it (2026-11-28, 31 rounds each): each layer's gradients summed
-by one tuple all-reduce and sliced (36 collectives a step, the hand-written step's 43, the mode's 52) 1.18-1.19; each
-layer's reduce-scatters held back to run together 1.29 (the tie's adds reached the matmuls); 35 fewer kernels (the
-mean's division a multiplication) 1.18; XLA's thread pool at 16 or 64 threads 1.15-1.16. What differs is XLA:CPU's
-scheduler (2026-11-28, 31 rounds each). Its default, concurrency-optimized one (breadth-first) runs the hand-written
-step's 34 all-gathers as one group at the start of the step, every parameter gathered at once (what per-layer gathering
-exists not to do), which saves that step 15-20%: 34-39 ms a step, 47-48 with XLA:CPU's memory-minimizing (depth-first)
-scheduler, which puts each collective just before its reader. The mode, whose ties hold each layer's gathers to the
-layer, runs 39-49 ms under either. Both steps compiled depth-first: fsdp-tp 1.02-1.04 (JAX 0.12: 1.04), ``fsdp`` 0.88,
-fsdp-tp on data=8,model=1 0.92 (1.02 and 1.00 by default); on the mlp fsdp-tp 1.04 (1.08 by default), fsdp 1.02.
-Reported on every run for fsdp-tp (``UNDER_MEMORY_SCHEDULER``). Not how 8 threads share 2 cores, as this note said
-before: on 4 simulated devices (data=2,model=2) 1.17; nor a fixed cost per collective: at batch 128 1.23-1.26, at
-d_model 256 1.06. Both sides keep the 2 cores busy (1.9 cores of CPU time per wall second); at batch 128 the mode spends
-8% more of it, most in the operating system's thread switches and wake-ups. Tried, none kept (31 rounds): each layer
-gathered during the layer before it (prefetch) 1.12-1.13; the backward re-gather issued beside the reduce-scatter of the
-layer above 1.15-1.17, with prefetch 1.12-1.14; the norms' scales gathered as buffers of their own (from the flat
-gather's slices XLA:CPU writes out their (batch, T, d_model) broadcasts) 1.16; XLA:CPU's Eigen threads off 1.16. The
-issue's target for fsdp-tp is a team decision: per-layer order on XLA:CPU against a step that may gather everything at
-once.
+pass's gathers), and are held to the target all the same, as the issue asks. ``fsdp`` meets it; ``fsdp-tp`` does
+not (1.08-1.09 on the mlp, 1.13-1.16 on the transformer, 2026-11-28): XLA:CPU's default scheduler runs the
+hand-written step's gathers as one group at the start, which per-layer gathering may not. Both steps compiled with
+its memory-minimizing scheduler, fsdp-tp is 1.02-1.04 (``UNDER_MEMORY_SCHEDULER``, reported on every run). The
+measurements, what was tried and the decision the target needs: docs/design/production-steps.md, "fsdp-tp's step
+time on XLA:CPU"; the figures each earlier layout change gave, in this docstring's git history.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
 them), so it is reported against the one-device step with no target. ``dp-pmap`` is held to the
 target like the other modes.
