@@ -975,7 +975,7 @@ def _copy_handed_down_gradients(program: _Program, consumers: dict[int, int], di
     A jit step hands its gradient down through an optimisation barrier (``schedule_ties.handed_down_after``), which
     XLA:CPU expands: the gradient is stored once, as the simulation counts the barrier's output, and the weight-gradient
     matmul that contracts over its rows reads a transposed copy of it. Measured (the dp step under remat ``block``, the
-    same transformer at 2,048 tokens a device): ``copy_bitcast_fusion.11``, f32[128,1024], live through block 0's
+    same transformer at 1,024 tokens a device): ``copy_bitcast_fusion.11``, f32[128,1024], live through block 0's
     feed-forward backward pass, the step's peak; without it the plan held 0.958 of the compiler's peak (0.968 with;
     JAX 0.12 0.989 and 0.999)."""
     reads_of: dict[int, list[tuple[int, int, str, list]]] = {}
