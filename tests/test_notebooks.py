@@ -35,11 +35,12 @@ def test_starts_with_a_parameters_cell(path):
 @pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_runs_top_to_bottom(path, monkeypatch):
+def test_runs_top_to_bottom(path, monkeypatch, tmp_path):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     notebook = nbformat.read(path, as_version=4)
+    # The kernel works in a folder of its own: the runs a notebook writes (RUN_ROOT, relative) stay out of the clone.
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+                            resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError on the first failing cell
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
