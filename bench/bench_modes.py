@@ -41,9 +41,9 @@ FSDP's explicit gather, the weighted-sum arithmetic of the shard_map/pmap modes.
 one called gathered again for the backward pass, so that one layer's parameters are held at a time, in an order
 tied down by data dependencies that keep XLA from gathering every layer at the start or keeping the forward
 pass's gathers), and are held to the target all the same, as the issue asks. ``fsdp`` meets it; ``fsdp-tp`` does
-not (1.08-1.09 on the mlp, 1.13-1.16 on the transformer, 2026-11-28): XLA:CPU's default scheduler runs the
+not (1.08-1.10 on the mlp, 1.13-1.16 on the transformer, 2026-11-28): XLA:CPU's default scheduler runs the
 hand-written step's gathers as one group at the start, which per-layer gathering may not. Both steps compiled with
-its memory-minimizing scheduler, fsdp-tp is 1.02-1.04 (``UNDER_MEMORY_SCHEDULER``, reported on every run). The
+its memory-minimizing scheduler, fsdp-tp is 1.00-1.06 (``UNDER_MEMORY_SCHEDULER``, reported on every run). The
 measurements, what was tried and the decision the target needs: docs/design/production-steps.md, "fsdp-tp's step
 time on XLA:CPU"; the figures each earlier layout change gave, in this docstring's git history.
 ``simulated`` is a teaching mode (a Python loop of 8 one-device calls and the jitted additions between
