@@ -301,7 +301,10 @@ def measure_under_memory_scheduler(name: str, mesh: str, workload: str) -> dict:
     Reported, not held to a target: it says where the default ratio's excess comes from."""
     env = child_environment(len(jax.devices()), XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {MEMORY_SCHEDULER_FLAG}")
     done = subprocess.run([sys.executable, __file__, "--case", name, mesh, workload], capture_output=True, text=True,
-                          env=env, check=True, timeout=CHILD_TIMEOUT_S)  # run() kills the child on a timeout
+                          env=env, timeout=CHILD_TIMEOUT_S)  # run() kills the child on a timeout
+    if done.returncode != 0:  # the child's own error, not only its exit status
+        raise RuntimeError(f"{name} on {workload} under {MEMORY_SCHEDULER_FLAG} exited {done.returncode}: "
+                           f"{done.stderr.strip()[-2000:]}")
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     return record(f"{measured['name']}, XLA:CPU's memory-minimizing scheduler", measured["value"], "x", None,
                   note=(f"both steps compiled with {MEMORY_SCHEDULER_FLAG} (depth-first: each collective just "
