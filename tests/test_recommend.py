@@ -184,14 +184,15 @@ def test_the_table_and_json_say_what_was_verified_and_why_the_rest_was_not(small
 
 def test_a_step_that_does_not_fit_after_all_is_flagged():
     # A layout whose plan promises less than its compiler needs, on chips with memory between the two: the plan
-    # ranks it as fitting, the compiler says it does not, and the table says so. In bf16 this small step's plans are
-    # below XLA:CPU's peaks (dp 0.94, fsdp 0.93 on 2026-11-28; in fp32 they are within 1.5% either way).
+    # ranks it as fitting, the compiler says it does not, and the table says so. In bf16 this small step's dp-tp plan
+    # is below XLA:CPU's peak (0.96 on 2026-11-28; dp, fsdp and fsdp-tp 1.02, 1.04 and 1.00), and ranks fourth.
     settings = {"seq_len": 16, "model_options": SMALL, "optimizer": "sgd", "precision": "bf16", "timeout": 300}
-    first = wb.recommend("transformer", "cpu", BATCH, top=2, **settings)
-    under = [c for c in first.verified if c.analytic_peak_bytes < c.compiler_peak_bytes]
+    first = wb.recommend("transformer", "cpu", BATCH, top=4, **settings)
+    under = sorted((c for c in first.verified if c.analytic_peak_bytes < c.compiler_peak_bytes),
+                   key=lambda c: c.analytic_peak_bytes / c.compiler_peak_bytes)
     assert under, "expected a verified layout whose plan is below its compiled peak"
     memory = (under[0].analytic_peak_bytes + under[0].compiler_peak_bytes) // 2
-    rec = wb.recommend("transformer", "cpu", BATCH, top=3, device_memory=memory, **settings)
+    rec = wb.recommend("transformer", "cpu", BATCH, top=4, device_memory=memory, **settings)
     flagged = [c for c in rec.unfit if any(d.startswith("does not fit after all") for d in c.disagreements)]
     assert flagged and all(c.verified and c.compiler_peak_bytes > memory for c in flagged), rec.to_text()
     assert "compiler and plan disagree" in rec.to_text() and rec.chosen.fits

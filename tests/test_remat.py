@@ -127,19 +127,15 @@ PLANNED = [  # options, mode, mesh, precision, global batch: activations a third
     ({**LM, "d_model": 256, "n_heads": 8, "max_len": 512, "scan_layers": True}, "dp-tp", "data=4,model=2", "fp32", 32),
     # 4,096 tokens a device in bf16: XLA:CPU's YNN layer norms read their operands stored, the residual sums kept in
     # bf16 (block's saved inputs) and the saved matmul results of `dots` too (step_memory._store_large_norm_operands;
-    # counted otherwise, 0.81 / 0.81 / 0.86 here).
+    # counted otherwise, 0.82 / 0.81 / 0.87 here on JAX 0.12).
     ({**LM, "max_len": 128}, "fsdp-tp", "data=2,model=4", "bf16", 64),
-    # 4,096 tokens a device under `dots`: XLA's list scheduler breaks ties by readers, then the op made ready last
-    # (step_memory._list_order; in program order, dp fp32 planned 1.21x), and JAX 0.10's XLA:CPU gives each matmul
-    # reading a bf16 value others read too a float32 copy of its own (step_memory._copy_shared_matmul_operands;
-    # without them, fsdp bf16 planned 0.75).
+    # 4,096 tokens a device under `dots`: XLA:CPU schedules breadth-first (step_memory._breadth_first_order; the
+    # 2-block rows above planned 1.08-1.14 with the list order that stood in for it, this fp32 one 1.21 in program
+    # order), and JAX 0.10's XLA:CPU converts a bf16 value several matmuls read to float32 for each of them
+    # (step_memory._copy_shared_matmul_operands; without the copies, fsdp bf16 planned 0.87).
     ({**LM, "max_len": 128}, "dp", "data=8", "fp32", 256),
     ({**LM, "max_len": 128}, "fsdp", "data=8", "bf16", 256),
 ]
-# JAX 0.12's XLA:CPU holds 57 MiB live at this row's peak, which the plan follows (0.97), but its buffer assignment
-# packs them, bf16 and f32 buffers of many sizes, into 73 MiB: fragmentation the simulation does not model (README).
-KNOWN_GAPS = {("fsdp", "bf16", 256, "dots"): (jax.__version_info__ >= (0, 12),
-                                              "0.76 of JAX 0.12's XLA:CPU peak: 0.97 of its live bytes, 28% packing")}
 
 
 def _compiled_figures(options, mode, mesh, precision, batch, remat):
@@ -153,9 +149,10 @@ def _compiled_figures(options, mode, mesh, precision, batch, remat):
 
 
 # Long sequences of a narrow model: the attention's (batch, heads, T, T) buffers are most of the peak. The causal mask
-# is a constant XLA broadcasts inside each reader; stored, it put `block` at 1.16x. Under `dots` the plan is 1.17x:
-# XLA:CPU's YNN fusion computes the attention's backward matmul inside the softmax's gradient, never storing it, which
-# the simulation does not follow (README, "Planning a production layout").
+# is a constant XLA broadcasts inside each reader; stored, it put `block` at 1.16x. Under `dots` the plan is 1.21x on
+# JAX 0.10 (1.00 on 0.12): its XLA:CPU's YNN fusion computes the attention's backward matmul inside the softmax's
+# gradient for some shapes, never storing it, which the simulation does not follow (README, "Planning a production
+# layout").
 LONG = {"d_model": 64, "n_heads": 4, "n_layers": 4, "max_len": 512, "vocab": 64}
 
 
@@ -164,9 +161,7 @@ def _planned_params():
     for (options, mode, mesh, precision, batch), policies in rows:
         scanned = bool(options.get("scan_layers"))
         for remat in policies:
-            gap = KNOWN_GAPS.get((mode, precision, batch, remat))
-            marks = [pytest.mark.xfail(gap[0], reason=gap[1], strict=True)] if gap else []
-            yield pytest.param(options, mode, mesh, precision, batch, remat, marks=marks,
+            yield pytest.param(options, mode, mesh, precision, batch, remat,
                                id=f"{'scanned-' * scanned}{mode}-{mesh}-{precision}-{batch}-{remat}"
                                   f"{'-long' * (options is LONG)}")
 

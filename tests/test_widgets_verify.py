@@ -64,9 +64,10 @@ def test_verify_compiles_a_mesh_larger_than_the_machine_in_the_background_then_m
     assert job.progress and "16 cpu devices" in " ".join(job.progress)  # the engine's messages were shown
     compiled = plan.compiled
     assert (compiled.target, compiled.mesh, compiled.devices) == ("cpu", "data=16", 16)
-    # The analytic side is the engine's plan of the same step, planned on the chip picked.
+    # The analytic side is the engine's plan of the same step, planned on the chip picked, its memory simulated for
+    # the compiler that verifies it (XLA:CPU).
     reference = wb.plan_training("mlp", {}, "data=16", "fsdp", optimizer="adam", hardware=panel.chip.value,
-                                 global_batch=64, precision="fp32")
+                                 global_batch=64, precision="fp32", compiler="cpu")
     assert (plan.peak_bytes, plan.device_memory) == (reference.peak_bytes, reference.device_memory)
     # The compiled step's inputs are exactly the state and the batch the inspector lays out.
     assert compiled.argument_bytes == sum(inspector.model_layout.bytes_per_device().values())

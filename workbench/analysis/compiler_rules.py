@@ -66,6 +66,12 @@ class CompilerRules:
             once (XLA:CPU): see ``step_memory._copy_handed_down_gradients``.
         narrow_results: primitives whose results in a type ``float_bytes`` widens are stored in their own type
             (JAX 0.12's XLA:CPU multiplies bfloat16 matrices natively and stores bfloat16 products).
+        stores_one_element_values: whether elementwise work with a one-element result is a fusion of its own rather
+            than computed inside its readers (JAX 0.10's XLA:CPU: a gradient's one-element slice, ``slice_convert_fusion``,
+            which a schedule tie reads; 0.12's computes it in the reader).
+        schedules_breadth_first: whether the compiler schedules breadth-first (XLA:CPU's default,
+            ``BFSMemoryScheduler``), which the simulation then follows (``step_memory._breadth_first_order``); where
+            not, the cheaper of program and list order stands in for its scheduler.
         trust: where the simulation cannot follow this compiler, which figure to trust and why; None where
             it does (the simulated peak holds ±15% of the compiler's from 4 MiB per device).
     """
@@ -86,6 +92,8 @@ class CompilerRules:
     copies_shared_matmul_operands: bool = False
     copies_handed_down_gradients: bool = False
     narrow_results: frozenset = frozenset()
+    stores_one_element_values: bool = False
+    schedules_breadth_first: bool = False
     trust: str | None = None
 
     def is_expensive(self, op: str, dtype_name: str) -> bool:
@@ -111,7 +119,8 @@ XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_
                         stores_large_norm_operands=True,
                         widens_collectives=True, runs_combined_all_reduces_as_one=True, reassociates_all_reduces=False,
                         copies_shared_matmul_operands=not _CPU_NARROW_MATMULS, copies_handed_down_gradients=True,
-                        narrow_results=_CPU_NARROW_MATMULS | {"reduce_precision"})
+                        narrow_results=_CPU_NARROW_MATMULS | {"reduce_precision"},
+                        stores_one_element_values=not _CPU_NARROW_MATMULS, schedules_breadth_first=True)
 # XLA:GPU stores a block's residual sum too (one buffer a block, the block's saved input under remat block):
 # counted fused, the unrolled 1.3B fsdp-tp plan on 512 H100s under block was 1.63x the compiler's peak (0.99 so).
 XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),
