@@ -67,8 +67,8 @@ class CompilerRules:
         narrow_results: primitives whose results in a type ``float_bytes`` widens are stored in their own type
             (JAX 0.12's XLA:CPU multiplies bfloat16 matrices natively and stores bfloat16 products).
         stores_one_element_values: whether elementwise work with a one-element result is a fusion of its own rather
-            than computed inside its readers (JAX 0.10's XLA:CPU: a gradient's one-element slice, ``slice_convert_fusion``,
-            which a schedule tie reads; 0.12's computes it in the reader).
+            than computed inside its readers (JAX 0.10's XLA:CPU: a gradient's one-element slice that a schedule tie
+            reads, ``slice_convert_fusion``; 0.12's computes it in the reader).
         schedules_breadth_first: whether the compiler schedules breadth-first (XLA:CPU's default,
             ``BFSMemoryScheduler``), which the simulation then follows (``step_memory._breadth_first_order``); where
             not, the cheaper of program and list order stands in for its scheduler.
