@@ -938,7 +938,6 @@ def _fold_scatters_into_sums(program: _Program, consumers: dict[int, int]) -> No
         scatter_ins = [other, *scatter_ins[1:]]
         scattered.operands = [other, *scattered.operands[1:]]
         _demand(other)  # the buffer the scatter writes into
-        consumers[id(read)] = consumers[id(zeros)] = 0
         program.ops[k] = (scatter_name, scatter_ins, scatter_outs, body)  # the scatter runs where the sum ran
         outs[0].producer, outs[0].operands = "view", [scattered]
         dropped.update((s, position[id(zeros)]))
@@ -1014,8 +1013,8 @@ def _copy_shared_matmul_operands(program: _Program) -> None:
     gradient, read by the up projection's input and weight gradients, is three float32 copies beside its bf16 buffer
     (``wrapped_convert``, a transposing ``copy_bitcast_fusion``, ``convert_bitcast_fusion``), live together at the
     peak; without them, ``fsdp`` at 4,096 tokens a device in bf16 under remat ``dots`` plans 0.87 of the compiler's
-    peak (0.92 with).
-    JAX 0.12's XLA:CPU multiplies bfloat16 natively (``narrow_results``) and copies a few operands once: not this.
+    peak (0.92 with). JAX 0.12's XLA:CPU multiplies bfloat16 natively (``narrow_results``) and copies a few operands
+    once: not this.
 
     One copy per operand and form (the dimensions a matmul contracts it over): XLA's CSE merges identical conversions,
     so the q, k and v projections share their input's copy, and so do their weight gradients their transposed one
@@ -1034,8 +1033,7 @@ def _copy_shared_matmul_operands(program: _Program) -> None:
                 stored = _stored_operand(value)
                 if stored is not None:
                     readers.setdefault(id(stored), (stored, []))[1].append((index, position))
-                    forms = program.matmul_forms.get(id(outs[0]), ((), ()))
-                    form[(index, position)] = forms[position] if position < 2 else ()
+                    form[(index, position)] = program.matmul_forms[id(outs[0])][position]
     for index, (name, ins, _, _) in enumerate(program.ops):
         if name in _REDUCTIONS and name != "reduce_precision" and ins:
             stored = _stored_operand(ins[0])
