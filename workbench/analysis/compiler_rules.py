@@ -65,7 +65,8 @@ class CompilerRules:
             below, is computed again by each reader there (a copy for each matmul and reduction) rather than stored
             once (XLA:CPU): see ``step_memory._copy_handed_down_gradients``.
         narrow_results: primitives whose results in a type ``float_bytes`` widens are stored in their own type
-            (JAX 0.12's XLA:CPU multiplies bfloat16 matrices natively and stores bfloat16 products).
+            (JAX 0.12's XLA:CPU multiplies bfloat16 matrices natively and stores bfloat16 products, and keeps a scan's
+            loop state, the saved activations of a scanned stack, in bfloat16).
         stores_one_element_values: whether elementwise work with a one-element result is a fusion of its own rather
             than computed inside its readers (JAX 0.10's XLA:CPU: a gradient's one-element slice that a schedule tie
             reads, ``slice_convert_fusion``; 0.12's computes it in the reader).
@@ -113,13 +114,18 @@ class CompilerRules:
 # Counted widened on 0.12, the bf16 transformer rows of the tests' matrices held 1.07-1.30x its peak; narrow,
 # 0.93-1.14 (0.11 not measured).
 _CPU_NARROW_MATMULS = frozenset({"dot_general", "transpose"}) if jax.__version_info__ >= (0, 12) else frozenset()
+# JAX 0.12's XLA:CPU keeps a scan's loop state in its declared types: a bf16 scanned stack's saved activations are
+# bf16 (the while loop's tuple holds bf16[layers, batch, heads, T, T] probabilities). Counted widened, the README's
+# scanned 1.3B on data=64,model=8 planned 1.29-1.80x its peak (0.94-1.04 narrow, fsdp `block` 1.21); 0.10's keeps
+# the whole loop in float32.
+_CPU_NARROW_LOOPS = frozenset({"scan"}) if jax.__version_info__ >= (0, 12) else frozenset()
 # A rematerialised step's saved matmul results (remat ``dots``: JAX marks each with ``reduce_precision``) are stored
 # in their own type, a copy apart from the matmul's float32 result: XLA:CPU's ``reduce-precision_convert_fusion``.
 XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True,
                         stores_large_norm_operands=True,
                         widens_collectives=True, runs_combined_all_reduces_as_one=True, reassociates_all_reduces=False,
                         copies_shared_matmul_operands=not _CPU_NARROW_MATMULS, copies_handed_down_gradients=True,
-                        narrow_results=_CPU_NARROW_MATMULS | {"reduce_precision"},
+                        narrow_results=_CPU_NARROW_MATMULS | _CPU_NARROW_LOOPS | {"reduce_precision"},
                         stores_one_element_values=not _CPU_NARROW_MATMULS, schedules_breadth_first=True)
 # XLA:GPU stores a block's residual sum too (one buffer a block, the block's saved input under remat block):
 # counted fused, the unrolled 1.3B fsdp-tp plan on 512 H100s under block was 1.63x the compiler's peak (0.99 so).
