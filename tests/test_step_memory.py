@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
-from jax import lax
 from flax import nnx
+from jax import lax
 
 from workbench.analysis.planning import plan_training
 from workbench.analysis.step_memory import planned_step_memory, simulate_step_memory
