@@ -617,9 +617,10 @@ def _duplicable(name: str, ins: list, outs: list, consumers: dict[int, int], rul
         return True
     # Known, kept for now: NumPy files bfloat16 under kind "V", so bf16 work is never expensive here and a bf16
     # softmax's exponentials are computed again in each reader (1.16-1.43x XLA:CPU's peak at 16 heads and 1,024
-    # tokens). The other rules were measured with this as it is: with jnp.issubdtype, those rows held 0.98-1.03 but the
-    # tests' bf16 rows rose 3-9% (JAX 0.12's fsdp-tp 1.17) and 0.10's 16-head fsdp-tp fell to 0.69. What 0.12's XLA:CPU
-    # does instead, and a rule set tried for it: docs/design/compile-verification.md, "Not followed yet".
+    # tokens). The other rules were measured with this as it is: with jnp.issubdtype alone (2026-11-28) those rows held
+    # 0.99-1.21, the tests' bf16 rows rose 3-9% (JAX 0.12's fsdp-tp 1.17) and 0.10's 16-head fsdp-tp fell to 0.78-0.92.
+    # What 0.12's XLA:CPU does instead, and a rule set tried for it: docs/design/compile-verification.md, "Not followed
+    # yet".
     floats = [out.dtype for out in outs if out.dtype is not None and out.dtype.kind == "f"]
     if any(rules.is_expensive(name, dtype.name) for dtype in floats):
         return False
