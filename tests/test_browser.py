@@ -435,15 +435,17 @@ def test_workbench_app_serves_the_widgets_without_code_and_draws_everything(brow
     port = free_port()
     argv = [sys.executable, "-m", "workbench", "app", "--port", str(port), "--no-browser",
             "--run-dir", str(home / "runs")]
-    with served(argv, env, port, "/login", home / "app.log", cwd=home):  # /login answers without running anything
+    log = home / "app.log"
+    with served(argv, env, port, "/login", log, cwd=home) as server:  # /login answers without running anything
         assert listening_addresses(port) <= {"0100007F"}
         assert _refused_without_token(f"http://127.0.0.1:{port}/")
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         errors = []
         page.on("pageerror", lambda error: errors.append(str(error)))
+        heard = _what_the_browser_says(page)
         try:
             page.goto(f"http://127.0.0.1:{port}/?token={TOKEN}", timeout=120_000)
-            page.locator(".lm-TabBar-tab", has_text="1 · Mesh").wait_for(timeout=APP_START_S * 1000)
+            _wait_for_the_app(page, APP_START_S, "the app's page", heard, log, server)
             assert page.locator(".wb-mesh-text").count() == 1
             assert "WORKBENCH_RUN_ROOT" not in page.inner_text("body")  # the widgets only: none of the code shows
             _shot(page, "08-app")
@@ -501,13 +503,14 @@ def test_a_class_of_five_on_one_server_each_in_a_browser_of_its_own(browser, tmp
         try:
             started = time.monotonic()
             pages = [student.new_page(viewport={"width": 1400, "height": 1000}) for student in students]
+            said = [_what_the_browser_says(page) for page in pages]
             for page in pages:  # every student asks at once
                 page.goto(f"http://127.0.0.1:{port}/?token={TOKEN}", wait_until="commit", timeout=120_000)
             opened = []
-            for page in pages:
-                page.locator(".lm-TabBar-tab", has_text="1 · Mesh").wait_for(timeout=300_000)
+            for number, (page, heard) in enumerate(zip(pages, said, strict=True), 1):
+                _wait_for_the_app(page, 300, f"student {number}'s page", heard, log, server)
                 opened.append(time.monotonic() - started)
-            kernels = [p for p in _descendants(server.pid) if "ipykernel" in " ".join(p.cmdline())]
+            kernels = _kernels(server)
             assert len(kernels) >= CLASS_SIZE  # a kernel each (and the pool refilled behind them)
             for page in pages:  # the mesh a student starts from is every device their kernel has
                 assert page.locator(".wb-mesh-text input").input_value() == f"data={CLASS_DEVICES}"
@@ -529,6 +532,50 @@ def test_a_class_of_five_on_one_server_each_in_a_browser_of_its_own(browser, tmp
         finally:
             for student in students:
                 student.close()
+
+
+def _what_the_browser_says(page) -> list[str]:
+    """The page's uncaught errors and console errors, as they come (kept to explain a page that never opens)."""
+    heard: list[str] = []
+    page.on("pageerror", lambda error: heard.append(f"page error: {error}"))
+    page.on("console", lambda message: heard.append(f"console: {message.text}") if message.type == "error" else None)
+    return heard
+
+
+def _wait_for_the_app(page, timeout_s: int, who: str, heard: list[str], log: pathlib.Path, server) -> None:
+    """Wait until the app's first tab shows on ``page``. If it does not, fail with everything that can say why:
+    what the page shows, what the browser reported, the server's kernels, and the end of the server's log."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    try:
+        page.locator(".lm-TabBar-tab", has_text="1 · Mesh").wait_for(timeout=timeout_s * 1000)
+        return
+    except PlaywrightError:
+        pass
+    try:
+        shown = page.inner_text("body", timeout=10_000)
+    except PlaywrightError as error:
+        shown = f"(unreadable: {str(error).splitlines()[0]})"
+    kernels = _kernels(server)
+    states = []
+    for kernel in kernels:
+        with contextlib.suppress(psutil.Error):
+            states.append(f"pid {kernel.pid} {kernel.status()} {sum(kernel.cpu_times()[:2]):.0f} CPU-s")
+    raise AssertionError(f"{who} did not show the app within {timeout_s} s.\n"
+                         f"The page shows: {shown[-800:]!r}\n"
+                         f"The browser reported: {heard[-10:]}\n"
+                         f"The server's {len(kernels)} kernels: {'; '.join(states)}\n"
+                         f"The server's log ends:\n{log.read_text()[-5000:]}")
+
+
+def _kernels(server) -> list:
+    """The kernels the server process started, as they are now."""
+    kernels = []
+    for process in _descendants(server.pid):
+        with contextlib.suppress(psutil.Error):
+            if "ipykernel" in " ".join(process.cmdline()):
+                kernels.append(process)
+    return kernels
 
 
 def _wait_for(condition, timeout_s: float, what) -> None:
