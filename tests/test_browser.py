@@ -498,6 +498,7 @@ def test_a_class_of_five_on_one_server_each_in_a_browser_of_its_own(browser, tmp
     with served(argv, _isolated_env(home), port, "/login", log, cwd=home) as server:
         _wait_for(lambda: f"is filled with {CLASS_PREHEATED} kernel" in log.read_text(), 180, "the preheated kernels")
         assert "not recognized" not in log.read_text()  # Voila and Jupyter took every option
+        assert "running over TCP" not in log.read_text()  # the kernels are reached over Unix sockets: no ports
         students = [browser.browser_type.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
                     for _ in range(CLASS_SIZE)]
         try:

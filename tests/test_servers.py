@@ -3,13 +3,19 @@
 Starting the servers for real is the browser tests' job (tests/test_browser.py); these check what is launched.
 """
 
+import os
+import pathlib
+import shutil
 import socket
+import tempfile
+import uuid
 
 import pytest
 
 from workbench.cli.main import main
 from workbench.errors import WorkbenchError
-from workbench.servers import HOST, Classroom, app_launch, validated_port, free_port, lab_launch, project_notebooks
+from workbench.servers import (HOST, UNIX_SOCKET_PATH_MAX, Classroom, app_launch, free_port, kernel_transport_options,
+                               lab_launch, project_notebooks, validated_port)
 
 
 def test_lab_launch_is_loopback_with_a_token_kept_out_of_argv(monkeypatch, tmp_path):
@@ -79,3 +85,31 @@ def test_a_class_is_served_with_its_devices_culling_and_preheated_kernels(tmp_pa
     for bad in (True, 2.5, 65):
         with pytest.raises(WorkbenchError, match="per student is not a count from 1 to 64"):
             Classroom(devices=bad)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="Unix sockets: Linux and macOS")
+def test_the_app_reaches_its_kernels_over_unix_sockets_whose_paths_fit(tmp_path):
+    launch = app_launch(port=0, open_browser=False, run_root=tmp_path)
+    assert "--KernelManager.transport=ipc" in launch.argv  # no ports to race for while a class starts its kernels
+    assert kernel_transport_options("/tmp") == ("--KernelManager.transport=ipc", "--Voila.connection_dir_root=/tmp")
+    macos_temp = "/var/folders/zz/zyxvpxvq6csfxvn_n0000000000000/T"  # too deep: its sockets' paths would not fit
+    assert kernel_transport_options(macos_temp)[1] == "--Voila.connection_dir_root=/tmp"
+    short = tempfile.mkdtemp(prefix="wb", dir="/tmp")  # kept: its sockets' paths fit
+    deep = tmp_path / ("d" * 40)  # too deep: /tmp instead
+    deep.mkdir()
+    try:
+        for temp, expected in ((short, short), (str(deep), "/tmp")):
+            root = kernel_transport_options(temp)[1].split("=", 1)[1]
+            assert root == expected
+            # The longest path Voila gives a kernel's socket there: one binds, on this very system.
+            folder = pathlib.Path(root) / f"voila_{uuid.uuid4().hex[:8]}"
+            folder.mkdir()
+            try:
+                path = f"{folder}/kernel-{uuid.uuid4()}-ipc-99"
+                assert len(path) <= UNIX_SOCKET_PATH_MAX
+                with socket.socket(socket.AF_UNIX) as kernel_socket:
+                    kernel_socket.bind(path)
+            finally:
+                shutil.rmtree(folder)
+    finally:
+        shutil.rmtree(short)

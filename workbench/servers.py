@@ -23,6 +23,7 @@ import pathlib
 import secrets
 import socket
 import sys
+import tempfile
 
 from .errors import WorkbenchError
 
@@ -164,6 +165,34 @@ class Classroom:
         return tuple(options)
 
 
+# A Unix socket's path holds at most 103 characters on macOS (107 on Linux). Voila's kernel sockets are
+# <root>/voila_XXXXXXXX/kernel-<uuid4>-ipc-<n>, that many after the root.
+UNIX_SOCKET_PATH_MAX = 103
+_VOILA_SOCKET_TAIL = len("/voila_XXXXXXXX/kernel-") + 36 + len("-ipc-99")
+
+
+def kernel_transport_options(temp_root: str | None = None) -> tuple[str, ...]:
+    """How the app's server reaches its kernels: Unix sockets on Linux and macOS, loopback TCP elsewhere.
+
+    A class starts many kernels at once. Over TCP, Jupyter finds free ports, closes them and writes them to
+    the kernel's connection file; the kernel binds them a few seconds later, and if another process took
+    one meanwhile it dies at start (jupyter_client issue 487, which names Voila). Unix sockets need no
+    ports, and sit in Voila's connection folder, which only its owner can open, where a loopback port is
+    open to every local user. ``temp_root`` is where that folder goes (default: the system's temp folder;
+    ``/tmp`` when that is too deep for a socket's path, as macOS's per-user one is).
+
+    Example:
+        >>> kernel_transport_options("/tmp") if os.name == "posix" else ("no Unix sockets here",)
+        ('--KernelManager.transport=ipc', '--Voila.connection_dir_root=/tmp')
+    """
+    if os.name != "posix":
+        return ()
+    root = temp_root or tempfile.gettempdir()
+    if len(root) + _VOILA_SOCKET_TAIL > UNIX_SOCKET_PATH_MAX:
+        root = "/tmp"
+    return ("--KernelManager.transport=ipc", f"--Voila.connection_dir_root={root}")
+
+
 def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = False,
                run_root: str | os.PathLike = "runs", extra: tuple[str, ...] = (),
                classroom: Classroom = Classroom()) -> Launch:
@@ -179,7 +208,7 @@ def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = Fal
     argv = (sys.executable, "-m", "voila", str(notebook), f"--Voila.ip={HOST}", f"--port={port}",
             "--Voila.port_retries=0", "--strip_sources=True",
             *(f"--VoilaConfiguration.extension_allowlist={name}" for name in APP_EXTENSIONS),
-            *classroom.voila_options(),
+            *classroom.voila_options(), *kernel_transport_options(),
             *([] if open_browser else ["--no-browser"]), *([f"--token={token}"] if token else []), *extra)
     env = {"WORKBENCH_RUN_ROOT": str(pathlib.Path(run_root).expanduser().resolve()),
            "WORKBENCH_CPU_DEVICES": str(classroom.devices)}  # read by each kernel's import of workbench
@@ -195,5 +224,5 @@ def run_server(launch: Launch, what: str) -> None:
     os.execve(launch.argv[0], list(launch.argv), {**os.environ, **launch.env})
 
 
-__all__ = ["HOST", "Classroom", "Launch", "app_launch", "app_notebook", "validated_port", "free_port", "lab_launch",
-           "project_notebooks", "run_server"]
+__all__ = ["HOST", "Classroom", "Launch", "app_launch", "app_notebook", "validated_port", "free_port",
+           "kernel_transport_options", "lab_launch", "project_notebooks", "run_server"]
