@@ -182,7 +182,7 @@ def kernel_transport_options(temp_root: str | None = None) -> tuple[str, ...]:
     ``/tmp`` when that is too deep for a socket's path, as macOS's per-user one is).
 
     Example:
-        >>> kernel_transport_options("/tmp") if os.name == "posix" else ("no Unix sockets here",)
+        >>> kernel_transport_options("/tmp")  # on Linux or macOS; () on Windows
         ('--KernelManager.transport=ipc', '--Voila.connection_dir_root=/tmp')
     """
     if os.name != "posix":
@@ -199,7 +199,8 @@ def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = Fal
     """The workbench as a standalone web app (Voila): widgets only, no code; 127.0.0.1 and a token
     unless ``no_token`` is asked for. Runs go to ``run_root`` (relative to the working directory); each
     student's kernel has ``classroom.devices`` simulated devices, idle kernels are culled and some may be
-    started ahead (:class:`Classroom`)."""
+    started ahead (:class:`Classroom`); the server reaches them over Unix sockets where it can
+    (:func:`kernel_transport_options`)."""
     if importlib.util.find_spec("voila") is None:
         raise WorkbenchError("voila is not installed: run 'make lab' (or pip install -e .) to install it")
     port = validated_port(port)
