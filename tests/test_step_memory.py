@@ -4,6 +4,8 @@ XLA:CPU's compiled memory analysis of the same step (arguments + outputs - alias
 The ratios over a wider matrix (with the configs it does not reach) are a bench: bench/bench_step_memory.py.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -11,6 +13,7 @@ import pytest
 from flax import nnx
 from jax import lax
 
+from workbench.analysis.compiler_rules import XLA_CPU
 from workbench.analysis.planning import plan_training
 from workbench.analysis.step_memory import planned_step_memory, simulate_step_memory
 from workbench.training.config import TrainConfig
@@ -157,6 +160,34 @@ def test_what_a_barrier_passes_on_is_stored_in_its_own_type():
     product = jax.make_jaxpr(lambda x, w: jnp.sum((x @ w) * x))(square, square)
     matmul_bytes = simulate_step_memory(product, [((), ()), ((), ())], [None], {"data": 1}).temp_bytes // n**2 * n**2
     assert memory.temp_bytes == matmul_bytes + 2 * n * n * 2  # the matmul's result, and both passed on in bf16
+
+
+def test_a_recomputed_gelus_shared_square_is_stored_in_bfloat16():
+    # JAX 0.12's XLA:CPU expands the GELU's cube as x * x * x, shares x * x with its derivative's square, and stores
+    # the shared pieces of a recomputed GELU one bf16 fusion each. That lengthens the backward pass's chain of
+    # fusions, and so where its breadth-first schedule puts the peak: without the two rules, the tests' bf16 remat
+    # `dots` rows planned 0.825 of its peak (step_memory._store_shared_recomputed_work).
+    n, m = 64, 256
+    h, w = jax.ShapeDtypeStruct((n, m), jnp.bfloat16), jax.ShapeDtypeStruct((m, m), jnp.bfloat16)
+    recomputed = jax.checkpoint(lambda h: jax.nn.gelu(h, approximate=True))
+
+    def temp_bytes(gelu, **rules) -> int:
+        def loss(h, w):
+            return jnp.sum((gelu(h) @ w).astype(jnp.float32))
+
+        compiler = dataclasses.replace(XLA_CPU, stores_narrow_expensive_work=True, **rules)
+        jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(h, w)
+        specs = [((), ()), ((), ())]
+        return simulate_step_memory(jaxpr, specs, [None, None], {"data": 1}, compiler=compiler).temp_bytes
+
+    both = {"stores_shared_recomputed_work": True, "shares_squares": True}
+    neither = {"stores_shared_recomputed_work": False, "shares_squares": False}
+    added = temp_bytes(recomputed, **both) - temp_bytes(recomputed, **neither)
+    assert added >= n * m * 2 and added % (n * m * 2) == 0  # the square, and what else two stored ops read, in bf16
+    for alone in ({**neither, "stores_shared_recomputed_work": True}, {**neither, "shares_squares": True}):
+        assert temp_bytes(recomputed, **alone) == temp_bytes(recomputed, **neither)  # the square unshared: fused
+    plain = lambda h: jax.nn.gelu(h, approximate=True)  # noqa: E731
+    assert temp_bytes(plain, **both) == temp_bytes(plain, **neither)  # not recomputed: each fusion computes its own
 
 
 def test_a_users_own_module_is_simulated_from_an_example_batch():

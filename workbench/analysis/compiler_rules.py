@@ -70,6 +70,22 @@ class CompilerRules:
         stores_one_element_values: whether elementwise work with a one-element result is a fusion of its own rather
             than computed inside its readers (JAX 0.10's XLA:CPU: a gradient's one-element slice that a schedule tie
             reads, ``slice_convert_fusion``; 0.12's computes it in the reader).
+        stores_narrow_expensive_work: whether expensive work in a type ``float_bytes`` widens (bfloat16) is stored once
+            where several fusions read it, as float32 work is, and a division by a constant, scalar or broadcast counts
+            as the multiplication XLA's simplifier makes it (JAX 0.12's XLA:CPU). JAX 0.10's rules were measured
+            counting bfloat16 work cheap: see ``step_memory._duplicable``.
+        tree_reduces_narrow_sums: whether a sum in a widened type over more than 32 elements reads its operand stored
+            (XLA:CPU's tree reduction: ``step_memory._store_tree_reduced_operands``).
+        keeps_partial_manual_casts_wide: whether, inside a shard_map that leaves axes to the compiler (fsdp-tp's
+            body), a softmax's exponentials are kept in one float32 buffer for every reader rather than copied to
+            bfloat16 (``step_memory._copy_summed_exponentials``; JAX 0.12's XLA:CPU, measured on a 16-head fsdp-tp
+            step; fsdp, dp and dp-tp steps keep a bf16 copy).
+        stores_shared_recomputed_work: whether elementwise work in a widened type that a rematerialised block
+            recomputes is stored, in its own type, where two stored ops read it (JAX 0.12's XLA:CPU: a recomputed GELU's
+            pieces, each a ``*_convert_fusion``): see ``step_memory._store_shared_recomputed_work``.
+        shares_squares: whether ``x ** 3`` is computed as ``x * x * x`` reading the ``x ** 2`` of the same ``x`` that
+            its derivative reads (XLA expands integer powers, then merges the equal products), so that square is
+            shared work (``step_memory._share_squares``; stored on JAX 0.12's XLA:CPU: ``multiply_convert_fusion``).
         schedules_breadth_first: whether the compiler schedules breadth-first (XLA:CPU's default,
             ``BFSMemoryScheduler``), which the simulation then follows (``step_memory._breadth_first_order``); where
             not, the cheaper of program and list order stands in for its scheduler.
@@ -94,6 +110,11 @@ class CompilerRules:
     copies_handed_down_gradients: bool = False
     narrow_results: frozenset = frozenset()
     stores_one_element_values: bool = False
+    stores_narrow_expensive_work: bool = False
+    tree_reduces_narrow_sums: bool = False
+    keeps_partial_manual_casts_wide: bool = False
+    stores_shared_recomputed_work: bool = False
+    shares_squares: bool = False
     schedules_breadth_first: bool = False
     trust: str | None = None
 
@@ -119,14 +140,24 @@ _CPU_NARROW_MATMULS = frozenset({"dot_general", "transpose"}) if jax.__version_i
 # scanned 1.3B on data=64,model=8 planned 1.29-1.80x its peak (0.94-1.04 narrow, fsdp `block` 1.21); 0.10's keeps
 # the whole loop in float32.
 _CPU_NARROW_LOOPS = frozenset({"scan"}) if jax.__version_info__ >= (0, 12) else frozenset()
+# JAX 0.12's XLA:CPU stores bfloat16 elementwise work it stores at all in bfloat16 (each a ``*_convert_fusion``): the
+# softmax's probabilities (``multiply_convert_fusion``, the division made a multiplication) and GELU's tanh
+# (``tanh_convert_fusion``). Its exponentials come out of a YNN fusion in float32 (see keeps_partial_manual_casts_wide).
+# Counted widened, with bf16 expensive work stored, the unrolled 1.3B on data=64,model=8 planned up to 1.30x its peak.
+_JAX_0_12 = jax.__version_info__ >= (0, 12)
+_CPU_NARROW_ELEMENTWISE = frozenset({"div", "tanh"}) if _JAX_0_12 else frozenset()
 # A rematerialised step's saved matmul results (remat ``dots``: JAX marks each with ``reduce_precision``) are stored
 # in their own type, a copy apart from the matmul's float32 result: XLA:CPU's ``reduce-precision_convert_fusion``.
 XLA_CPU = CompilerRules("XLA:CPU", "cpu", {"bfloat16": 4, "float16": 4}, stores_reduced_sums=True,
                         stores_large_norm_operands=True,
                         widens_collectives=True, runs_combined_all_reduces_as_one=True, reassociates_all_reduces=False,
                         copies_shared_matmul_operands=not _CPU_NARROW_MATMULS, copies_handed_down_gradients=True,
-                        narrow_results=_CPU_NARROW_MATMULS | _CPU_NARROW_LOOPS | {"reduce_precision"},
-                        stores_one_element_values=not _CPU_NARROW_MATMULS, schedules_breadth_first=True)
+                        narrow_results=(_CPU_NARROW_MATMULS | _CPU_NARROW_LOOPS | _CPU_NARROW_ELEMENTWISE
+                                        | {"reduce_precision"}),
+                        stores_one_element_values=not _CPU_NARROW_MATMULS, stores_narrow_expensive_work=_JAX_0_12,
+                        tree_reduces_narrow_sums=_JAX_0_12, keeps_partial_manual_casts_wide=_JAX_0_12,
+                        stores_shared_recomputed_work=_JAX_0_12, shares_squares=_JAX_0_12,
+                        schedules_breadth_first=True)
 # XLA:GPU stores a block's residual sum too (one buffer a block, the block's saved input under remat block):
 # counted fused, the unrolled 1.3B fsdp-tp plan on 512 H100s under block was 1.63x the compiler's peak (0.99 so).
 XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "div", "sqrt", "rsqrt"}),

@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import jax.core  # jax.core.ShapedArray: jax imports the submodule but does not export the name
 import jax.extend  # noqa: F401  (jax.extend.core)
 import numpy as np
@@ -71,6 +72,8 @@ _FUSES_OPERANDS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "red
 # The reductions among them: XLA:CPU stores a value combining computed values that one reads (_store_reduced_sums).
 _REDUCTIONS = _FUSES_OPERANDS - {"gather", "reduce_precision"}
 PARTITIONER_ALL_REDUCE = "all-reduce (partitioner)"
+# XLA:CPU's tree reduction: a sum over more elements than this is a reduce-window of this many, then a reduce.
+_TREE_REDUCTION_WINDOW = 32
 # Rows per device from which XLA:CPU computes a layer norm's backward pass in a YNN fusion (_store_large_norm_operands).
 _YNN_NORM_ROWS = 4096
 # A matmul's operand of its result's shape shares no positions with it (d_model = heads x head_dim): no split passes.
@@ -108,7 +111,8 @@ class _Value:
     """One value of the flattened program: its shape, per-device bytes, sharding and producer."""
 
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
-                 "readers", "position", "buffers", "itemsize", "origin", "carried", "varies", "constant", "block")
+                 "readers", "position", "buffers", "itemsize", "origin", "carried", "varies", "constant", "block",
+                 "partial_manual")
     operands: tuple[_Value, ...] | list[_Value]  # the values it reads (empty for an argument)
     buffers: list[_Value] | None  # the materialised buffers a reader of it reads (None: not yet worked out)
 
@@ -127,6 +131,7 @@ class _Value:
         self.varies = bool(type_varying_axes(aval))
         self.constant = False  # a constant of the program (a NumPy array the model closes over), not an input
         self.block: int | None = None  # the block it belongs to where its origin names none (see _owning_block)
+        self.partial_manual = False  # made inside a shard_map that leaves axes to the compiler (fsdp-tp's body)
 
     def resplit(self, spec: AxesPerDimension, sizes: dict[str, int]) -> None:
         self.spec = _fit(spec, self.shape, sizes)
@@ -200,10 +205,13 @@ class _Program:
         self.broadcasts: dict[tuple, _Value] = {}  # implicit broadcasts, by operand and shape (XLA's CSE)
         # A matmul's result (id) -> the form it reads each operand in: the dimensions it contracts, or "batched".
         self.matmul_forms: dict[int, tuple] = {}
+        self.exponents: dict[int, int] = {}  # an integer power's result (id) -> its exponent (see _share_squares)
+        self.partial_manual = 0  # how deep in shard_maps that leave axes to the compiler the equation being added is
 
     def value(self, aval: Any, spec: AxesPerDimension) -> _Value:
         value = _Value(aval, spec, self.sizes, self.float_bytes)
         value.origin = self.origin
+        value.partial_manual = self.partial_manual > 0
         return value
 
     def inline(self, jaxpr: Any, inputs: list[Any], local: bool) -> list[Any]:
@@ -236,7 +244,9 @@ class _Program:
             left = () if local else _axes_left_to_compiler(eqn.params, self.sizes)
             if left:  # partial-manual: inside, each value stays split over the axes the compiler keeps
                 ins = [self._inside(value, var.aval, left) for value, var in zip(ins, inner.invars, strict=False)]
+            self.partial_manual += bool(left)
             outs = self.inline(inner, ins, local=not left)
+            self.partial_manual -= bool(left)
             specs = eqn.params.get("out_specs") or eqn.params.get("out_names") or ()
             result = []
             for var, value, spec in zip(eqn.outvars, outs, specs, strict=False):
@@ -253,7 +263,8 @@ class _Program:
             return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
         body = 0
         if name in _LOOPS:
-            body, body_block, specs, blocks = _loop_temporaries(eqn, ins, self.sizes, self.rules, local)
+            body, body_block, specs, blocks = _loop_temporaries(eqn, ins, self.sizes, self.rules, local,
+                                                                 self.partial_manual > 0)
         else:
             specs, blocks = _propagate(eqn, ins, local), []
         outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs, strict=False)]
@@ -282,6 +293,8 @@ class _Program:
         for out in outs:
             out.producer, out.operands = name, [v for v in ins if v is not None]
         self.ops.append((name, [v for v in ins if v is not None], outs, body))
+        if name == "integer_pow":
+            self.exponents[id(outs[0])] = eqn.params["y"]
         if name == "dot_general":
             (contracting, batch) = eqn.params["dimension_numbers"]
             # A batched matmul (attention's) reads its operands as they are; a plain one contracting an operand's
@@ -357,8 +370,8 @@ def _carried_in(eqn: Any, ins: list[Any]) -> list[Any]:
     return []
 
 
-def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules,
-                      local: bool) -> tuple[int, int, list, list]:
+def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules, local: bool,
+                      partial_manual: bool = False) -> tuple[int, int, list, list]:
     """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
     iteration (a scan's body sees one slice of each scanned input, split as that input is); of those, the first
     block's forward buffers (see :func:`_peak`); the shardings of its outputs, as its body leaves them (a
@@ -384,6 +397,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
     for body, body_specs, constants in bodies:
         body = body.jaxpr if hasattr(body, "jaxpr") else body
         program = _Program(sizes, rules)
+        program.partial_manual = int(partial_manual)  # a loop in a partial-manual shard_map's body (see _Value)
         inputs = [program.value(v.aval, () if local else spec)
                   for v, spec in zip(body.invars, body_specs, strict=False)]
         created = [_created(outer) for outer in constants]
@@ -615,19 +629,36 @@ def _duplicable(name: str, ins: list, outs: list, consumers: dict[int, int], rul
         return False
     if not any(consumers.get(id(out), 0) > 1 for out in outs):
         return True
-    # Known, kept for now: NumPy files bfloat16 under kind "V", so bf16 work is never expensive here and a bf16
-    # softmax's exponentials are computed again in each reader (1.16-1.43x XLA:CPU's peak at 16 heads and 1,024
-    # tokens). The other rules were measured with this as it is: with jnp.issubdtype alone (2026-11-28) those rows held
-    # 0.99-1.21, the tests' bf16 rows rose 3-9% (JAX 0.12's fsdp-tp 1.17) and 0.10's 16-head fsdp-tp fell to 0.78-0.92.
-    # What 0.12's XLA:CPU does instead, and a rule set tried for it: docs/design/compile-verification.md, "Not followed
-    # yet".
-    floats = [out.dtype for out in outs if out.dtype is not None and out.dtype.kind == "f"]
-    if any(rules.is_expensive(name, dtype.name) for dtype in floats):
-        return False
+    if rules.stores_narrow_expensive_work:
+        floats = [out.dtype for out in outs if out.dtype is not None and jnp.issubdtype(out.dtype, jnp.floating)]
+        if any(rules.is_expensive(name, dtype.name) for dtype in floats) and not _multiplies(name, ins, outs):
+            return False
+    else:
+        # JAX 0.10's XLA:CPU: bfloat16 work (NumPy's kind "V", not "f") is never counted expensive, so a bf16
+        # softmax's exponentials are computed again in each reader. Against XLA's rule, but 0.10's rules were measured
+        # with it: counted expensive (jnp.issubdtype alone, 2026-11-28), 0.10's 16-head fsdp-tp rows fell to 0.78-0.92
+        # of its peak. JAX 0.12's compiler: stores_narrow_expensive_work and docs/design/compile-verification.md.
+        floats = [out.dtype for out in outs if out.dtype is not None and out.dtype.kind == "f"]
+        if any(rules.is_expensive(name, dtype.name) for dtype in floats):
+            return False
     if name == "broadcast_in_dim" and rules.stores_shared_broadcasts:
         return (not ins or math.prod(ins[0].shape) <= 1 or _source(ins[0]).constant
                 or all(id(out) in divisors for out in outs))
     return True
+
+
+def _multiplies(name: str, ins: list, outs: list) -> bool:
+    """A division by a constant, a scalar or a broadcast: XLA's algebraic simplifier makes it a multiplication by a
+    reciprocal computed once, cheap work fused into each reader (the attention's ``scores / sqrt(head_dim)``: stored,
+    a 16-head, 1,024-token bf16 step kept another (batch, heads, T, T) buffer per block that JAX 0.12's XLA:CPU does
+    not)."""
+    if name != "div":
+        return False
+    if len(ins) < 2:  # the divisor is a literal
+        return True
+    size, divisor = math.prod(outs[0].shape), _source(ins[1])
+    return math.prod(ins[1].shape) < size or (divisor.producer == "broadcast_in_dim"
+                                              and all(math.prod(v.shape) < size for v in divisor.operands))
 
 
 def _divisors_only(program: _Program) -> set[int]:
@@ -835,6 +866,8 @@ def _cast_before_gathering(program: _Program) -> None:
 def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     """Peak bytes of temporaries: buffers neither inputs nor outputs, live at once."""
     _drop_dead_ops(program, outputs)
+    if program.rules.shares_squares:
+        _share_squares(program)
     consumers: dict[int, int] = {}
     for _, ins, _, _ in program.ops:
         for value in ins:
@@ -853,6 +886,8 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
                         _demand(value)
             if name in _IN_PLACE and ins and _reads_only_inputs(_source(ins[0])):
                 _source(ins[0]).materialised = True  # zeros a scatter writes into: stored at the start (below)
+    if program.rules.tree_reduces_narrow_sums:
+        _store_tree_reduced_operands(program)
     divisors = _divisors_only(program)
     for name, ins, outs, _ in program.ops:
         if name in _FUSIBLE and not _duplicable(name, ins, outs, consumers, program.rules, divisors):
@@ -860,12 +895,16 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
                 out.materialised = True
     if program.rules.stores_reduced_sums:
         _store_reduced_sums(program, consumers)
+    if program.rules.stores_narrow_expensive_work:
+        _copy_summed_exponentials(program)
     if program.rules.stores_large_norm_operands:
         _store_large_norm_operands(program, consumers)
     if program.rules.copies_shared_matmul_operands:
         _copy_shared_matmul_operands(program)
     if program.rules.copies_handed_down_gradients:
         _copy_handed_down_gradients(program, consumers, divisors)
+    if program.rules.stores_shared_recomputed_work:
+        _store_shared_recomputed_work(program)
     for value in outputs:
         if value is not None:
             _demand(value)
@@ -893,6 +932,21 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     in_order, listed = _peak(program, running), _peak(program, _list_order(running))
     peak, program.block_at_peak = min(in_order, listed)
     return peak
+
+
+def _store_tree_reduced_operands(program: _Program) -> None:
+    """Store what a sum in a type the compiler widens (bfloat16 on XLA:CPU) sums over more than 32 elements reads.
+    XLA:CPU computes such a sum in float32, rounding each partial sum to bfloat16 (the reduction's computation
+    converts), which its YNN library fusion does not take; it then sums in a tree (``TreeReductionRewriter``: a
+    reduce-window of 32, then a reduce), and the reduce-window fuses no producer, so the summed operand is stored, in
+    float32. Measured (JAX 0.12): the softmax's backward row sum of a 16-head, 1,024-token bf16 step reads a stored
+    f32 (batch, heads, T, T) ``convert_convert_fusion``, the step's peak under remat ``block``; the bias gradients'
+    sums over the batch's rows read stored ``wrapped_convert``s."""
+    for name, ins, outs, _ in program.ops:
+        if (name == "reduce_sum" and ins and outs and outs[0].dtype is not None
+                and outs[0].itemsize != outs[0].dtype.itemsize
+                and math.prod(ins[0].shape) > _TREE_REDUCTION_WINDOW * math.prod(outs[0].shape)):
+            _demand(ins[0])
 
 
 def _drop_dead_ops(program: _Program, outputs: list[Any]) -> None:
@@ -980,6 +1034,125 @@ def _store_reduced_sums(program: _Program, consumers: dict[int, int]) -> None:
             outs[0].materialised = True
 
 
+def _share_squares(program: _Program) -> None:
+    """Compute ``x ** 3`` as ``x ** 2 * x`` where the program squares the same ``x`` too, as XLA does: it expands an
+    integer power into products and merges equal ones, so a GELU's cube and its derivative's square read one ``x * x``.
+    The square then has two readers, and JAX 0.12's XLA:CPU stores it in a recomputed GELU
+    (``multiply_convert_fusion``, see :func:`_store_shared_recomputed_work`). The square moves ahead of the cube."""
+    ops = program.ops
+    squares = {id(ins[0]): op for op in ops for name, ins, outs, _ in [op]
+               if name == "integer_pow" and ins and program.exponents.get(id(outs[0])) == 2}
+    for name, ins, outs, body in list(ops):
+        square_op = squares.get(id(ins[0])) if name == "integer_pow" and ins else None
+        if square_op is None or program.exponents.get(id(outs[0])) != 3:
+            continue
+        cube = ops.index((name, ins, outs, body))
+        if ops.index(square_op) > cube:
+            ops.remove(square_op)
+            ops.insert(cube, square_op)
+            cube += 1
+        operands = [square_op[2][0], ins[0]]
+        outs[0].producer, outs[0].operands = "mul", operands
+        ops[cube] = ("mul", operands, outs, body)
+
+
+# JAX's name for the work a rematerialised block does again in the backward pass (its name stack's entry).
+_RECOMPUTED = "rematted_computation"
+
+
+def _store_shared_recomputed_work(program: _Program) -> None:
+    """Store elementwise work in a widened type (bfloat16 on XLA:CPU) that a rematerialised block recomputes and that
+    two stored ops read (through fused work), in its own type, as JAX 0.12's XLA:CPU does. Its recomputed GELU is
+    read by the backward pass's GELU derivative and by the weight gradient's matmul (through the GELU's output), and
+    each shared piece is a fusion of its own: the block's input to GELU, the square, tanh, ``1 + tanh`` and the
+    output's factor (``add_convert``, ``multiply_convert``, ``tanh_convert`` fusions).
+
+    That matters for the order, more than the bytes: a longer chain of fusions puts the FFN's backward sum after the
+    recomputed attention's exponentials in the breadth-first schedule, and XLA:CPU's peak of a remat ``dots`` step is
+    there, with both live. Measured (JAX 0.12, 2026-11-29): the tests' bf16 ``dots`` rows planned 0.825 (fsdp, 128
+    tokens, batch 256) and 0.826 (scanned fsdp) of XLA:CPU's peak without this and :func:`_share_squares`; 0.949 and
+    1.042 with both. Counting an op's direct readers rather than the stored ops they end in: the same figures. Applied
+    outside rematerialised blocks too (without the squares), 512-token ``dp-tp`` ``dots`` fell to 0.815."""
+    ops = program.ops
+    readers: dict[int, list[int]] = {}
+    for index, (_, ins, _, _) in enumerate(ops):
+        for value in ins:
+            readers.setdefault(id(value), []).append(index)
+    ends: dict[int, frozenset] = {}
+
+    def stored_readers(value: _Value) -> frozenset:
+        """The stored ops that read ``value``, through the fused work (and views) that reads it."""
+        if id(value) not in ends:
+            found: set[int] = set()
+            for index in readers.get(id(value), ()):
+                name, _, outs, _ = ops[index]
+                if (name in _FUSIBLE or name in _VIEWS) and outs and not any(out.materialised for out in outs):
+                    for out in outs:
+                        found |= stored_readers(out)
+                else:
+                    found.add(index)
+            ends[id(value)] = frozenset(found)
+        return ends[id(value)]
+
+    not_work = {"broadcast_in_dim", "iota", "convert_element_type", "slice", "pad", "concatenate", "transpose",
+                "dynamic_slice", "copy", "select_n", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"}
+    stored = False
+    for name, _, outs, _ in reversed(ops):  # readers first: what a value's readers end in is settled before it
+        if name not in _FUSIBLE or name in not_work or len(outs) != 1:
+            continue
+        out = outs[0]
+        if (out.materialised or out.dtype is None or out.itemsize == out.dtype.itemsize or not out.shape
+                or _RECOMPUTED not in out.origin):
+            continue
+        if len(stored_readers(out)) >= 2:
+            out.materialised = True
+            out.narrow(program.sizes)
+            ends.clear()
+            stored = True
+    if stored:  # what each op reads, worked out before, may now stop at these
+        for _, ins, outs, _ in ops:
+            for value in (*ins, *outs):
+                value.buffers = None
+
+
+def _copy_summed_exponentials(program: _Program) -> None:
+    """A stored bfloat16 ``exp`` that a sum reads through a float32 cast (a softmax's) as XLA:CPU (JAX 0.12) stores it:
+    one YNN fusion computes the row maximum, the subtraction and the exponentials, in float32; the sum reads that
+    float32 buffer, and a ``wrapped_convert`` makes the bfloat16 copy every other reader reads (the probabilities, the
+    backward pass), so the float32 buffer is gone once both have run. Inside a shard_map that leaves axes to the
+    compiler (fsdp-tp's body) the compiler keeps the one float32 buffer for every reader instead
+    (``keeps_partial_manual_casts_wide``). Measured: a 16-head, 1,024-token bf16 fsdp step saves a 256 MiB bf16 copy
+    a block beside a 512 MiB f32 buffer freed two ops later; fsdp-tp's saves the 512 MiB f32 buffer."""
+    reduced = {id(value) for name, ins, _, _ in program.ops if name in _REDUCTIONS for value in ins}
+    casts: dict[int, _Value] = {}  # id(exp) -> its float32 cast that a sum reads
+    for name, ins, outs, _ in program.ops:
+        if (name == "convert_element_type" and len(ins) == 1 and id(outs[0]) in reduced and ins[0].producer == "exp"
+                and ins[0].materialised and ins[0].dtype is not None and ins[0].itemsize != ins[0].dtype.itemsize
+                and not (program.rules.keeps_partial_manual_casts_wide and ins[0].partial_manual)):
+            casts[id(ins[0])] = outs[0]
+    if not casts:
+        return
+    copies: dict[int, _Value] = {}
+    ops = []
+    for name, ins, outs, body in program.ops:
+        if name == "convert_element_type" and len(ins) == 1 and casts.get(id(ins[0])) is outs[0]:
+            outs[0].producer, outs[0].operands = "view", [ins[0]]  # the sum reads the float32 exponentials as they are
+            continue
+        ins = [copies.get(id(value), value) for value in ins]  # every other reader reads the bfloat16 copy
+        for out in outs:
+            out.operands = [copies.get(id(value), value) for value in out.operands]
+        ops.append((name, ins, outs, body))
+        if name == "exp" and id(outs[0]) in casts:
+            exponentials = outs[0]
+            copy = program.value(jax.core.ShapedArray(exponentials.shape, exponentials.dtype), exponentials.spec)
+            copy.narrow(program.sizes)
+            copy.origin, copy.block, copy.materialised = exponentials.origin, exponentials.block, True
+            copy.producer, copy.operands = "convert_element_type", [exponentials]
+            copies[id(exponentials)] = copy
+            ops.append(("convert_element_type", [exponentials], [copy], 0))
+    program.ops[:] = ops
+
+
 def _store_large_norm_operands(program: _Program, consumers: dict[int, int]) -> None:
     """Store a layer norm's operands as XLA:CPU does where the norm has ``_YNN_NORM_ROWS`` rows or more per device:
     it then computes the norm's backward pass in one YNN reduction fusion, which takes its operands stored.
@@ -1012,7 +1185,8 @@ def _store_large_norm_operands(program: _Program, consumers: dict[int, int]) -> 
               and ins[0].dtype is not None and out.dtype is not None and out.shape and _rows(out) >= _YNN_NORM_ROWS
               and ins[0].dtype.itemsize < out.dtype.itemsize):
             out.materialised = True
-            ins[0].narrow(program.sizes)
+            if not (program.rules.stores_narrow_expensive_work and ins[0].producer == "exp"):
+                ins[0].narrow(program.sizes)  # (a summed exponential: _copy_summed_exponentials)
 
 
 def _copy_shared_matmul_operands(program: _Program) -> None:
