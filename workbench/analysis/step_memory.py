@@ -1094,6 +1094,8 @@ def _store_shared_recomputed_work(program: _Program) -> None:
             ends[id(value)] = frozenset(found)
         return ends[id(value)]
 
+    # Casts, moves, selections and predicates: not the arithmetic the compiler stores a fusion of (its convert is part
+    # of each stored piece, and a broadcast's own rule is _duplicable's).
     not_work = {"broadcast_in_dim", "iota", "convert_element_type", "slice", "pad", "concatenate", "transpose",
                 "dynamic_slice", "copy", "select_n", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"}
     stored = False
