@@ -629,18 +629,16 @@ def _duplicable(name: str, ins: list, outs: list, consumers: dict[int, int], rul
         return False
     if not any(consumers.get(id(out), 0) > 1 for out in outs):
         return True
-    if rules.stores_narrow_expensive_work:
-        floats = [out.dtype for out in outs if out.dtype is not None and jnp.issubdtype(out.dtype, jnp.floating)]
-        if any(rules.is_expensive(name, dtype.name) for dtype in floats) and not _multiplies(name, ins, outs):
-            return False
-    else:
-        # JAX 0.10's XLA:CPU: bfloat16 work (NumPy's kind "V", not "f") is never counted expensive, so a bf16
-        # softmax's exponentials are computed again in each reader. Against XLA's rule, but 0.10's rules were measured
-        # with it: counted expensive (jnp.issubdtype alone, 2026-11-28), 0.10's 16-head fsdp-tp rows fell to 0.78-0.92
-        # of its peak. JAX 0.12's compiler: stores_narrow_expensive_work and docs/design/compile-verification.md.
-        floats = [out.dtype for out in outs if out.dtype is not None and out.dtype.kind == "f"]
-        if any(rules.is_expensive(name, dtype.name) for dtype in floats):
-            return False
+    # Without stores_narrow_expensive_work (JAX 0.10's XLA:CPU), bfloat16 work (NumPy's kind "V", not "f") is never
+    # counted expensive, so a bf16 softmax's exponentials are computed again in each reader. Against XLA's rule, but
+    # 0.10's rules were measured with it: counted expensive (jnp.issubdtype alone, 2026-11-28), 0.10's 16-head fsdp-tp
+    # rows fell to 0.78-0.92 of its peak. JAX 0.12's compiler: docs/design/compile-verification.md.
+    narrow_too = rules.stores_narrow_expensive_work
+    floats = [out.dtype for out in outs if out.dtype is not None
+              and (jnp.issubdtype(out.dtype, jnp.floating) if narrow_too else out.dtype.kind == "f")]
+    if (any(rules.is_expensive(name, dtype.name) for dtype in floats)
+            and not (narrow_too and _multiplies(name, ins, outs))):
+        return False
     if name == "broadcast_in_dim" and rules.stores_shared_broadcasts:
         return (not ins or math.prod(ins[0].shape) <= 1 or _source(ins[0]).constant
                 or all(id(out) in divisors for out in outs))
@@ -1040,8 +1038,8 @@ def _share_squares(program: _Program) -> None:
     The square then has two readers, and JAX 0.12's XLA:CPU stores it in a recomputed GELU
     (``multiply_convert_fusion``, see :func:`_store_shared_recomputed_work`). The square moves ahead of the cube."""
     ops = program.ops
-    squares = {id(ins[0]): op for op in ops for name, ins, outs, _ in [op]
-               if name == "integer_pow" and ins and program.exponents.get(id(outs[0])) == 2}
+    squares = {id(op[1][0]): op for op in ops
+               if op[0] == "integer_pow" and op[1] and program.exponents.get(id(op[2][0])) == 2}
     for name, ins, outs, body in list(ops):
         square_op = squares.get(id(ins[0])) if name == "integer_pow" and ins else None
         if square_op is None or program.exponents.get(id(outs[0])) != 3:
