@@ -12,6 +12,7 @@ import optax
 import pytest
 from flax import nnx
 from jax import lax
+from jax.sharding import PartitionSpec as P
 
 from workbench.analysis.compiler_rules import XLA_CPU
 from workbench.analysis.planning import plan_training
@@ -162,6 +163,15 @@ def test_what_a_barrier_passes_on_is_stored_in_its_own_type():
     assert memory.temp_bytes == matmul_bytes + 2 * n * n * 2  # the matmul's result, and both passed on in bf16
 
 
+def _temp_bytes(fn, *args, mesh_sizes=None, in_specs=None, **rules) -> int:
+    """The simulated temporaries of ``fn`` on ``args`` (whole on every device unless ``in_specs`` says otherwise),
+    under XLA:CPU's rules with ``rules`` set as given: one rule at a time, whatever the installed JAX's defaults."""
+    jaxpr = jax.make_jaxpr(fn)(*args)
+    in_specs = in_specs or [((),) * len(arg.shape) for arg in args]
+    return simulate_step_memory(jaxpr, in_specs, [None] * len(jaxpr.out_avals), mesh_sizes or {"data": 1},
+                                compiler=dataclasses.replace(XLA_CPU, **rules)).temp_bytes
+
+
 def test_a_recomputed_gelus_shared_square_is_stored_in_bfloat16():
     # JAX 0.12's XLA:CPU expands the GELU's cube as x * x * x, shares x * x with its derivative's square, and stores
     # the shared pieces of a recomputed GELU one bf16 fusion each. That lengthens the backward pass's chain of
@@ -175,10 +185,7 @@ def test_a_recomputed_gelus_shared_square_is_stored_in_bfloat16():
         def loss(h, w):
             return jnp.sum((gelu(h) @ w).astype(jnp.float32))
 
-        compiler = dataclasses.replace(XLA_CPU, stores_narrow_expensive_work=True, **rules)
-        jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(h, w)
-        specs = [((), ()), ((), ())]
-        return simulate_step_memory(jaxpr, specs, [None, None], {"data": 1}, compiler=compiler).temp_bytes
+        return _temp_bytes(jax.grad(loss, argnums=(0, 1)), h, w, stores_narrow_expensive_work=True, **rules)
 
     both = {"stores_shared_recomputed_work": True, "shares_squares": True}
     neither = {"stores_shared_recomputed_work": False, "shares_squares": False}
@@ -188,6 +195,73 @@ def test_a_recomputed_gelus_shared_square_is_stored_in_bfloat16():
         assert temp_bytes(recomputed, **alone) == temp_bytes(recomputed, **neither)  # the square unshared: fused
     plain = lambda h: jax.nn.gelu(h, approximate=True)  # noqa: E731
     assert temp_bytes(plain, **both) == temp_bytes(plain, **neither)  # not recomputed: each fusion computes its own
+
+
+@pytest.mark.parametrize("width", [256, 32])
+def test_a_widened_sum_over_more_than_32_elements_reads_its_operand_stored(width):
+    # JAX 0.12's XLA:CPU sums a bf16 reduction in float32 as a tree (a reduce-window of 32, then a reduce), and the
+    # reduce-window fuses no producer: the summed operand is stored, in float32 (the softmax's backward row sums of
+    # a 16-head bf16 step, its peak under remat `block`). Over 32 elements or fewer, or summed in float32, the
+    # reduction fuses its operand as before (step_memory._store_tree_reduced_operands).
+    n = 64
+    row_sums = lambda x: lax.reduce_sum(x * 3, axes=(1,)) + 1  # noqa: E731  (lax: jnp.sum would sum in float32)
+    sums = n * 4  # the row sums, float32 on XLA:CPU
+
+    def temp_bytes(dtype, tree) -> int:
+        return _temp_bytes(row_sums, jax.ShapeDtypeStruct((n, width), dtype), tree_reduces_narrow_sums=tree)
+
+    stored = n * width * 4 if width > 32 else 0
+    assert temp_bytes(jnp.bfloat16, tree=True) == stored + sums
+    assert temp_bytes(jnp.bfloat16, tree=False) == temp_bytes(jnp.float32, tree=True) == sums
+
+
+def _softmax(x):
+    exponentials = jnp.exp(x - lax.stop_gradient(x.max(-1, keepdims=True)))
+    return exponentials / jnp.sum(exponentials, axis=-1, keepdims=True)  # jnp.sum: a float32 sum of a bf16 cast
+
+
+def test_a_bfloat16_softmaxs_exponentials_are_stored_in_float32_with_a_bfloat16_copy_for_their_readers():
+    # JAX 0.12's XLA:CPU computes the exponentials in float32 in one fusion and stores them; the row sum reads that
+    # buffer and a convert makes the bf16 copy the division reads. Inside a shard_map that leaves an axis to the
+    # compiler (fsdp-tp's body) it keeps the one float32 buffer for every reader
+    # (step_memory._copy_summed_exponentials).
+    n, m = 64, 256
+    x = jax.ShapeDtypeStruct((n, m), jnp.bfloat16)
+    sums = n * 4
+    assert _temp_bytes(_softmax, x, stores_narrow_expensive_work=True) == n * m * (4 + 2) + sums
+    # JAX 0.10's: bf16 work is cheap, recomputed inside each reader; stored are the row sums and their bf16 cast
+    # (4 bytes an element each)
+    assert _temp_bytes(_softmax, x, stores_narrow_expensive_work=False) == sums + n * 4
+
+    mesh = jax.sharding.AbstractMesh((1, 2), ("data", "model"),
+                                     axis_types=(jax.sharding.AxisType.Auto, jax.sharding.AxisType.Auto))
+    partial_manual = jax.shard_map(_softmax, mesh=mesh, in_specs=P("data"), out_specs=P("data"), axis_names={"data"})
+
+    def inside(wide: bool) -> int:
+        return _temp_bytes(partial_manual, x, mesh_sizes={"data": 1, "model": 2}, in_specs=[(("data",), ())],
+                           stores_narrow_expensive_work=True, keeps_partial_manual_casts_wide=wide)
+
+    assert inside(wide=True) == n * m * 4 + sums
+    assert inside(wide=False) == n * m * (4 + 2) + sums
+
+
+@pytest.mark.parametrize("divide", [lambda a, b: a / 3.0, lambda a, b: a / b[0, 0], lambda a, b: a / b[:, :1]],
+                         ids=["by-a-constant", "by-a-scalar", "by-a-row-broadcast"])
+def test_a_division_by_a_smaller_divisor_is_a_multiplication_fused_into_each_reader(divide):
+    # XLA's algebraic simplifier makes `a / broadcast(b)` a multiplication by a reciprocal computed once: cheap work,
+    # recomputed inside each reader, never stored (the attention's `scores / sqrt(head_dim)`: stored, a 16-head,
+    # 1,024-token bf16 step kept another (batch, heads, T, T) buffer a block that JAX 0.12's XLA:CPU does not).
+    n, m = 64, 256
+    x = jax.ShapeDtypeStruct((n, m), jnp.float32)
+
+    def two_readers(a, b):
+        quotient = divide(a, b)
+        return lax.reduce_max(quotient, axes=(1,)), jnp.tanh(quotient)
+
+    quotient_bytes = n * m * 4
+    assert _temp_bytes(two_readers, x, x, stores_narrow_expensive_work=True) < quotient_bytes  # (b[0, 0]: 4 bytes)
+    # JAX 0.10's rules, measured without it: a float32 division counted expensive, stored for its two readers
+    assert _temp_bytes(two_readers, x, x, stores_narrow_expensive_work=False) >= quotient_bytes
 
 
 def test_a_users_own_module_is_simulated_from_an_example_batch():
