@@ -68,12 +68,16 @@ def _row(label: str, target: str, model: str, options: dict, mesh: str, mode: st
     plan = plan_training(model, options, mesh, mode, global_batch=batch, precision=precision, seq_len=seq_len,
                          remat=remat, verify=target)
     compiled = plan.compiled
+    on_chip = ""
+    if compiled.hbm_block_bytes is not None:  # libtpu: the larger of two accounts (tpu_buffers.py)
+        on_chip = (f": memory analysis {compiled.reported_temp_bytes / MiB:,.1f}, buffer assignment's HBM block "
+                   f"{compiled.hbm_block_bytes / MiB:,.1f}; {(compiled.on_chip_bytes or 0) / MiB:,.1f} MiB in VMEM")
     return record(
         f"plan / {target.split(':')[0]} compiler peak: {label} ({target})", plan.peak_bytes / compiled.peak_bytes, "x",
         ("±", 1.0, 0.15) if held else None,
         note=f"plan {plan.peak_bytes / MiB:,.1f} MiB (temporaries {plan.memory.temp_bytes / MiB:,.1f}), compiler "
-             f"{compiled.peak_bytes / MiB:,.1f} MiB (temporaries {compiled.temp_bytes / MiB:,.1f}) per device, "
-             f"compiled in {compiled.compile_seconds:.1f} s; {machine()}",
+             f"{compiled.peak_bytes / MiB:,.1f} MiB (temporaries {compiled.temp_bytes / MiB:,.1f}{on_chip}) per "
+             f"device, compiled in {compiled.compile_seconds:.1f} s; {machine()}",
     )
 
 

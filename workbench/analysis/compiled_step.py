@@ -97,6 +97,9 @@ class CompiledStep:
         as_written_temp_bytes: for XLA:GPU, where the compile's temporaries reached its memory budget (it may have
             computed values again to fit: :mod:`.gpu_memory_budget`), those of the same step compiled again with the
             budget lifted: the step as written; else None.
+        reported_temp_bytes, hbm_block_bytes, on_chip_bytes: for libtpu (else None), the temporaries its memory
+            analysis reports, the block its buffer assignment keeps for them in HBM and the one in on-chip VMEM, apart
+            from HBM (:mod:`.tpu_buffers`); ``temp_bytes`` is the larger of the first two.
     """
 
     target: str
@@ -115,6 +118,9 @@ class CompiledStep:
     peak_rss_bytes: int | None = None
     loop_trips: tuple[int, ...] = ()
     as_written_temp_bytes: int | None = None
+    reported_temp_bytes: int | None = None
+    hbm_block_bytes: int | None = None
+    on_chip_bytes: int | None = None
 
     @property
     def devices(self) -> int:

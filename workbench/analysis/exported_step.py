@@ -187,6 +187,12 @@ def export_step(config: ResolvedConfig, own: OwnModel, target: CompileTarget | s
     return ExportedStep(payload, str(config.mesh_shape), platform, step.layers, len(state))
 
 
+def exported_mesh(exported: ExportedStep, devices: list) -> Any:
+    """The mesh ``exported`` is compiled on: its axes, over ``devices`` in mesh order (Auto axes, as exported)."""
+    shape: MeshShape = parse_mesh(exported.mesh)
+    return build_mesh(shape, axis_types="auto", devices=list(devices))
+
+
 def compile_exported(exported: ExportedStep, devices: list,
                      compiler_options: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """(the compiled step, its mesh): ``exported`` compiled for ``devices`` (in mesh order), its state donated as
@@ -197,8 +203,7 @@ def compile_exported(exported: ExportedStep, devices: list,
     except Exception as error:  # noqa: BLE001 - a payload from another JAX version, or damaged
         raise VerificationError(f"the exported step could not be read ({type(error).__name__}: {error}): the parent "
                                 "and the child must run the same JAX") from None
-    shape: MeshShape = parse_mesh(exported.mesh)
-    mesh = build_mesh(shape, axis_types="auto", devices=list(devices))
+    mesh = exported_mesh(exported, devices)
     inputs = [jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding)
               for aval, sharding in zip(program.in_avals, program.in_shardings_jax(mesh), strict=True)]
     args, kwargs = jax.tree.unflatten(program.in_tree, inputs)
@@ -209,4 +214,4 @@ def compile_exported(exported: ExportedStep, devices: list,
 
 
 __all__ = ["EXPORT_PLATFORMS", "ExportError", "ExportedStep", "OwnModel", "OwnModelError", "compile_exported",
-           "export_step"]
+           "export_step", "exported_mesh"]
