@@ -1,8 +1,8 @@
 """What a step compiled by libtpu reserves per chip in HBM and in on-chip VMEM, read off libtpu's buffer assignment.
 
 libtpu keeps a step's temporaries in one preallocated block per memory space, and ``memory_analysis()``'s
-temporaries are not the HBM block: JAX 0.10's libtpu reported 0 B for a small step whose block in HBM is 7.4 MB (the
-rest, 44 MB, in VMEM), and on v5p, or with JAX 0.12's libtpu, more than the block. The verification takes the larger
+temporaries are not the HBM block: JAX 0.10's libtpu reported 0 B for a small step whose block in HBM is 7.4 MB (and
+46 MB in VMEM), and on v5p, or with JAX 0.12's libtpu, more than the block. The verification takes the larger
 (``compile_child``). :func:`compile_reading_buffers` compiles with ``xla_dump_to`` set, where libtpu writes its
 buffer assignment as text, and :func:`read_buffer_assignment` reads the blocks' sizes. What was measured:
 docs/design/compile-verification.md, "libtpu's temporaries".
