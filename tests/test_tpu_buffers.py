@@ -51,7 +51,7 @@ def test_text_without_a_preallocated_block_reads_as_none():
     assert read_buffer_assignment("") is None
 
 
-def test_the_dump_is_read_from_a_folder_that_is_gone_after_the_compile(tmp_path):
+def test_the_dump_is_read_from_a_folder_that_is_gone_after_the_compile():
     # The compiler writes its dump where `xla_dump_to` says (libtpu's file name); the folder is removed after.
     seen = {}
 

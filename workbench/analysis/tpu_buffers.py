@@ -12,7 +12,7 @@ Example:
     ... allocation 616: size 2048, color 6, preallocated-temp:
     ... allocation 617: size 45814272, color 1, preallocated-temp:'''
     >>> read_buffer_assignment(text)
-    TpuBuffers(hbm_temp_bytes=7422144, on_chip_bytes=45814272)
+    TpuBuffers(hbm_block_bytes=7422144, on_chip_bytes=45814272)
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ class TpuBuffers:
     """A compiled TPU step's temporaries per device.
 
     Attributes:
-        hbm_temp_bytes: the temporaries' block in HBM (what the step holds beside its arguments and outputs).
+        hbm_block_bytes: the temporaries' block in HBM (what the step holds beside its arguments and outputs).
         on_chip_bytes: the temporaries' block in VMEM, on-chip memory apart from HBM.
     """
 
-    hbm_temp_bytes: int
+    hbm_block_bytes: int
     on_chip_bytes: int
 
 
@@ -55,7 +55,7 @@ def read_buffer_assignment(text: str) -> TpuBuffers | None:
             blocks[space] = blocks.get(space, 0) + int(size)
     if not blocks:
         return None
-    return TpuBuffers(hbm_temp_bytes=blocks.get(_HBM, 0), on_chip_bytes=blocks.get(_VMEM, 0))
+    return TpuBuffers(hbm_block_bytes=blocks.get(_HBM, 0), on_chip_bytes=blocks.get(_VMEM, 0))
 
 
 def compile_reading_buffers(compile_step: Callable[[dict[str, Any] | None], Any]) -> tuple[Any, TpuBuffers | None]:
@@ -69,7 +69,7 @@ def compile_reading_buffers(compile_step: Callable[[dict[str, Any] | None], Any]
         if not found:
             return compiled, None
         # One program per step; were there several, the step's is the one with the largest HBM block.
-        return compiled, max(found, key=lambda b: b.hbm_temp_bytes)
+        return compiled, max(found, key=lambda b: b.hbm_block_bytes)
 
 
 __all__ = ["TpuBuffers", "compile_reading_buffers", "read_buffer_assignment"]
