@@ -14,7 +14,7 @@ from flax import nnx
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from workbench.analysis.compiler_rules import XLA_CPU
+from workbench.analysis.compiler_rules import LIBTPU, XLA_CPU
 from workbench.analysis.planning import plan_training
 from workbench.analysis.step_memory import planned_step_memory, simulate_step_memory
 from workbench.training.config import TrainConfig
@@ -262,6 +262,30 @@ def test_a_division_by_a_smaller_divisor_is_a_multiplication_fused_into_each_rea
     assert _temp_bytes(two_readers, x, x, stores_narrow_expensive_work=True) < quotient_bytes  # (b[0, 0]: 4 bytes)
     # JAX 0.10's rules, measured without it: a float32 division counted expensive, stored for its two readers
     assert _temp_bytes(two_readers, x, x, stores_narrow_expensive_work=False) >= quotient_bytes
+
+def test_libtpu_computes_a_layer_norms_broadcasts_inside_each_reader_where_xla_cpu_stores_them():
+    # A layer norm's mean, inverse deviation and scale are each broadcast to (rows, d) and read by the forward and the
+    # backward pass. XLA:CPU stores each broadcast; libtpu computes it inside each reader, as XLA:GPU does (the README's
+    # 1.3B fsdp-tp step under remat block holds no float32 (batch, T, d_model) buffer: its buffer assignment, v5p).
+    n, d = 512, 256
+    x, scale = jax.ShapeDtypeStruct((n, d), jnp.float32), jax.ShapeDtypeStruct((d,), jnp.float32)
+
+    def layer_norm_loss(x, scale):
+        mean = x.mean(-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return jnp.sum(((x - mean) * lax.rsqrt(variance + 1e-6) * scale) ** 2)
+
+    jaxpr = jax.make_jaxpr(jax.grad(layer_norm_loss, argnums=(0, 1)))(x, scale)
+
+    def temp_bytes(rules) -> int:
+        return simulate_step_memory(jaxpr, [((), ()), ((),)], [None, None], {"data": 1}, compiler=rules).temp_bytes
+
+    row_bytes = n * d * 4
+    assert not LIBTPU.stores_shared_broadcasts
+    assert temp_bytes(LIBTPU) < row_bytes  # only the (n, 1) statistics
+    assert temp_bytes(XLA_CPU) >= 3 * row_bytes
+    assert temp_bytes(dataclasses.replace(LIBTPU, stores_shared_broadcasts=True)) >= 3 * row_bytes
+
 
 
 def test_a_users_own_module_is_simulated_from_an_example_batch():

@@ -166,8 +166,12 @@ XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "di
 # Measured (tests/test_verification.py's configs, bench/bench_gpu_memory.py): libtpu lays out and schedules
 # the same program differently per generation; the 4-block transformer's fsdp step on 8 chips held 216 MiB
 # on v6e, 212 MiB on v5e and 526 MiB on v5p (2026-11-28). No jaxpr-level rule follows that.
+# libtpu computes a broadcast inside each reader, as XLA:GPU does: the README's 1.3B fsdp-tp step under remat block
+# holds no float32 (batch, T, d_model) buffer at all (its buffer assignment, v5p:8x8x8). Stored, a layer norm's
+# broadcasts put 30 steps' plans (2 blocks of d_model 1,024-2,048 on 8 chips of v5p, v6e and v5e) at 0.76-2.61x
+# libtpu's peak, 7 within 15%; computed in each reader, 0.75-1.65x, 12 within 15% (compile-verification.md).
 LIBTPU = CompilerRules(
-    "libtpu", "tpu", {},
+    "libtpu", "tpu", {}, stores_shared_broadcasts=False,
     trust="libtpu lays out and schedules each TPU generation's memory its own way (the same 8-chip step held "
           "216 MiB on v6e, 212 MiB on v5e, 526 MiB on v5p), which the simulation does not follow: trust the "
           "compiler's peak (--verify tpu:<generation>:<shape>)",
