@@ -5,9 +5,10 @@ libtpu's figure.
 The GPU rows are the issue's H200 rows (one GPU, AdamW, dp: mlp, the 512-wide transformer in fp32 and bf16, the
 1024-wide at batch 8 and 32, the 0.8B), the modes on 8 H200s and fsdp / fsdp-tp under remat ``block`` (and fsdp on
 2,048-token sequences); each is ``plan_training(..., verify="gpu:h200:N")``, the compile in its own child as
-``--verify`` runs it. Reported after ``make gpu-compile`` (and the TPU rows with the ``tpu`` extra); about 3 minutes
-in all on 2 cores. Rows under 4 MiB per device and the mlp whose matmul XLA:GPU splits along its contraction
-(split-K, a buffer the jaxpr does not show) are reported without a target. One step over XLA:GPU's memory budget
+``--verify`` runs it. Reported after ``make gpu-compile`` (and the TPU rows with the ``tpu`` extra: the small rows on
+three generations, and three medium steps on v5p, about a minute each); about 3 minutes for the GPU rows on 2 cores.
+Rows under 4 MiB per device and the mlp whose matmul XLA:GPU splits along its contraction (split-K, a buffer the jaxpr
+does not show) are reported without a target. One step over XLA:GPU's memory budget
 (the 1.3B unrolled on 512 H100s, a minute more) is held to the target against the step as written, and its compiled
 temporaries to the budget.
 """
@@ -61,6 +62,17 @@ TPU_ROWS = [  # 8 chips: the smallest slice every generation offers
     ("LM 512x4 tp model=8 bf16", "transformer", _lm(512, 4, 8, 256), "model=8", "tp", 16, "bf16", 256),
 ]
 TPU_TOPOLOGIES = ("v5e:2x4", "v6e:2x4", "v5p:2x2x2")
+# Steps of some hundreds of MiB a chip, where VMEM (under 48 MiB on v5p) weighs less: 2 blocks of d_model 1,024 on
+# 1,024 tokens, unrolled (the transformer's default), where a layer norm's broadcasts weigh most (libtpu computes them
+# inside each reader: compiler_rules.LIBTPU; stored, these rows planned 2.49, 2.32 and 1.63x libtpu's peak).
+TPU_MEDIUM_ROWS = [
+    ("LM 1024x2 s1024 fsdp-tp data=2,model=4 bf16", "transformer", _lm(1024, 2, 8, 1024) | {"vocab": 1024},
+     "data=2,model=4", "fsdp-tp", 16, "bf16", 1024),
+    ("LM 1024x2 s1024 dp-tp data=2,model=4 bf16", "transformer", _lm(1024, 2, 8, 1024) | {"vocab": 1024},
+     "data=2,model=4", "dp-tp", 16, "bf16", 1024),
+    ("LM 1024x2 s1024 fsdp data=8 bf16", "transformer", _lm(1024, 2, 8, 1024) | {"vocab": 1024}, "data=8", "fsdp",
+     16, "bf16", 1024),
+]
 
 
 def _row(label: str, target: str, model: str, options: dict, mesh: str, mode: str, batch: int, precision: str,
@@ -119,4 +131,6 @@ def run() -> list[dict]:
             for label, model, options, mesh, mode, batch, precision, seq_len in TPU_ROWS:
                 records.append(_row(label, f"tpu:{topology}", model, options, mesh, mode, batch, precision, seq_len,
                                     False))
+        for label, model, options, mesh, mode, batch, precision, seq_len in TPU_MEDIUM_ROWS:
+            records.append(_row(label, "tpu:v5p:2x2x2", model, options, mesh, mode, batch, precision, seq_len, False))
     return records
