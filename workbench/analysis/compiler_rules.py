@@ -174,7 +174,7 @@ LIBTPU = CompilerRules(
     "libtpu", "tpu", {}, stores_shared_broadcasts=False,
     trust="libtpu lays out and schedules each TPU generation's memory its own way (the same 8-chip step held "
           "216 MiB on v6e, 212 MiB on v5e, 526 MiB on v5p), which the simulation does not follow (measured on 8 to 512 "
-          "chips: 0.7-2.6 of libtpu's peak): trust the compiler's peak (--verify tpu:<generation>:<shape>)",
+          "chips: 0.5-2.6 of libtpu's peak): trust the compiler's peak (--verify tpu:<generation>:<shape>)",
 )
 COMPILERS = {rules.kind: rules for rules in (XLA_CPU, XLA_GPU, LIBTPU)}
 
