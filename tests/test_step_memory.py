@@ -263,6 +263,7 @@ def test_a_division_by_a_smaller_divisor_is_a_multiplication_fused_into_each_rea
     # JAX 0.10's rules, measured without it: a float32 division counted expensive, stored for its two readers
     assert _temp_bytes(two_readers, x, x, stores_narrow_expensive_work=False) >= quotient_bytes
 
+
 def test_libtpu_computes_a_layer_norms_broadcasts_inside_each_reader_where_xla_cpu_stores_them():
     # A layer norm's mean, inverse deviation and scale are each broadcast to (rows, d) and read by the forward and the
     # backward pass. XLA:CPU stores each broadcast; libtpu computes it inside each reader, as XLA:GPU does (the README's
@@ -285,7 +286,6 @@ def test_libtpu_computes_a_layer_norms_broadcasts_inside_each_reader_where_xla_c
     assert temp_bytes(LIBTPU) < row_bytes  # only the (n, 1) statistics
     assert temp_bytes(XLA_CPU) >= 3 * row_bytes
     assert temp_bytes(dataclasses.replace(LIBTPU, stores_shared_broadcasts=True)) >= 3 * row_bytes
-
 
 
 def test_a_users_own_module_is_simulated_from_an_example_batch():
