@@ -14,7 +14,7 @@ from flax import nnx
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from workbench.analysis.compiler_rules import LIBTPU, XLA_CPU
+from workbench.analysis.compiler_rules import LIBTPU, XLA_CPU, XLA_GPU
 from workbench.analysis.planning import plan_training
 from workbench.analysis.step_memory import planned_step_memory, simulate_step_memory
 from workbench.training.config import TrainConfig
@@ -286,6 +286,32 @@ def test_libtpu_computes_a_layer_norms_broadcasts_inside_each_reader_where_xla_c
     assert temp_bytes(LIBTPU) < row_bytes  # only the (n, 1) statistics
     assert temp_bytes(XLA_CPU) >= 3 * row_bytes
     assert temp_bytes(dataclasses.replace(LIBTPU, stores_shared_broadcasts=True)) >= 3 * row_bytes
+
+
+def test_libtpu_computes_a_layer_norm_and_a_gelu_inside_the_matmuls_that_read_them():
+    # libtpu's convolution fusions read any elementwise work on their operands: the up projection's fusion normalises
+    # the stored residual sum with its row statistics, the down projection's computes the GELU of the stored
+    # pre-activation (the unrolled dp-tp step of 2 blocks of d_model 1,024 on v5p:2x2x2, its optimised HLO). XLA:GPU's
+    # GEMM fusion takes only a chain of cheap work over one stored value, so it stores both.
+    n, d, f = 512, 256, 1024
+    x, w_up, w_down = (jax.ShapeDtypeStruct(shape, jnp.float32) for shape in ((n, d), (d, f), (f, d)))
+
+    def feed_forward(x, w_up, w_down):
+        mean = x.mean(-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+        hidden = ((x - mean) * lax.rsqrt(variance + 1e-6)) @ w_up
+        return jnp.sum(jax.nn.gelu(hidden) @ w_down)
+
+    jaxpr = jax.make_jaxpr(feed_forward)(x, w_up, w_down)
+
+    def temp_bytes(rules) -> int:
+        return simulate_step_memory(jaxpr, [((), ())] * 3, [None] * 3, {"data": 1}, compiler=rules).temp_bytes
+
+    hidden_bytes, row_bytes = n * f * 4, n * d * 4
+    assert LIBTPU.fuses_any_matmul_operand_work
+    assert temp_bytes(LIBTPU) < hidden_bytes + 2 * row_bytes  # the pre-activation and the output
+    assert temp_bytes(XLA_GPU) >= 2 * hidden_bytes  # the GELU stored beside its pre-activation
+    assert temp_bytes(dataclasses.replace(LIBTPU, fuses_any_matmul_operand_work=False)) >= 2 * hidden_bytes
 
 
 def test_a_users_own_module_is_simulated_from_an_example_batch():

@@ -42,7 +42,12 @@ class CompilerRules:
         expensive: elementwise ops stored once when several fusions read them (in any float type).
         cheap_in_f32: ops of ``expensive`` the compiler recomputes instead when their result is f32 or f16.
         stores_shared_broadcasts: whether a non-scalar broadcast read by several fusions is stored.
-        fuses_matmul_operands: whether a matmul reads elementwise work on its operands fused (not stored).
+        fuses_matmul_operands: whether a matmul reads elementwise work on its operands fused (not stored): a chain of
+            cheap work over one stored value (XLA:GPU's GEMM fusion).
+        fuses_any_matmul_operand_work: with ``fuses_matmul_operands``, whether a matmul reads any elementwise work on
+            its operands fused, however many stored values it combines and expensive or not (libtpu's convolution
+            fusions: a layer norm computed from the stored residual sum and its row statistics, a GELU from the
+            stored pre-activation, the weights' bfloat16 cast).
         casts_before_gathering: whether an all-gather read only by a narrowing cast gathers the cast values.
         widens_collectives: whether a bfloat16 all-gather or all-reduce moves float32 (XLA:CPU converts around the
             collective). Elsewhere a per-layer gathering mode gathers bf16 shards (``param_gathering.gathers_narrow``)
@@ -100,6 +105,7 @@ class CompilerRules:
     cheap_in_f32: frozenset = frozenset()
     stores_shared_broadcasts: bool = True
     fuses_matmul_operands: bool = False
+    fuses_any_matmul_operand_work: bool = False
     casts_before_gathering: bool = False
     widens_collectives: bool = False
     stores_reduced_sums: bool = False
@@ -170,8 +176,14 @@ XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "di
 # holds no float32 (batch, T, d_model) buffer at all (its buffer assignment, v5p:8x8x8). Stored, a layer norm's
 # broadcasts put 30 steps' plans (2 blocks of d_model 1,024-2,048 on 8 chips of v5p, v6e and v5e) at 0.76-2.61x
 # libtpu's peak, 7 within 15%; computed in each reader, 0.75-1.65x, 12 within 15% (compile-verification.md).
+# Its convolution fusions compute a matmul's operand from any elementwise work, and it stores a residual sum beside the
+# layer norm's row statistics reduced from it, in one multi-output fusion (as XLA:GPU stores it). Read off the unrolled
+# dp-tp step of those 30 on v5p: the up projection's fusion normalises the stored sum, the down projection's computes
+# the GELU of the stored pre-activation, and both cast the float32 weights. Against libtpu's HBM block, the 30 planned
+# 0.85-1.82x without these two rules (6 within 15%) and 0.81-1.74x with them (19 within 15%).
 LIBTPU = CompilerRules(
-    "libtpu", "tpu", {}, stores_shared_broadcasts=False,
+    "libtpu", "tpu", {}, stores_shared_broadcasts=False, fuses_matmul_operands=True, fuses_any_matmul_operand_work=True,
+    stores_reduced_sums=True,
     trust="libtpu lays out and schedules each TPU generation's memory its own way (the same 8-chip step held "
           "216 MiB on v6e, 212 MiB on v5e, 526 MiB on v5p), which the simulation does not follow (measured on 8 to 512 "
           "chips: 0.5-2.6 of libtpu's peak): trust the compiler's peak (--verify tpu:<generation>:<shape>)",

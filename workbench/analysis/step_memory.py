@@ -766,9 +766,12 @@ _FIRST_BLOCK_STATE = re.compile(r"\['blocks'\]\[0\]")  # its leaves' paths: ...[
 def _fused_into_matmul(name: str, value: _Value, rules: CompilerRules) -> bool:
     """Whether a matmul reads ``value`` fused into its operand. XLA:GPU's GEMM fusion takes a chain of cheap
     elementwise work over one stored value and the step's inputs (a ReLU after a bias add, a cast): not work
-    that combines two computed values (a GELU's ``x * f(x)``, a softmax's normalisation), which is stored."""
+    that combines two computed values (a GELU's ``x * f(x)``, a softmax's normalisation), which is stored.
+    libtpu's convolution fusions take any elementwise work (``fuses_any_matmul_operand_work``)."""
     if name != "dot_general" or not rules.fuses_matmul_operands or value.producer not in _FUSIBLE:
         return False
+    if rules.fuses_any_matmul_operand_work:
+        return True
     while value.producer in _FUSIBLE or value.producer == "view":
         if rules.is_expensive(value.producer, value.dtype.name if value.dtype is not None else ""):
             return False
