@@ -81,7 +81,7 @@ def _row(label: str, target: str, model: str, options: dict, mesh: str, mode: st
                          remat=remat, verify=target)
     compiled = plan.compiled
     on_chip = ""
-    if compiled.hbm_block_bytes is not None:  # libtpu: the larger of two accounts (tpu_buffers.py)
+    if compiled.hbm_block_bytes is not None:  # libtpu: its HBM block, and its memory analysis's estimate (tpu_buffers)
         on_chip = (f": memory analysis {compiled.reported_temp_bytes / MiB:,.1f}, buffer assignment's HBM block "
                    f"{compiled.hbm_block_bytes / MiB:,.1f}; {(compiled.on_chip_bytes or 0) / MiB:,.1f} MiB in VMEM")
     return record(

@@ -329,12 +329,14 @@ def test_plan_verified_against_a_tpu_topology(libtpu):
     assert not re.search(r"^(WARNING|[EIW]\d{4} )", text, re.M)  # libtpu's start-up noise stays in the child
     peak = next(line for line in text.splitlines() if line.strip().startswith("peak"))
     assert "trust the compiler's peak" in peak  # libtpu schedules per generation: the plan says so
-    # Its temporaries: at least the block its buffer assignment keeps in HBM (analysis/tpu_buffers.py: its memory
-    # analysis reported 0 B for small steps on v5e and v6e); what it keeps on chip, in VMEM, is said apart.
-    assert compiled.temp_bytes == max(compiled.reported_temp_bytes, compiled.hbm_block_bytes) > 0
+    # Its temporaries: the block its buffer assignment keeps in HBM (analysis/tpu_buffers.py: its memory analysis
+    # reported 0 B for small steps on v5e and v6e, and more than the block elsewhere); what it keeps on chip, in VMEM,
+    # is said apart.
+    assert compiled.temp_bytes == compiled.hbm_block_bytes > 0 and compiled.reported_temp_bytes is not None
     assert compiled.on_chip_bytes > 0
     temporaries = next(line for line in text.splitlines() if line.strip().startswith("temporaries") and "plan:" in line)
     assert "buffer assignment keeps in HBM" in temporaries and "in on-chip VMEM" in temporaries
+    assert "memory analysis estimates" in temporaries
 
 
 @pytest.mark.slow

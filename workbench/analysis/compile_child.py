@@ -114,8 +114,8 @@ def compile_request(request: dict[str, Any], say: Callable[..., None]) -> dict[s
     say(progress="reading the compiled program's memory, FLOPs and collectives")
     report = read_compiled_step(compiled, mesh, layers, target=str(target), compile_seconds=compiled_at - built,
                                 build_seconds=built - start, peak_rss_bytes=peak_rss_bytes())
-    if buffers is not None:  # at least the HBM block is reserved, whatever the memory analysis says (tpu_buffers)
-        report = dataclasses.replace(report, temp_bytes=max(report.temp_bytes, buffers.hbm_block_bytes),
+    if buffers is not None:  # the HBM block libtpu reserves, not its memory analysis's estimate (tpu_buffers)
+        report = dataclasses.replace(report, temp_bytes=buffers.hbm_block_bytes,
                                      reported_temp_bytes=report.temp_bytes, hbm_block_bytes=buffers.hbm_block_bytes,
                                      on_chip_bytes=buffers.on_chip_bytes)
     if target.kind == "gpu":

@@ -99,7 +99,7 @@ class CompiledStep:
             budget lifted: the step as written; else None.
         reported_temp_bytes, hbm_block_bytes, on_chip_bytes: for libtpu (else None), the temporaries its memory
             analysis reports, the block its buffer assignment keeps for them in HBM and the one in on-chip VMEM, apart
-            from HBM (:mod:`.tpu_buffers`); ``temp_bytes`` is the larger of the first two.
+            from HBM (:mod:`.tpu_buffers`); ``temp_bytes`` is the HBM block (the memory analysis is an estimate).
     """
 
     target: str

@@ -204,8 +204,8 @@ def _recomputed_budget(planned_temp: int, compiled: CompiledStep) -> int | None:
 
 def _temporaries_words(compiled: CompiledStep, words: str) -> str:
     if compiled.reported_temp_bytes is not None and compiled.hbm_block_bytes is not None:  # libtpu (tpu_buffers)
-        words += (f"; compiler: the larger of its memory analysis's {format_bytes(compiled.reported_temp_bytes)} and "
-                  f"the block its buffer assignment keeps in HBM, {format_bytes(compiled.hbm_block_bytes)}")
+        words += (f"; compiler: the block its buffer assignment keeps in HBM, {format_bytes(compiled.hbm_block_bytes)} "
+                  f"(its memory analysis estimates {format_bytes(compiled.reported_temp_bytes)})")
         if compiled.on_chip_bytes:
             words += f", and {format_bytes(compiled.on_chip_bytes)} more in on-chip VMEM, apart from HBM"
     if not compiled.temp_bytes:
