@@ -1,6 +1,6 @@
 """The plan's simulated peak per device against the deviceless compilers' for GPU and TPU fleets: target 0.85-1.15
-for XLA:GPU (workbench/analysis/compiler_rules.py); libtpu's rows are reported, since the plan says to trust
-libtpu's figure.
+for XLA:GPU (workbench/analysis/compiler_rules.py) and for libtpu's medium steps on v5p; its small rows are reported,
+since there libtpu keeps much of a step in on-chip VMEM and the plan says to trust libtpu's figure.
 
 The GPU rows are the issue's H200 rows (one GPU, AdamW, dp: mlp, the 512-wide transformer in fp32 and bf16, the
 1024-wide at batch 8 and 32, the 0.8B), the modes on 8 H200s and fsdp / fsdp-tp under remat ``block`` (and fsdp on
@@ -63,8 +63,9 @@ TPU_ROWS = [  # 8 chips: the smallest slice every generation offers
 ]
 TPU_TOPOLOGIES = ("v5e:2x4", "v6e:2x4", "v5p:2x2x2")
 # Steps of some hundreds of MiB a chip, where VMEM (under 48 MiB on v5p) weighs less: 2 blocks of d_model 1,024 on
-# 1,024 tokens, unrolled (the transformer's default), where a layer norm's broadcasts weigh most (libtpu computes them
-# inside each reader: compiler_rules.LIBTPU; stored, these rows planned 2.49, 2.32 and 1.63x libtpu's peak).
+# 1,024 tokens, unrolled (the transformer's default), where libtpu's fusions weigh most (it computes a layer norm's
+# broadcasts inside each reader, and a layer norm or a GELU inside the matmul reading it: compiler_rules.LIBTPU).
+# Held to the target: 1.06, 1.04 and 1.05 (2026-11-29); 2.49, 2.32 and 1.63 before those rules.
 _MEDIUM_LM = {**_lm(1024, 2, 8, 1024), "vocab": 1024}
 TPU_MEDIUM_ROWS = [
     ("LM 1024x2 s1024 fsdp-tp data=2,model=4 bf16", "transformer", _MEDIUM_LM, "data=2,model=4", "fsdp-tp", 16, "bf16",
@@ -132,5 +133,5 @@ def run() -> list[dict]:
                 records.append(_row(label, f"tpu:{topology}", model, options, mesh, mode, batch, precision, seq_len,
                                     False))
         for label, model, options, mesh, mode, batch, precision, seq_len in TPU_MEDIUM_ROWS:
-            records.append(_row(label, "tpu:v5p:2x2x2", model, options, mesh, mode, batch, precision, seq_len, False))
+            records.append(_row(label, "tpu:v5p:2x2x2", model, options, mesh, mode, batch, precision, seq_len, True))
     return records
