@@ -314,6 +314,27 @@ def test_libtpu_computes_a_layer_norm_and_a_gelu_inside_the_matmuls_that_read_th
     assert temp_bytes(dataclasses.replace(LIBTPU, fuses_any_matmul_operand_work=False)) >= 2 * hidden_bytes
 
 
+@pytest.mark.parametrize("mode,remat,scanned,split", [
+    ("fsdp-tp", "none", True, True), ("fsdp-tp", "dots", True, True),
+    ("fsdp-tp", "block", True, False),  # libtpu keeps the saved block inputs whole
+    ("fsdp-tp", "none", False, False),  # unrolled: the partitioner all-reduces the stream whole
+    ("dp-tp", "none", True, False),  # no shard_map: a plain jit keeps the stream whole
+])
+def test_libtpu_splits_fsdp_tp_s_scanned_residual_stream_over_model(mode, remat, scanned, split):
+    # In fsdp-tp's scanned blocks (a loop in a shard_map that leaves 'model' to the compiler) libtpu splits the loop's
+    # carry, the residual stream, over 'model' along d_model, and the work done on it: the saved layer-norm work is
+    # f32[2, 8, 1024, 256] where XLA:CPU holds f32[2, 8, 1024, 1024], and the loop gathers a layer norm's output whole
+    # before the q, k, v and up projections (the scanned step of 2 blocks of d_model 1,024 on v5p:2x2x2).
+    options = {"d_model": 256, "n_layers": 2, "n_heads": 4, "vocab": 512, "max_len": 256, "scan_layers": scanned}
+    config = TrainConfig(model="transformer", model_options=options, mode=mode, mesh="data=2,model=4", batch=16,
+                         precision="bf16", remat=remat)
+    whole = dataclasses.replace(LIBTPU, splits_partial_manual_loop_carries=False)
+    with_split = planned_step_memory(config, seq_len=256, compiler=LIBTPU).temp_bytes
+    without = planned_step_memory(config, seq_len=256, compiler=whole).temp_bytes
+    assert LIBTPU.splits_partial_manual_loop_carries
+    assert (with_split < 0.9 * without) if split else (with_split == without), (with_split, without)
+
+
 def test_a_users_own_module_is_simulated_from_an_example_batch():
     plan = plan_training(lambda: OwnMLP(nnx.Rngs(0)), None, "data=8", "dp", hardware="cpu", global_batch=512,
                          loss=own_loss, example_batch=EXAMPLE, precision="fp32")

@@ -72,6 +72,7 @@ _FUSES_OPERANDS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "red
 # The reductions among them: XLA:CPU stores a value combining computed values that one reads (_store_reduced_sums).
 _REDUCTIONS = _FUSES_OPERANDS - {"gather", "reduce_precision"}
 PARTITIONER_ALL_REDUCE = "all-reduce (partitioner)"
+PARTITIONER_ALL_GATHER = "all-gather (partitioner)"  # a split carry's work gathered for a matmul (_gathered_operands)
 # XLA:CPU's tree reduction: a sum over more elements than this is a reduce-window of this many, then a reduce.
 _TREE_REDUCTION_WINDOW = 32
 # Rows per device from which XLA:CPU computes a layer norm's backward pass in a YNN fusion (_store_large_norm_operands).
@@ -112,7 +113,7 @@ class _Value:
 
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
                  "readers", "position", "buffers", "itemsize", "origin", "carried", "varies", "constant", "block",
-                 "partial_manual")
+                 "partial_manual", "scattered")
     operands: tuple[_Value, ...] | list[_Value]  # the values it reads (empty for an argument)
     buffers: list[_Value] | None  # the materialised buffers a reader of it reads (None: not yet worked out)
 
@@ -132,6 +133,7 @@ class _Value:
         self.constant = False  # a constant of the program (a NumPy array the model closes over), not an input
         self.block: int | None = None  # the block it belongs to where its origin names none (see _owning_block)
         self.partial_manual = False  # made inside a shard_map that leaves axes to the compiler (fsdp-tp's body)
+        self.scattered = False  # split over a kept axis as a partial-manual loop's carry is (see _split_carries)
 
     def resplit(self, spec: AxesPerDimension, sizes: dict[str, int]) -> None:
         self.spec = _fit(spec, self.shape, sizes)
@@ -207,6 +209,7 @@ class _Program:
         self.matmul_forms: dict[int, tuple] = {}
         self.exponents: dict[int, int] = {}  # an integer power's result (id) -> its exponent (see _share_squares)
         self.partial_manual = 0  # how deep in shard_maps that leave axes to the compiler the equation being added is
+        self.kept: frozenset = frozenset()  # the axes the innermost such shard_map leaves to the compiler
 
     def value(self, aval: Any, spec: AxesPerDimension) -> _Value:
         value = _Value(aval, spec, self.sizes, self.float_bytes)
@@ -245,8 +248,10 @@ class _Program:
             if left:  # partial-manual: inside, each value stays split over the axes the compiler keeps
                 ins = [self._inside(value, var.aval, left) for value, var in zip(ins, inner.invars, strict=False)]
             self.partial_manual += bool(left)
+            kept, self.kept = self.kept, (left or self.kept)
             outs = self.inline(inner, ins, local=not left)
             self.partial_manual -= bool(left)
+            self.kept = kept
             specs = eqn.params.get("out_specs") or eqn.params.get("out_names") or ()
             result = []
             for var, value, spec in zip(eqn.outvars, outs, specs, strict=False):
@@ -263,11 +268,18 @@ class _Program:
             return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
         body = 0
         if name in _LOOPS:
-            body, body_block, specs, blocks = _loop_temporaries(eqn, ins, self.sizes, self.rules, local,
-                                                                 self.partial_manual > 0)
+            body, body_block, specs, (blocks, scattered) = _loop_temporaries(eqn, ins, self.sizes, self.rules, local,
+                                                                              self.partial_manual > 0, self.kept)
         else:
-            specs, blocks = _propagate(eqn, ins, local), []
+            if name == "dot_general" and not local and any(v is not None and v.scattered for v in ins):
+                ins = self._gathered_operands(eqn, ins)
+            specs, blocks, scattered = _propagate(eqn, ins, local), [], []
         outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs, strict=False)]
+        for out, split in zip(outs, scattered, strict=False):  # a loop's outputs carry its body's split carries
+            out.scattered = split
+        if name not in _CONTRACTIONS and name not in _LOOPS and any(v is not None and v.scattered for v in ins):
+            for out in outs:  # the work done on a split carry stays split (its readers' specs follow _propagate)
+                out.scattered = any(out.spec)
         for out, block in zip(outs, blocks, strict=False):
             out.block = block
         if name in self.rules.narrow_results:
@@ -310,6 +322,38 @@ class _Program:
             self.ops.append((PARTITIONER_ALL_REDUCE, list(outs), summed, 0))
             return summed
         return outs
+
+    def _gathered_operands(self, eqn: Any, ins: list[Any]) -> list[Any]:
+        """A matmul's operands as the partitioner hands them to it where one is a split carry's work
+        (``scattered``): gathered whole over an axis that splits a dimension it contracts and not the other
+        operand's, or that splits one of its free dimensions as well as one of the other operand's (the weight
+        gradient of a layer whose input is split over d_model and output over its heads): an all-gather into a
+        buffer of its own."""
+        (contracting, _) = eqn.params["dimension_numbers"]
+        pairs = {0: dict(zip(contracting[0], contracting[1], strict=True)),
+                 1: dict(zip(contracting[1], contracting[0], strict=True))}
+        result = list(ins)
+        for side, value in enumerate(ins):
+            if value is None or not value.scattered:
+                continue
+            other = ins[1 - side]
+            other_free = {a for d, entry in enumerate(other.spec) if d not in pairs[1 - side] for a in entry}
+            spec = []
+            for d, entry in enumerate(value.spec):
+                if d in pairs[side]:
+                    keep = tuple(a for a in entry if a in other.spec[pairs[side][d]])
+                else:
+                    keep = tuple(a for a in entry if a not in other_free)
+                spec.append(keep)
+            spec = tuple(spec)
+            if spec != value.spec:
+                gathered = self.value(jax.core.ShapedArray(value.shape, value.dtype or np.float32), spec)
+                gathered.itemsize = value.itemsize
+                gathered.resplit(spec, self.sizes)
+                gathered.producer, gathered.operands = PARTITIONER_ALL_GATHER, [value]
+                self.ops.append((PARTITIONER_ALL_GATHER, [value], [gathered], 0))
+                result[side] = gathered
+        return result
 
     def _broadcast(self, value: Any, out: _Value) -> Any:
         """``value`` as elementwise work on ``out`` reads it: an operand with size-1 dimensions (``x * scale``
@@ -371,7 +415,7 @@ def _carried_in(eqn: Any, ins: list[Any]) -> list[Any]:
 
 
 def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules, local: bool,
-                      partial_manual: bool = False) -> tuple[int, int, list, list]:
+                      partial_manual: bool = False, kept: frozenset = frozenset()) -> tuple[int, int, list, tuple]:
     """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
     iteration (a scan's body sees one slice of each scanned input, split as that input is); of those, the first
     block's forward buffers (see :func:`_peak`); the shardings of its outputs, as its body leaves them (a
@@ -380,9 +424,15 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
     bodies = []  # (body jaxpr, the specs of its inputs, the loop operand each input is, None: carried or sliced)
     specs = [v.spec if v is not None else () for v in ins]
     name, params = eqn.primitive.name, eqn.params
+    split_carries: set[int] = set()
     if name == "scan":
         n_consts, n_carry = scan_operand_counts(params)
         sliced = [spec[1:] for spec in specs[n_consts + n_carry:]]
+        if partial_manual and kept and rules.splits_partial_manual_loop_carries and not local:
+            scanned = params["jaxpr"].jaxpr
+            worked_on = {n_consts + i for i, var in enumerate(scanned.invars[n_consts: n_consts + n_carry])
+                         if _read_by_work(scanned, var)}
+            split_carries = _split_carries(specs, ins, worked_on, sizes, kept)
         bodies.append((params["jaxpr"], specs[: n_consts + n_carry] + sliced,
                        ins[:n_consts] + [None] * (len(specs) - n_consts)))
     elif name == "while":
@@ -398,8 +448,11 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         body = body.jaxpr if hasattr(body, "jaxpr") else body
         program = _Program(sizes, rules)
         program.partial_manual = int(partial_manual)  # a loop in a partial-manual shard_map's body (see _Value)
+        program.kept = kept
         inputs = [program.value(v.aval, () if local else spec)
                   for v, spec in zip(body.invars, body_specs, strict=False)]
+        for index, (value, outer) in enumerate(zip(inputs, constants if name != "scan" else ins, strict=False)):
+            value.scattered = index in split_carries or (outer is not None and outer.scattered)
         created = [_created(outer) for outer in constants]
         for value, made in zip(inputs, created, strict=False):
             if made:  # made from nothing split: it takes its reader's split in the body (below)
@@ -415,6 +468,8 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         # attention mask again in the backward loop's body (measured: that (batch, heads, T, T) fill counted
         # unsplit put the scanned 1.3B's dp-tp `block` plan at 4.4x XLA:CPU's peak, 41.1 against 9.3 GiB).
         _split_created_values(program)
+        if any(value.scattered for value in inputs):
+            _split_work_on_carries(program)
         if any(created):
             for value, made, outer in zip(inputs, created, constants, strict=False):
                 if made and any(value.spec) and not any(_source(outer).spec):
@@ -424,6 +479,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         peaks.append((_simulate(program, inputs, outputs), program.block_at_peak))
         body_out_specs.append([v.spec if v is not None else () for v in outputs])
         out_blocks = [None if v is None else _summed_block(v) for v in outputs]
+        out_scattered = [v is not None and v.scattered for v in outputs]
     out_specs = _propagate(eqn, ins, local)
     if not local and body_out_specs:
         if name == "scan":
@@ -434,7 +490,63 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         else:  # a while loop's carry, a cond's branch outputs
             out_specs = body_out_specs[-1]
     peak, block = max(peaks, default=(0, 0))
-    return peak, block, out_specs, out_blocks if bodies else []
+    return peak, block, out_specs, (out_blocks, out_scattered) if bodies else ([], [])
+
+
+def _split_carries(specs: list, ins: list[Any], carries: set[int], sizes: dict[str, int], kept: frozenset) -> set[int]:
+    """Split, in ``specs``, the partial-manual scan's ``carries`` of rank 3 or more that no kept axis splits, over the
+    kept axes along their last dimension, where those divide it (``splits_partial_manual_loop_carries``); their
+    indices."""
+    axes = tuple(sorted(kept))
+    ways = math.prod(sizes[a] for a in axes)
+    split = set()
+    for index in sorted(carries):
+        value = ins[index]
+        floating = value is not None and value.dtype is not None and jnp.issubdtype(value.dtype, jnp.floating)
+        if (not floating or len(value.shape) < 3 or any(a in entry for entry in specs[index] for a in axes)
+                or value.shape[-1] % ways):
+            continue
+        specs[index] = tuple(specs[index][:-1]) + (tuple(specs[index][-1]) + axes,)
+        split.add(index)
+    return split
+
+
+_ACCUMULATIONS = {"add", "add_any"}  # how a loop adds to a carry it only accumulates (_read_by_work)
+
+
+def _split_work_on_carries(program: _Program) -> None:
+    """Backward propagation of a split carry's split: elementwise work of the same shape that split work reads (the
+    product of a layer norm's inverse deviation and its scale, a partitioner's all-reduce added to the stream) is split
+    as its reader is, as Shardy propagates a sharding from uses to definitions (the all-reduce becomes a
+    reduce-scatter)."""
+    for name, ins, outs, _ in reversed(program.ops):
+        out = outs[0] if len(outs) == 1 else None
+        if out is None or not out.scattered or name not in _FUSIBLE:
+            continue
+        for value in ins:
+            if (value is not None and value.shape == out.shape and not value.scattered and not value.is_arg
+                    and (value.producer in _FUSIBLE or value.producer == PARTITIONER_ALL_REDUCE)
+                    and not any(value.spec)):
+                value.resplit(out.spec, program.sizes)
+                value.scattered = True
+
+
+def _read_by_work(jaxpr: Any, var: Any) -> bool:
+    """Whether ``jaxpr`` reads ``var`` other than by adding to it (a loop's residual stream, not an accumulator of
+    gradients), looking into the calls it makes."""
+    for eqn in jaxpr.eqns:
+        if not any(atom is var for atom in eqn.invars):
+            continue
+        inner = _inner_jaxpr(eqn)
+        if eqn.primitive.name in _CALLS and inner is not None:
+            inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
+            offset = len(eqn.invars) - len(inner.invars)
+            if any(_read_by_work(inner, inner.invars[i - offset]) for i, atom in enumerate(eqn.invars)
+                   if atom is var and i >= offset):
+                return True
+        elif eqn.primitive.name not in _ACCUMULATIONS:
+            return True
+    return False
 
 
 # --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------
@@ -1622,6 +1734,10 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
     """:func:`step_memory`; what each further block adds to the temporaries at the peak (``_peak``); the bytes per
     device of the first block's state (its parameters and optimizer state: an argument, output and alias)."""
     mode = step.mode
+    if rules.splits_partial_manual_loop_carries and step.config.remat == "block":
+        # Measured: under remat block libtpu keeps fsdp-tp's scanned residual stream whole (the loop's saved block
+        # inputs, bf16[24, 8, 2048, 2048] for the README's 1.3B on v5p:8x8x8); split, the plan held 0.29 of its peak.
+        rules = dataclasses.replace(rules, splits_partial_manual_loop_carries=False)
     traced = mode._compiled_step(step.state, False).trace(step.state, step.batch)
     paths_and_leaves, _ = jax.tree_util.tree_flatten_with_path(step.state)
     state_leaves, batch_leaves = [leaf for _, leaf in paths_and_leaves], jax.tree.leaves(step.batch)
