@@ -502,9 +502,9 @@ def _split_carries(specs: list, ins: list[Any], carries: set[int], sizes: dict[s
     split = set()
     for index in sorted(carries):
         value = ins[index]
-        floating = value is not None and value.dtype is not None and jnp.issubdtype(value.dtype, jnp.floating)
-        if (not floating or len(value.shape) < 3 or any(a in entry for entry in specs[index] for a in axes)
-                or value.shape[-1] % ways):
+        if value is None or value.dtype is None or not jnp.issubdtype(value.dtype, jnp.floating):
+            continue
+        if len(value.shape) < 3 or any(a in entry for entry in specs[index] for a in axes) or value.shape[-1] % ways:
             continue
         specs[index] = tuple(specs[index][:-1]) + (tuple(specs[index][-1]) + axes,)
         split.add(index)
