@@ -320,7 +320,7 @@ def test_libtpu_computes_a_layer_norm_and_a_gelu_inside_the_matmuls_that_read_th
     ("fsdp-tp", "none", False, False),  # unrolled: the partitioner all-reduces the stream whole
     ("dp-tp", "none", True, False),  # no shard_map: a plain jit keeps the stream whole
 ])
-def test_libtpu_splits_fsdp_tp_s_scanned_residual_stream_over_model(mode, remat, scanned, split):
+def test_libtpu_splits_the_scanned_fsdp_tp_residual_stream_over_model(mode, remat, scanned, split):
     # In fsdp-tp's scanned blocks (a loop in a shard_map that leaves 'model' to the compiler) libtpu splits the loop's
     # carry, the residual stream, over 'model' along d_model, and the work done on it: the saved layer-norm work is
     # f32[2, 8, 1024, 256] where XLA:CPU holds f32[2, 8, 1024, 1024], and the loop gathers a layer norm's output whole
