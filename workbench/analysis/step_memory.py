@@ -979,6 +979,8 @@ def _cast_before_gathering(program: _Program) -> None:
 def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     """Peak bytes of temporaries: buffers neither inputs nor outputs, live at once."""
     _drop_dead_ops(program, outputs)
+    if program.rules.reassociates_all_reduces:
+        _reassociate_all_reduces(program)
     if program.rules.shares_squares:
         _share_squares(program)
     consumers: dict[int, int] = {}
@@ -1045,6 +1047,41 @@ def _simulate(program: _Program, inputs: list[Any], outputs: list[Any]) -> int:
     in_order, listed = _peak(program, running), _peak(program, _list_order(running))
     peak, program.block_at_peak = min(in_order, listed)
     return peak
+
+
+def _reassociate_all_reduces(program: _Program) -> None:
+    """XLA's AllReduceReassociate: the sum of two of the partitioner's all-reduces, each read by that sum alone, is
+    the all-reduce of their partial results' sum, one buffer where there were two (a transformer block's q, k and v
+    input gradients, summed over 'model' once). Measured on libtpu: the unrolled fsdp-tp step under remat block held
+    three such all-reduced (batch, T, d_model) gradients at the plan's peak, 1.29x libtpu's HBM block (1.13 so)."""
+    readers: dict[int, int] = {}
+    for _, ins, _, _ in program.ops:
+        for value in ins:
+            readers[id(value)] = readers.get(id(value), 0) + 1
+    producing = {id(out): op for op in program.ops for out in op[2]}
+    dropped: set[int] = set()
+    ops = []
+    for op in program.ops:
+        name, ins, outs, body = op
+        sums = [producing.get(id(value)) for value in ins]
+        if (name in ("add", "add_any") and len(ins) == 2 and len(outs) == 1
+                and all(s is not None and s[0] == PARTITIONER_ALL_REDUCE and len(s[2]) == 1
+                        and readers.get(id(value)) == 1 and value.shape == outs[0].shape
+                        for s, value in zip(sums, ins, strict=True))):
+            partials = [s[1][0] for s in sums if s is not None]
+            if partials[0].spec == partials[1].spec:
+                dropped.update(id(s) for s in sums)
+                total = outs[0]
+                partial = program.value(jax.core.ShapedArray(total.shape, total.dtype or np.float32), partials[0].spec)
+                partial.itemsize = partials[0].itemsize
+                partial.resplit(partials[0].spec, program.sizes)
+                partial.producer, partial.operands = name, list(partials)
+                total.producer, total.operands = PARTITIONER_ALL_REDUCE, [partial]
+                ops += [(name, list(partials), [partial], body), (PARTITIONER_ALL_REDUCE, [partial], [total], 0)]
+                producing[id(total)] = ops[-1]
+                continue
+        ops.append(op)
+    program.ops = [op for op in ops if id(op) not in dropped]
 
 
 def _store_tree_reduced_operands(program: _Program) -> None:
