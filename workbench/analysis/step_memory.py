@@ -208,13 +208,13 @@ class _Program:
         # A matmul's result (id) -> the form it reads each operand in: the dimensions it contracts, or "batched".
         self.matmul_forms: dict[int, tuple] = {}
         self.exponents: dict[int, int] = {}  # an integer power's result (id) -> its exponent (see _share_squares)
-        self.partial_manual = 0  # how deep in shard_maps that leave axes to the compiler the equation being added is
-        self.kept: frozenset = frozenset()  # the axes the innermost such shard_map leaves to the compiler
+        # The axes the innermost shard_map that leaves axes to the compiler leaves it (fsdp-tp's body); empty outside.
+        self.kept: frozenset = frozenset()
 
     def value(self, aval: Any, spec: AxesPerDimension) -> _Value:
         value = _Value(aval, spec, self.sizes, self.float_bytes)
         value.origin = self.origin
-        value.partial_manual = self.partial_manual > 0
+        value.partial_manual = bool(self.kept)
         return value
 
     def inline(self, jaxpr: Any, inputs: list[Any], local: bool) -> list[Any]:
@@ -247,10 +247,8 @@ class _Program:
             left = () if local else _axes_left_to_compiler(eqn.params, self.sizes)
             if left:  # partial-manual: inside, each value stays split over the axes the compiler keeps
                 ins = [self._inside(value, var.aval, left) for value, var in zip(ins, inner.invars, strict=False)]
-            self.partial_manual += bool(left)
             kept, self.kept = self.kept, (left or self.kept)
             outs = self.inline(inner, ins, local=not left)
-            self.partial_manual -= bool(left)
             self.kept = kept
             specs = eqn.params.get("out_specs") or eqn.params.get("out_names") or ()
             result = []
@@ -269,7 +267,7 @@ class _Program:
         body = 0
         if name in _LOOPS:
             body, body_block, specs, (blocks, scattered) = _loop_temporaries(eqn, ins, self.sizes, self.rules, local,
-                                                                              self.partial_manual > 0, self.kept)
+                                                                              self.kept)
         else:
             if name == "dot_general" and not local and any(v is not None and v.scattered for v in ins):
                 ins = self._gathered_operands(eqn, ins)
@@ -323,6 +321,13 @@ class _Program:
             return summed
         return outs
 
+    def like(self, value: _Value, spec: AxesPerDimension) -> _Value:
+        """A new value of ``value``'s shape and type, counted in ``value``'s bytes per element, split as ``spec``."""
+        made = self.value(jax.core.ShapedArray(value.shape, value.dtype or np.float32), spec)
+        made.itemsize = value.itemsize
+        made.resplit(spec, self.sizes)
+        return made
+
     def _gathered_operands(self, eqn: Any, ins: list[Any]) -> list[Any]:
         """A matmul's operands as the partitioner hands them to it where one is a split carry's work
         (``scattered``): gathered whole over an axis that splits a dimension it contracts and not the other
@@ -347,9 +352,7 @@ class _Program:
                 spec.append(keep)
             spec = tuple(spec)
             if spec != value.spec:
-                gathered = self.value(jax.core.ShapedArray(value.shape, value.dtype or np.float32), spec)
-                gathered.itemsize = value.itemsize
-                gathered.resplit(spec, self.sizes)
+                gathered = self.like(value, spec)
                 gathered.producer, gathered.operands = PARTITIONER_ALL_GATHER, [value]
                 self.ops.append((PARTITIONER_ALL_GATHER, [value], [gathered], 0))
                 result[side] = gathered
@@ -415,7 +418,7 @@ def _carried_in(eqn: Any, ins: list[Any]) -> list[Any]:
 
 
 def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules, local: bool,
-                      partial_manual: bool = False, kept: frozenset = frozenset()) -> tuple[int, int, list, tuple]:
+                      kept: frozenset = frozenset()) -> tuple[int, int, list, tuple]:
     """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
     iteration (a scan's body sees one slice of each scanned input, split as that input is); of those, the first
     block's forward buffers (see :func:`_peak`); the shardings of its outputs, as its body leaves them (a
@@ -428,7 +431,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
     if name == "scan":
         n_consts, n_carry = scan_operand_counts(params)
         sliced = [spec[1:] for spec in specs[n_consts + n_carry:]]
-        if partial_manual and kept and rules.splits_partial_manual_loop_carries and not local:
+        if kept and rules.splits_partial_manual_loop_carries and not local:
             scanned = params["jaxpr"].jaxpr
             worked_on = {n_consts + i for i, var in enumerate(scanned.invars[n_consts: n_consts + n_carry])
                          if _read_by_work(scanned, var)}
@@ -447,8 +450,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
     for body, body_specs, constants in bodies:
         body = body.jaxpr if hasattr(body, "jaxpr") else body
         program = _Program(sizes, rules)
-        program.partial_manual = int(partial_manual)  # a loop in a partial-manual shard_map's body (see _Value)
-        program.kept = kept
+        program.kept = kept  # a loop in a partial-manual shard_map's body (see _Value.partial_manual)
         inputs = [program.value(v.aval, () if local else spec)
                   for v, spec in zip(body.invars, body_specs, strict=False)]
         for index, (value, outer) in enumerate(zip(inputs, constants if name != "scan" else ins, strict=False)):
@@ -1073,9 +1075,7 @@ def _reassociate_all_reduces(program: _Program, outputs: list[Any]) -> None:
             if partials[0].spec == partials[1].spec:
                 dropped.update(id(s) for s in sums)
                 total = outs[0]
-                partial = program.value(jax.core.ShapedArray(total.shape, total.dtype or np.float32), partials[0].spec)
-                partial.itemsize = partials[0].itemsize
-                partial.resplit(partials[0].spec, program.sizes)
+                partial = program.like(partials[0], partials[0].spec)
                 partial.producer, partial.operands = name, list(partials)
                 total.producer, total.operands = PARTITIONER_ALL_REDUCE, [partial]
                 ops += [(name, list(partials), [partial], body), (PARTITIONER_ALL_REDUCE, [partial], [total], 0)]
