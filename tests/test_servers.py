@@ -14,8 +14,8 @@ import pytest
 
 from workbench.cli.main import main
 from workbench.errors import WorkbenchError
-from workbench.servers import (HOST, UNIX_SOCKET_PATH_MAX, Classroom, app_launch, free_port, kernel_transport_options,
-                               lab_launch, project_notebooks, validated_port)
+from workbench.servers import (APP_OUTPUT_WAIT_S, HOST, UNIX_SOCKET_PATH_MAX, Classroom, app_launch, free_port,
+                               kernel_transport_options, lab_launch, project_notebooks, validated_port)
 
 
 def test_lab_launch_is_loopback_with_a_token_kept_out_of_argv(monkeypatch, tmp_path):
@@ -38,6 +38,11 @@ def test_app_launch_requires_a_token_unless_refused(monkeypatch, tmp_path):
     launch = app_launch(port=0, open_browser=False, run_root=tmp_path / "runs")
     assert "--token=chosen" in launch.argv and f"--Voila.ip={HOST}" in launch.argv
     assert launch.argv[3].endswith("widgets/app.ipynb") and launch.env["WORKBENCH_RUN_ROOT"] == str(tmp_path / "runs")
+    # Voila waits for the app's widget as long as a busy machine needs, not nbclient's 4 s (CI's class test:
+    # "Timeout waiting for IOPub output", then a page with the title and no app).
+    assert f"--VoilaExecutor.iopub_timeout={APP_OUTPUT_WAIT_S}" in launch.argv and APP_OUTPUT_WAIT_S >= 60
+    chosen = app_launch(port=0, open_browser=False, extra=("--VoilaExecutor.iopub_timeout=300",))
+    assert [a for a in chosen.argv if "iopub_timeout" in a] == ["--VoilaExecutor.iopub_timeout=300"]  # once
     open_launch = app_launch(port=0, no_token=True)
     assert open_launch.token is None and not any(a.startswith("--token") for a in open_launch.argv)
 

@@ -193,6 +193,14 @@ def kernel_transport_options(temp_root: str | None = None) -> tuple[str, ...]:
     return ("--KernelManager.transport=ipc", f"--Voila.connection_dir_root={root}")
 
 
+# How long Voila waits, after the app's cell has finished, for the kernel's last outputs (the widget itself)
+# to arrive. Voila's executor gives up after nbclient's 4 s and serves the page without them: the page shows
+# the title and no app. On a machine busy with a class starting at once (CI's 2 cores, five browsers, seven
+# kernels importing JAX) the outputs came later than that. The wait ends as soon as the kernel says it is
+# idle, so a longer bound costs nothing when they come at once.
+APP_OUTPUT_WAIT_S = 120
+
+
 def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = False,
                run_root: str | os.PathLike = "runs", extra: tuple[str, ...] = (),
                classroom: Classroom = Classroom()) -> Launch:
@@ -200,14 +208,17 @@ def app_launch(port: int = 8866, open_browser: bool = True, no_token: bool = Fal
     unless ``no_token`` is asked for. Runs go to ``run_root`` (relative to the working directory); each
     student's kernel has ``classroom.devices`` simulated devices, idle kernels are culled and some may be
     started ahead (:class:`Classroom`); the server reaches them over Unix sockets where it can
-    (:func:`kernel_transport_options`)."""
+    (:func:`kernel_transport_options`). Voila waits up to :data:`APP_OUTPUT_WAIT_S` for the app's widget
+    unless ``extra`` sets ``--VoilaExecutor.iopub_timeout`` itself (Jupyter refuses an option given twice)."""
     if importlib.util.find_spec("voila") is None:
         raise WorkbenchError("voila is not installed: run 'make lab' (or pip install -e .) to install it")
     port = validated_port(port)
     token = _token(required=not no_token)
     notebook = app_notebook()
+    output_wait = "--VoilaExecutor.iopub_timeout"
+    waits = () if any(option.startswith(output_wait) for option in extra) else (f"{output_wait}={APP_OUTPUT_WAIT_S}",)
     argv = (sys.executable, "-m", "voila", str(notebook), f"--Voila.ip={HOST}", f"--port={port}",
-            "--Voila.port_retries=0", "--strip_sources=True",
+            "--Voila.port_retries=0", "--strip_sources=True", *waits,
             *(f"--VoilaConfiguration.extension_allowlist={name}" for name in APP_EXTENSIONS),
             *classroom.voila_options(), *kernel_transport_options(),
             *([] if open_browser else ["--no-browser"]), *([f"--token={token}"] if token else []), *extra)
@@ -225,5 +236,5 @@ def run_server(launch: Launch, what: str) -> None:
     os.execve(launch.argv[0], list(launch.argv), {**os.environ, **launch.env})
 
 
-__all__ = ["HOST", "Classroom", "Launch", "app_launch", "app_notebook", "validated_port", "free_port",
-           "kernel_transport_options", "lab_launch", "project_notebooks", "run_server"]
+__all__ = ["APP_OUTPUT_WAIT_S", "HOST", "Classroom", "Launch", "app_launch", "app_notebook", "validated_port",
+           "free_port", "kernel_transport_options", "lab_launch", "project_notebooks", "run_server"]
