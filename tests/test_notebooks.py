@@ -39,8 +39,10 @@ def test_runs_top_to_bottom(path, monkeypatch, tmp_path):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     notebook = nbformat.read(path, as_version=4)
     # The kernel works in a folder of its own: the runs a notebook writes (RUN_ROOT, relative) stay out of the clone.
-    client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    # Every output is waited for (nbclient drops a cell's late ones after 4 s, as Voila did on CI's busy 2 cores),
+    # so the check below reads all of them.
+    client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", iopub_timeout=60,
+                            raise_on_iopub_timeout=True, resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError on the first failing cell
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
