@@ -318,13 +318,15 @@ def test_libtpu_computes_a_layer_norm_and_a_gelu_inside_the_matmuls_that_read_th
     ("fsdp-tp", "none", True, True), ("fsdp-tp", "dots", True, True),
     ("fsdp-tp", "block", True, False),  # libtpu keeps the saved block inputs whole
     ("fsdp-tp", "none", False, False),  # unrolled: the partitioner all-reduces the stream whole
+    ("fsdp-tp", "dots", False, True),  # unrolled under dots: split all the same (the embedding's output on)
     ("dp-tp", "none", True, False),  # no shard_map: a plain jit keeps the stream whole
 ])
-def test_libtpu_splits_the_scanned_fsdp_tp_residual_stream_over_model(mode, remat, scanned, split):
+def test_libtpu_splits_fsdp_tp_residual_stream_over_model_when_scanned_or_under_dots(mode, remat, scanned, split):
     # In fsdp-tp's scanned blocks (a loop in a shard_map that leaves 'model' to the compiler) libtpu splits the loop's
     # carry, the residual stream, over 'model' along d_model, and the work done on it: the saved layer-norm work is
     # f32[2, 8, 1024, 256] where XLA:CPU holds f32[2, 8, 1024, 1024], and the loop gathers a layer norm's output whole
-    # before the q, k, v and up projections (the scanned step of 2 blocks of d_model 1,024 on v5p:2x2x2).
+    # before the q, k, v and up projections (the scanned step of 2 blocks of d_model 1,024 on v5p:2x2x2). Under remat
+    # dots it splits the unrolled step's stream too: the embedding's output is bf16[8, 1024, 256] there.
     options = {"d_model": 256, "n_layers": 2, "n_heads": 4, "vocab": 512, "max_len": 256, "scan_layers": scanned}
     config = TrainConfig(model="transformer", model_options=options, mode=mode, mesh="data=2,model=4", batch=16,
                          precision="bf16", remat=remat)

@@ -210,6 +210,8 @@ class _Program:
         self.exponents: dict[int, int] = {}  # an integer power's result (id) -> its exponent (see _share_squares)
         # The axes the innermost shard_map that leaves axes to the compiler leaves it (fsdp-tp's body); empty outside.
         self.kept: frozenset = frozenset()
+        # Whether the residual stream outside any loop is split over those axes too (see _split_stream).
+        self.splits_stream = False
 
     def value(self, aval: Any, spec: AxesPerDimension) -> _Value:
         value = _Value(aval, spec, self.sizes, self.float_bytes)
@@ -278,6 +280,9 @@ class _Program:
         if name not in _CONTRACTIONS and name not in _LOOPS and any(v is not None and v.scattered for v in ins):
             for out in outs:  # the work done on a split carry stays split (its readers' specs follow _propagate)
                 out.scattered = any(out.spec)
+        if self.splits_stream and self.kept and not local and (name in _FUSIBLE or name == "gather"):
+            for out in outs:
+                self._split_stream(out)
         for out, block in zip(outs, blocks, strict=False):
             out.block = block
         if name in self.rules.narrow_results:
@@ -327,6 +332,18 @@ class _Program:
         made.itemsize = value.itemsize
         made.resplit(spec, self.sizes)
         return made
+
+    def _split_stream(self, value: _Value) -> None:
+        """Split ``value``, if it is a piece of the residual stream (``(batch, tokens, d_model)``, floating, split
+        over nothing), over the kept axes along d_model, as a partial-manual loop's carry is (``splits_stream``:
+        libtpu under remat ``dots``, unrolled). Rank 3 only: an attention tensor's heads are split already, and
+        splitting its keys as well gathered it whole at every matmul (4x the attention's buffers)."""
+        axes = tuple(sorted(self.kept))
+        if (len(value.shape) != 3 or value.dtype is None or not jnp.issubdtype(value.dtype, jnp.floating)
+                or any(value.spec) or value.scattered or value.shape[-1] % math.prod(self.sizes[a] for a in axes)):
+            return
+        value.resplit(((), (), axes), self.sizes)
+        value.scattered = True
 
     def _gathered_operands(self, eqn: Any, ins: list[Any]) -> list[Any]:
         """A matmul's operands as the partitioner hands them to it where one is a split carry's work
@@ -1693,10 +1710,12 @@ def _rules(compiler: CompilerRules | str) -> CompilerRules:
 
 def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_specs: list[AxesPerDimension | None],
                    mesh_sizes: dict[str, int], donated: list[bool] | None, rules: CompilerRules,
-                   input_names: list[str] | None = None) -> tuple[StepMemory, int]:
+                   input_names: list[str] | None = None, splits_stream: bool = False) -> tuple[StepMemory, int]:
     """:func:`simulate_step_memory`, and what each further block adds to its temporaries at the peak (``_peak``).
-    ``input_names``: per input, its path in the state (``blocks/0/attn/q/kernel``), which names its block."""
+    ``input_names``: per input, its path in the state (``blocks/0/attn/q/kernel``), which names its block;
+    ``splits_stream``: the residual stream outside loops is split as a partial-manual loop's carry is."""
     program = _Program(dict(mesh_sizes), rules)
+    program.splits_stream = splits_stream
     jaxpr = closed_jaxpr.jaxpr
     inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs, strict=False)]
     for value, name in zip(inputs, input_names or [], strict=False):
@@ -1711,6 +1730,8 @@ def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_spec
         spec = spec if spec is not None else (value.spec if value is not None else ())
         output_sizes.append(exact.value(var.aval, spec).nbytes)
     _split_created_values(program)
+    if splits_stream:
+        _split_work_on_carries(program)
     temp = _simulate(program, inputs, outputs)
     alias = _aliased(argument_sizes, [v.aval for v in jaxpr.invars], donated or [], output_sizes,
                      [v.aval for v in jaxpr.outvars])
@@ -1776,6 +1797,11 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
         # Measured: under remat block libtpu keeps fsdp-tp's scanned residual stream whole (the loop's saved block
         # inputs, bf16[24, 8, 2048, 2048] for the README's 1.3B on v5p:8x8x8); split, the plan held 0.29 of its peak.
         rules = dataclasses.replace(rules, splits_partial_manual_loop_carries=False)
+    # Measured: under remat dots libtpu splits fsdp-tp's residual stream over model in an unrolled step too (the
+    # embedding's output is bf16[8, 1024, 256] on data=2,model=4, and every block's stream with it; under none and
+    # block it keeps it whole). Counted whole, 2 and 4 unrolled blocks of d_model 1,024 planned 1.34 and 1.22 of
+    # libtpu's HBM; split, 1.06 and 1.12.
+    splits_stream = rules.splits_partial_manual_loop_carries and step.config.remat == "dots"
     traced = mode._compiled_step(step.state, False).trace(step.state, step.batch)
     paths_and_leaves, _ = jax.tree_util.tree_flatten_with_path(step.state)
     state_leaves, batch_leaves = [leaf for _, leaf in paths_and_leaves], jax.tree.leaves(step.batch)
@@ -1789,7 +1815,8 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
         raise NotSimulated(f"the step computes {reason}")
     names = ["/".join(str(getattr(key, "key", getattr(key, "idx", key))) for key in path)
              for path, _ in paths_and_leaves]
-    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules, names)
+    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules, names,
+                                        splits_stream)
     block_state = sum(_Value(leaf, spec, sizes, {}).nbytes
                       for (path, leaf), spec in zip(paths_and_leaves, in_specs, strict=False)
                       if _FIRST_BLOCK_STATE.search(jax.tree_util.keystr(path)))
