@@ -336,8 +336,9 @@ class _Program:
     def _split_stream(self, value: _Value) -> None:
         """Split ``value``, if it is a piece of the residual stream (``(batch, tokens, d_model)``, floating, split
         over nothing), over the kept axes along d_model, as a partial-manual loop's carry is (``splits_stream``:
-        libtpu under remat ``dots``, unrolled). Rank 3 only: an attention tensor's heads are split already, and
-        splitting its keys as well gathered it whole at every matmul (4x the attention's buffers)."""
+        libtpu under remat ``dots``, outside any loop: all of an unrolled step's blocks). Rank 3 only: an
+        attention tensor's heads are split already, and splitting its keys as well gathered it whole at every
+        matmul (4x the attention's buffers)."""
         axes = tuple(sorted(self.kept))
         if (len(value.shape) != 3 or value.dtype is None or not jnp.issubdtype(value.dtype, jnp.floating)
                 or any(value.spec) or value.scattered or value.shape[-1] % math.prod(self.sizes[a] for a in axes)):
