@@ -340,8 +340,7 @@ class _Program:
         attention tensor's heads are split already, and splitting its keys as well gathered it whole at every
         matmul (4x the attention's buffers)."""
         axes = tuple(sorted(self.kept))
-        if (len(value.shape) != 3 or value.dtype is None or not jnp.issubdtype(value.dtype, jnp.floating)
-                or any(value.spec) or value.scattered or value.shape[-1] % math.prod(self.sizes[a] for a in axes)):
+        if len(value.shape) != 3 or any(value.spec) or value.scattered or not _splits_last(value, axes, self.sizes):
             return
         value.resplit(((), (), axes), self.sizes)
         value.scattered = True
@@ -518,17 +517,21 @@ def _split_carries(specs: list, ins: list[Any], carries: set[int], sizes: dict[s
     kept axes along their last dimension, where those divide it (``splits_partial_manual_loop_carries``); their
     indices."""
     axes = tuple(sorted(kept))
-    ways = math.prod(sizes[a] for a in axes)
     split = set()
     for index in sorted(carries):
         value = ins[index]
-        if value is None or value.dtype is None or not jnp.issubdtype(value.dtype, jnp.floating):
-            continue
-        if len(value.shape) < 3 or any(a in entry for entry in specs[index] for a in axes) or value.shape[-1] % ways:
+        if (value is None or len(value.shape) < 3 or any(a in entry for entry in specs[index] for a in axes)
+                or not _splits_last(value, axes, sizes)):
             continue
         specs[index] = tuple(specs[index][:-1]) + (tuple(specs[index][-1]) + axes,)
         split.add(index)
     return split
+
+
+def _splits_last(value: _Value, axes: tuple, sizes: dict[str, int]) -> bool:
+    """Whether the partitioner can split floating ``value`` over ``axes`` along its last dimension (they divide it)."""
+    return (value.dtype is not None and jnp.issubdtype(value.dtype, jnp.floating)
+            and value.shape[-1] % math.prod(sizes[a] for a in axes) == 0)
 
 
 _ACCUMULATIONS = {"add", "add_any"}  # how a loop adds to a carry it only accumulates (_read_by_work)
