@@ -345,6 +345,21 @@ def test_a_topology_libtpu_refuses_is_one_clear_error(libtpu):
         verify_step(TrainConfig(model="mlp", mode="dp", mesh="data=9", batch=18), "tpu:v5e:3x3")
 
 
+@pytest.mark.slow
+def test_a_step_that_does_not_fit_the_chip_is_the_targets_answer_not_this_machines(libtpu):
+    # libtpu checks the step against the chip's HBM while it compiles (16 GB on v5e) and refuses it: the error says the
+    # step does not fit the target, with what the compiler reported, and not that this machine ran out of memory.
+    config = TrainConfig(model="transformer", model_options={"d_model": 128, "n_layers": 1, "n_heads": 4, "vocab": 256,
+                                                              "max_len": 4096},
+                         data="text", mode="dp", mesh="data=16", batch=1024)  # 64 sequences of 4,096 tokens a chip
+    with pytest.raises(VerificationError, match=r"^the dp step of transformer on data=16 for tpu:v5e:4x4 does not fit: "
+                       r"the compiler reports [\d.]+G of temporaries, more than the [\d.]+G of HBM a chip has "
+                       r"\(the target's memory, not this machine's\): plan it with a remat policy \(block, dots\), "
+                       r"fewer tokens per device or more devices") as refused:
+        verify_step(config, "tpu:v5e:4x4", seq_len=4096)
+    assert "more memory" not in str(refused.value)
+
+
 def test_importing_the_workbench_with_libtpu_installed_prints_nothing(libtpu):
     # On a machine without TPU chips JAX would start libtpu with its default platforms, and libtpu
     # prints a screenful of warnings: the workbench keeps JAX on the CPU there.

@@ -50,6 +50,11 @@ from .cost_model import hardware as lookup_hardware
 from .gpu_target import DEVICELESS_XLA_FLAGS, gpu_compiler_dir
 from .verdict_record import refusal
 
+# libtpu checks a step's memory against the chip's while it compiles, and refuses a step that does not fit: "Ran out
+# of memory on HBM, the total memory required for HLO temporaries (36.58G) exceeds available HBM (15.75G)" (JAX 0.10's
+# and 0.12's libtpu, the 1.3B dp-tp step without remat on v5e:16x16). That is the target's answer, not a failure here.
+_TARGET_MEMORY_REFUSAL = re.compile(r"Ran out of memory on (\w+)\b.*?\(([\d.]+ ?[KMGT]?i?B?)\) exceeds available \w+ "
+                                    r"\(([\d.]+ ?[KMGT]?i?B?)\)", re.S)
 DEFAULT_TIMEOUT_S = 900.0  # the 1.3B model on 512 devices compiles in well under a minute on 2 cores
 STDERR_TAIL_LINES = 3  # of the child's stderr, shown with an error (libtpu's noise is never shown otherwise)
 ProgressFn = Callable[[str], None]
@@ -265,6 +270,16 @@ class VerificationJob:
             wanted = isinstance(cls, type) and issubclass(cls, WorkbenchError)
             return cls(message) if wanted else WorkbenchError(message)
         first = next((line.strip() for line in message.splitlines() if line.strip()), kind)
+        refused = _TARGET_MEMORY_REFUSAL.search(message)
+        if refused:
+            space, needed, available = refused.groups()
+            # the policies that keep less than the step's own (block keeps least)
+            lighter = {"none": "a remat policy (block, dots), ", "dots": "remat block, "}.get(
+                getattr(self.config, "remat", "none"), "")
+            return VerificationError(
+                f"{self._what()} does not fit: the compiler reports {needed} of temporaries, more than the "
+                f"{available} of {space} a chip has (the target's memory, not this machine's): plan it with "
+                f"{lighter}fewer tokens per device or more devices, and verify that")
         if kind == "MemoryError" or re.search(r"RESOURCE_EXHAUSTED|out of memory|Cannot allocate", message, re.I):
             return VerificationError(f"compiling {self._what()} ran out of memory ({first[:200]}): verify a smaller "
                                      "model or mesh, or on a machine with more memory")
