@@ -348,8 +348,8 @@ def test_libtpu_saves_every_stream_sized_matmul_output_of_fsdp_tp_scanned_blocks
     def temp_bytes(n_layers: int) -> int:
         options = {"d_model": d, "n_layers": n_layers, "n_heads": 4, "vocab": 512, "max_len": length,
                    "scan_layers": True}
-        config = TrainConfig(model="transformer", model_options=options, mode="fsdp-tp", mesh=f"data={data},model={model}",
-                             batch=batch * data, precision="bf16", remat="dots")
+        config = TrainConfig(model="transformer", model_options=options, mode="fsdp-tp",
+                             mesh=f"data={data},model={model}", batch=batch * data, precision="bf16", remat="dots")
         return planned_step_memory(config, seq_len=length, compiler=LIBTPU).temp_bytes
 
     per_layer = (temp_bytes(6) - temp_bytes(2)) / 4
