@@ -28,7 +28,7 @@ from workbench.analysis.hlo_sources import SourceTables, op_source
 from workbench.analysis.ledger import memory_figures
 from workbench.analysis.verification import start_verification, verify_step
 from workbench.cli.main import main
-from workbench.errors import MeshError, VerificationError, WorkbenchError
+from workbench.errors import MeshError, StepDoesNotFit, VerificationError, WorkbenchError
 from workbench.layout.mesh import MeshShape
 from workbench.training import models
 from workbench.training.config import TrainConfig
@@ -357,7 +357,38 @@ def test_a_step_that_does_not_fit_the_chip_is_the_targets_answer_not_this_machin
                        r"\(the target's memory, not this machine's\): plan it with a remat policy \(block, dots\), "
                        r"fewer tokens per device or more devices") as refused:
         verify_step(config, "tpu:v5e:4x4", seq_len=4096)
-    assert "more memory" not in str(refused.value)
+    assert isinstance(refused.value, StepDoesNotFit) and "more memory" not in str(refused.value)
+
+
+@pytest.mark.slow
+def test_cli_prints_the_plan_beside_the_compilers_refusal_and_exits_1(libtpu, capsys):
+    # The plan is worth reading when the target refuses the step: workbench plan prints it (priced on the topology's
+    # chip, simulated for libtpu, as a verified plan is), then the refusal on stderr; status 1, "it ran, the answer is
+    # bad", not 2 (bad input).
+    status = main(["plan", "--model", "transformer", "--mesh", "data=16", "--mode", "dp", "--batch", "1024",
+                   "--config", "d_model=128,n_layers=1,n_heads=4,vocab=256,max_len=4096", "--verify", "tpu:v5e:4x4"])
+    out, err = capsys.readouterr()
+    assert status == 1, err
+    assert re.search(r"^hardware +tpu-v5e:", out, re.M) and re.search(r"^  peak .* does NOT fit", out, re.M)
+    assert "compiler     tpu:v5e:4x4" not in out  # nothing compiled to show beside it
+    assert re.fullmatch(r"verify: the dp step of transformer on data=16 for tpu:v5e:4x4 does not fit: .*\n", err)
+
+
+@pytest.mark.slow
+def test_a_recommendation_never_chooses_a_layout_the_targets_compiler_refused(libtpu):
+    # Told the chips have 64 GiB (a v5e has 16 GB), the plan finds every layout fitting and ranks the fastest, one
+    # microbatch of 16 GiB, first; libtpu refuses those. They do not fit whatever the plan said: the answer is the next
+    # layout, and the refusals are said in the verification.
+    rec = wb.recommend("transformer", "tpu:v5e:2x2", 256, seq_len=4096, device_memory="64GiB", top=3,
+                       model_options={"d_model": 128, "n_layers": 1, "n_heads": 4, "vocab": 256, "max_len": 4096})
+    refused = [c for c in rec.unfit if c.refused]
+    assert refused and all(not c.fits and "does not fit: the compiler reports" in c.refused for c in refused)
+    assert not rec.chosen.refused and rec.chosen.accum > 1  # split into microbatches: a smaller step
+    records = [c.to_json() for c in rec.unfit]
+    assert any(record["refused"] and not record["fits"] for record in records)
+    text = rec.to_text()
+    verification = text[text.index("\nverification\n"):]
+    assert sum("refused by the compiler: " in line for line in verification.splitlines()) == len(refused)
 
 
 def test_importing_the_workbench_with_libtpu_installed_prints_nothing(libtpu):

@@ -42,6 +42,12 @@ class VerificationError(WorkbenchError):
     process died, ran out of time or was cancelled."""
 
 
+class StepDoesNotFit(VerificationError):
+    """A step the target's compiler refused because it needs more memory than a chip has (libtpu checks a step against
+    the chip's HBM while it compiles): the target's answer, with what the compiler reported and the levers that keep
+    less, not a failure of the machine compiling it."""
+
+
 class RunError(WorkbenchError):
     """A training run on disk that cannot be written, found or read (bad name, non-JSON value, garbled file)."""
 

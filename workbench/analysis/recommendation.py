@@ -44,6 +44,8 @@ class Candidate:
         disagreements: where the compiler and the plan disagree (a step that does not fit after all, a
             collective the plan does not price, bytes far from the planned, a changed rank).
         rank: 1 for the best; 0 for a layout that does not fit.
+        refused: why the target's compiler refused to compile it, too large for a chip (libtpu checks while it
+            compiles): then it does not fit, whatever the plan says; empty otherwise.
     """
 
     choice: LayoutChoice
@@ -54,6 +56,7 @@ class Candidate:
     verification: str = "not verified"
     disagreements: tuple[str, ...] = ()
     rank: int = 0
+    refused: str = ""
 
     @property
     def mode(self) -> str:
@@ -123,7 +126,7 @@ class Candidate:
 
     @property
     def fits(self) -> bool:
-        return self.headroom_bytes >= 0
+        return not self.refused and self.headroom_bytes >= 0
 
     @property
     def over_gpu_budget(self) -> bool:
@@ -156,7 +159,7 @@ class Candidate:
             "device_memory": self.plan.device_memory, "fits": self.fits, "over_gpu_budget": self.over_gpu_budget,
             "analytic_bytes_by_collective": self.analytic_bytes_by_collective(),
             "compiler_bytes_by_collective": self.compiler_bytes_by_collective(),
-            "verified": self.verified, "verification": self.verification,
+            "verified": self.verified, "verification": self.verification, "refused": self.refused or None,
             "disagreements": list(self.disagreements), "settings": layout_settings(self),
         }
 
@@ -280,7 +283,8 @@ class Recommendation:
         lines += ["", "verification"]
         if self.verification_note:
             lines.append(f"  {self.verification_note}")
-        lines += [f"  {c.mode} on {c.mesh} x{c.accum}: {c.verification}" for c in self.verified]
+        lines += [f"  {c.mode} on {c.mesh} x{c.accum}: {c.verification}"
+                  for c in (*self.verified, *(c for c in self.unfit if c.refused))]
         lines += ["", f"assumes: compute at {self.utilisation:.0%} of {hw.name}'s bf16 peak, recomputation included; "
                   f"{OVERLAP_MODEL}; each collective on the link level it crosses"]
         return "\n".join(lines)

@@ -25,7 +25,7 @@ from typing import Any
 
 import jax
 
-from ..errors import VerificationError, WorkbenchError, nearest_multiples
+from ..errors import StepDoesNotFit, VerificationError, WorkbenchError, nearest_multiples
 from ..formatting import format_bytes, format_seconds
 from ..layout.mesh import DATA_AXIS, MODEL_AXIS, MeshShape
 from ..training.modes import mode_class
@@ -291,7 +291,9 @@ def _none_fits_message(analysed: list[Candidate], chips: int, plan: Callable[...
                        failed: dict[str, str]) -> str:
     if not analysed:
         return "no layout could be planned: " + "; ".join(failed.values())
-    smallest = min(analysed, key=lambda c: c.peak_bytes)
+    if all(c.refused for c in analysed):
+        return f"no layout fits: {analysed[0].refused}"
+    smallest = min((c for c in analysed if not c.refused), key=lambda c: c.peak_bytes)
     memory = smallest.plan.device_memory
     policies = remat_choices(smallest.plan.model)
     tried = f" (remat {', '.join(policies)} tried)" if len(policies) > 1 else ""
@@ -365,6 +367,9 @@ def _verified(candidate: Candidate, job: VerificationJob | None, note: str | Non
         return _unverified(candidate, note, 0)
     try:
         compiled = job.result()
+    except StepDoesNotFit as error:  # the compiler's answer outranks the plan's: it does not fit
+        return Candidate(candidate.choice, candidate.plan, candidate.time, candidate.model_flops,
+                         verification=f"refused by the compiler: {error}", refused=str(error))
     except WorkbenchError as error:
         return Candidate(candidate.choice, candidate.plan, candidate.time, candidate.model_flops,
                          verification=f"the compile failed: {error}")
@@ -462,8 +467,10 @@ def _families(ranked: tuple[Candidate, ...], unfit: list[Candidate], no_layout: 
             verdicts.append(FamilyVerdict(mode, "slower", f"{mode} at best {top.choice}: "
                                           f"{format_seconds(top.step_s)} a step, {top.step_s / best.step_s:.2f}x "
                                           f"the chosen; {top.bound}{test}"))
+        elif tried and all(c.refused for c in tried):
+            verdicts.append(FamilyVerdict(mode, "does not fit", f"{mode}: {tried[0].refused}"))
         elif tried:
-            smallest = min(tried, key=lambda c: c.peak_bytes)
+            smallest = min((c for c in tried if not c.refused), key=lambda c: c.peak_bytes)
             plan = smallest.plan
             state = (f"; its parameters, gradients and {plan.optimizer} state alone take "
                      f"{format_bytes(plan.total_bytes)}" if plan.total_bytes > plan.device_memory / 4 else "")

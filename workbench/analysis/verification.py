@@ -39,7 +39,7 @@ from typing import Any
 
 from .. import errors
 from ..child_processes import REAP_TIMEOUT_S, child_environment, stop_process_group
-from ..errors import VerificationError, WorkbenchError
+from ..errors import StepDoesNotFit, VerificationError, WorkbenchError
 from ..training.config import TrainConfig, resolve_config
 from ..training.models import MODELS
 from ..training.step import validate_compiles_ahead
@@ -276,7 +276,7 @@ class VerificationJob:
             # the policies that keep less than the step's own (block keeps least)
             lighter = {"none": "a remat policy (block, dots), ", "dots": "remat block, "}.get(
                 getattr(self.config, "remat", "none"), "")
-            return VerificationError(
+            return StepDoesNotFit(
                 f"{self._what()} does not fit: the compiler reports {needed} of temporaries, more than the "
                 f"{available} of {space} a chip has (the target's memory, not this machine's): plan it with "
                 f"{lighter}fewer tokens per device or more devices, and verify that")

@@ -10,7 +10,9 @@ allocated and no accelerator is needed: a 512-chip plan of a 1B-parameter model 
 figures beside the plan's (``compiler`` in the JSON).
 
 With ``--json`` stdout holds exactly one JSON object (see :meth:`workbench.analysis.planning.TrainingPlan.to_json`).
-Bad input, or a step that cannot be compiled, prints one line ``error: ...`` on stderr and exits with status 2.
+Bad input, or a step that cannot be compiled, prints one line ``error: ...`` on stderr and exits with status 2. A step
+the target's compiler refuses because it does not fit the chip prints the plan (unverified), then ``verify: ... does
+not fit: ...`` on stderr, and exits with status 1.
 
 Example:
     $ workbench plan --model transformer --config d_model=2048,n_layers=24,n_heads=16,vocab=32000 \\
@@ -24,13 +26,14 @@ import json
 import pathlib
 import sys
 
+from ..analysis.compile_target import parse_target
 from ..analysis.cost_model import DEFAULT_UTILISATION, HARDWARE_NAMES
 from ..analysis.planning import plan_training
-from ..analysis.verification import VerifySettings
-from ..errors import WorkbenchError
+from ..analysis.verification import VerifySettings, planned_hardware
+from ..errors import StepDoesNotFit, WorkbenchError
 from ..layout.rules import RuleTable
 from ..training.models import parse_model_options
-from .exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from .exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from .options import REQUIRED, add_setup_options
 
 
@@ -80,33 +83,37 @@ def _read_rules(path: str):
 
 
 def plan_command(args) -> int:
-    """Run ``workbench plan``; WorkbenchError propagates to ``cli.main`` (one line, status 2)."""
+    """Run ``workbench plan``; WorkbenchError propagates to ``cli.main`` (one line, status 2). A step the target's
+    compiler refuses as too large for the chip prints the unverified plan and the refusal, status 1."""
     verify = None
     if args.verify is not None:  # progress on stderr when a person watches; stdout stays the plan alone
         verify = VerifySettings(args.verify, on_progress=_progress_line if sys.stderr.isatty() else None)
+    options = parse_model_options(args.config, args.model)
+    rules = _read_rules(args.rules) if args.rules else None
+
+    def plan_with(verify_settings, hardware=args.hardware, compiler=None):
+        return plan_training(
+            args.model, options, args.mesh, args.mode, optimizer=args.optimizer, hardware=hardware,
+            device_memory=args.device_memory, global_batch=args.batch, global_batch_tokens=args.batch_tokens,
+            seq_len=args.seq_len, accum=args.accum, precision=args.precision, remat=args.remat,
+            utilisation=args.utilisation, rules=rules, verify=verify_settings, compiler=compiler)
+
+    refused = None
     try:
-        plan = plan_training(
-            args.model,
-            parse_model_options(args.config, args.model),
-            args.mesh,
-            args.mode,
-            optimizer=args.optimizer,
-            hardware=args.hardware,
-            device_memory=args.device_memory,
-            global_batch=args.batch,
-            global_batch_tokens=args.batch_tokens,
-            seq_len=args.seq_len,
-            accum=args.accum,
-            precision=args.precision,
-            remat=args.remat,
-            utilisation=args.utilisation,
-            rules=_read_rules(args.rules) if args.rules else None,
-            verify=verify,
-        )
+        plan = plan_with(verify)
+    except StepDoesNotFit as error:  # the target's answer: the plan is still worth reading, beside it
+        if verify is None:  # only a compile refuses a step
+            raise
+        refused = error
+        # the same plan unverified: priced on the target's chip and simulated for its compiler, as the verified one is
+        plan = plan_with(None, planned_hardware(args.hardware, verify), parse_target(verify.target).kind)
     except KeyboardInterrupt:  # the child compiling the step was stopped on the way out
         print("interrupted: the compile was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(json.dumps(plan.to_json()) if args.json else plan.to_text())
+    if refused is not None:
+        print(f"verify: {refused}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 
