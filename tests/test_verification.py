@@ -386,9 +386,9 @@ def test_a_recommendation_never_chooses_a_layout_the_targets_compiler_refused(li
     assert not rec.chosen.refused and rec.chosen.accum > 1  # split into microbatches: a smaller step
     records = [c.to_json() for c in rec.unfit]
     assert any(record["refused"] and not record["fits"] for record in records)
+    assert len(rec.refusals) == len(refused) and all(": refused by the compiler: " in line for line in rec.refusals)
     text = rec.to_text()
-    verification = text[text.index("\nverification\n"):]
-    assert sum("refused by the compiler: " in line for line in verification.splitlines()) == len(refused)
+    assert all(f"  {line}" in text[text.index("\nverification\n"):] for line in rec.refusals)
 
 
 def test_importing_the_workbench_with_libtpu_installed_prints_nothing(libtpu):

@@ -305,6 +305,7 @@ class RecommendPanel(widgets.VBox):
         replace_figure(self.figure, figure)
         self._figure_frame.layout.display = None
         lines = [level_html(f"{family.mode} ({family.verdict}): {family.reason}", "info") for family in answer.rejected]
+        lines += [level_html(line, "warning") for line in answer.refusals]  # the compiler's no outranks the plan's yes
         if answer.verification_note:
             lines.append(level_html(answer.verification_note, "warning"))
         self.families.value = "<br>".join(lines)

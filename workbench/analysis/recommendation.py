@@ -222,6 +222,12 @@ class Recommendation:
         return tuple(c for c in (*self.candidates, *self.unfit) if c.verified)
 
     @property
+    def refusals(self) -> tuple[str, ...]:
+        """One line per layout the target's compiler refused to compile, too large for a chip (it does not fit,
+        whatever its plan said): ``"dp on data=4 x1: refused by the compiler: ..."``."""
+        return tuple(f"{c.mode} on {c.mesh} x{c.accum}: {c.verification}" for c in self.unfit if c.refused)
+
+    @property
     def rejected(self) -> tuple[FamilyVerdict, ...]:
         """The families not chosen, each with its line."""
         return tuple(f for f in self.families if f.verdict != "chosen")
@@ -283,8 +289,8 @@ class Recommendation:
         lines += ["", "verification"]
         if self.verification_note:
             lines.append(f"  {self.verification_note}")
-        lines += [f"  {c.mode} on {c.mesh} x{c.accum}: {c.verification}"
-                  for c in (*self.verified, *(c for c in self.unfit if c.refused))]
+        lines += [f"  {c.mode} on {c.mesh} x{c.accum}: {c.verification}" for c in self.verified]
+        lines += [f"  {line}" for line in self.refusals]
         lines += ["", f"assumes: compute at {self.utilisation:.0%} of {hw.name}'s bf16 peak, recomputation included; "
                   f"{OVERLAP_MODEL}; each collective on the link level it crosses"]
         return "\n".join(lines)
