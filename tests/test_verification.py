@@ -354,10 +354,14 @@ def test_a_step_that_does_not_fit_the_chip_is_the_targets_answer_not_this_machin
                          data="text", mode="dp", mesh="data=16", batch=1024)  # 64 sequences of 4,096 tokens a chip
     with pytest.raises(VerificationError, match=r"^the dp step of transformer on data=16 for tpu:v5e:4x4 does not fit: "
                        r"the compiler reports [\d.]+G of temporaries, more than the [\d.]+G of HBM a chip has "
-                       r"\(the target's memory, not this machine's\): plan it with a remat policy \(block, dots\), "
-                       r"fewer tokens per device or more devices") as refused:
+                       r"\(the target's memory, not this machine's\): plan it with remat dots or block, "
+                       r"a smaller batch per device or more devices") as refused:
         verify_step(config, "tpu:v5e:4x4", seq_len=4096)
     assert isinstance(refused.value, StepDoesNotFit) and "more memory" not in str(refused.value)
+    # The advice names only the policies the model has: the mlp has none but none.
+    wide = TrainConfig(model="mlp", model_options={"hidden": 16384}, mode="dp", mesh="data=16", batch=4194304)
+    with pytest.raises(StepDoesNotFit, match=r"plan it with a smaller batch per device or more devices"):
+        verify_step(wide, "tpu:v5e:4x4")
 
 
 @pytest.mark.slow

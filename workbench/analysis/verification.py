@@ -48,6 +48,7 @@ from .compiled_step import CompiledStep
 from .exported_step import ExportedStep, OwnModel, OwnModelError, export_step
 from .cost_model import hardware as lookup_hardware
 from .gpu_target import DEVICELESS_XLA_FLAGS, gpu_compiler_dir
+from .layout_search import remat_choices
 from .verdict_record import refusal
 
 # libtpu checks a step's memory against the chip's while it compiles, and refuses a step that does not fit: "Ran out
@@ -273,13 +274,11 @@ class VerificationJob:
         refused = _TARGET_MEMORY_REFUSAL.search(message)
         if refused:
             space, needed, available = refused.groups()
-            # the policies that keep less than the step's own (block keeps least)
-            lighter = {"none": "a remat policy (block, dots), ", "dots": "remat block, "}.get(
-                getattr(self.config, "remat", "none"), "")
+            heavier = _heavier_remat(self.config)
             return StepDoesNotFit(
                 f"{self._what()} does not fit: the compiler reports {needed} of temporaries, more than the "
                 f"{available} of {space} a chip has (the target's memory, not this machine's): plan it with "
-                f"{lighter}fewer tokens per device or more devices, and verify that")
+                f"{heavier}a smaller batch per device or more devices, and verify that")
         if kind == "MemoryError" or re.search(r"RESOURCE_EXHAUSTED|out of memory|Cannot allocate", message, re.I):
             return VerificationError(f"compiling {self._what()} ran out of memory ({first[:200]}): verify a smaller "
                                      "model or mesh, or on a machine with more memory")
@@ -303,6 +302,14 @@ class VerificationJob:
                                      f"smaller model or mesh{self._stderr_tail()}")
         return VerificationError(f"the process compiling {self._what()} died (exit status {code}) without a "
                                  f"result{self._stderr_tail()}")
+
+
+def _heavier_remat(config: Any) -> str:
+    """The remat policies of ``config``'s model that recompute more (keep less) than its own, as advice ("remat dots
+    or block, "); empty where there are none (the mlp has no policy but none, nor has your own module)."""
+    policies = remat_choices(config.model) if config.model in MODELS else ("none",)
+    heavier = policies[policies.index(config.remat) + 1:] if config.remat in policies else ()
+    return f"remat {' or '.join(heavier)}, " if heavier else ""
 
 
 def start_verification(config: Any, target: Any = "cpu", *, seq_len: int | None = None,
