@@ -381,13 +381,17 @@ def test_cli_prints_the_plan_beside_the_compilers_refusal_and_exits_1(libtpu, ca
 @pytest.mark.slow
 def test_a_recommendation_never_chooses_a_layout_the_targets_compiler_refused(libtpu):
     # Told the chips have 64 GiB (a v5e has 16 GB), the plan finds every layout fitting and ranks the fastest, one
-    # microbatch of 16 GiB, first; libtpu refuses those. They do not fit whatever the plan said: the answer is the next
-    # layout, and the refusals are said in the verification.
-    rec = wb.recommend("transformer", "tpu:v5e:2x2", 256, seq_len=4096, device_memory="64GiB", top=3,
+    # microbatch of 16 GiB, first; libtpu refuses those. They do not fit whatever the plan said: the next layouts are
+    # compiled in their place until one fits (3 compiles in 3 rounds here), the answer is that one, verified, and the
+    # refusals are said in the verification. Each refused layout's heavier remat policy joins the ranking.
+    rec = wb.recommend("transformer", "tpu:v5e:2x2", 256, seq_len=4096, device_memory="64GiB", top=1,
                        model_options={"d_model": 128, "n_layers": 1, "n_heads": 4, "vocab": 256, "max_len": 4096})
     refused = [c for c in rec.unfit if c.refused]
     assert refused and all(not c.fits and "does not fit: the compiler reports" in c.refused for c in refused)
-    assert not rec.chosen.refused and rec.chosen.accum > 1  # split into microbatches: a smaller step
+    assert rec.chosen.verified and rec.chosen.fits and not rec.chosen.refused
+    assert rec.chosen.accum > 1 and rec.chosen.compiler_peak_bytes < 15.75 * 2**30  # microbatches: a smaller step
+    assert all((c.mode, c.mesh, "dots", c.accum) in {(r.mode, r.mesh, r.remat, r.accum) for r in rec.candidates}
+               for c in refused)
     records = [c.to_json() for c in rec.unfit]
     assert any(record["refused"] and not record["fits"] for record in records)
     assert len(rec.refusals) == len(refused) and all(": refused by the compiler: " in line for line in rec.refusals)

@@ -46,7 +46,10 @@ VERIFY_TIMEOUT_S = 600.0  # per compile; the 1.3B model on 512 chips compiles in
 # How far the compiler's figures may stray from the plan's before the table says so.
 PEAK_TOLERANCE = 0.25
 BYTES_TOLERANCE = 1.5
-SIMULATION_BUDGET_S = 60.0  # the second pass stops simulating after this long, with what fits so far
+SIMULATION_BUDGET_S = 60.0  # each round of the second pass stops simulating after this long, with what fits so far
+# Rounds of compiles after the first, each replacing the layouts the compiler turned down in the one before; a
+# refused layout's replacement can be refused in turn where the plan is under the compiler all along.
+REPLACEMENT_ROUNDS = 2
 POLL_S = 0.1  # how often the wait for the compiles looks at ``stop``
 ProgressFn = Callable[[str], None]
 
@@ -145,21 +148,35 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
     if not ranked:
         raise RecommendationError(_none_fits_message(analysed, chips, plan, batch, failed))
 
-    started = time.perf_counter()
     verify_note = _verification_problem(parsed, chips, verify, top)
     own, own_note = _own_model(model, loss, example_batch, rules, planned.registered) if verify_note is None \
         else (None, None)
     verify_note = verify_note or own_note
-    shortlist, jobs, refused = [], {}, {}
-    simulate_at_most = 4 * top + 4  # and SIMULATION_BUDGET_S: a 1.3B step traces in 3-10 s, a scanned one in 0.5
-    try:
-        for fast in _distinct_first(ranked)[:simulate_at_most]:
+    jobs: dict[int, VerificationJob] = {}
+    refused: dict[int, str] = {}
+    checked: dict[int, Candidate] = {}  # id of a shortlisted candidate -> it with the compiler's figures
+    taken: set[int] = set()  # ids in ``ranked`` already simulated
+    simulations_left = 4 * top + 4  # and SIMULATION_BUDGET_S a round: a 1.3B step traces in 3-10 s, scanned 0.5
+
+    def shortlist_more(wanted: int, refused_at: int | None = None) -> list[Candidate]:
+        """Simulate the fastest layouts not yet taken until ``wanted`` fit, and start compiling each; those planned
+        below ``refused_at`` bytes (the least the compiler turned down) first."""
+        nonlocal simulations_left
+        fresh: list[Candidate] = []
+        began = time.perf_counter()
+
+        def order(c: Candidate) -> tuple:
+            return (refused_at is not None and c.analytic_peak_bytes >= refused_at, *_speed(c))
+
+        for fast in _distinct_first(sorted((c for c in ranked if id(c) not in taken), key=order)):
             _stop_if_asked(stop)
-            if len(shortlist) >= top or time.perf_counter() - started > SIMULATION_BUDGET_S:
+            if len(fresh) >= wanted or simulations_left <= 0 or time.perf_counter() - began > SIMULATION_BUDGET_S:
                 break
+            simulations_left -= 1
             say(f"simulating the step's memory: {fast.choice}")
             simulated = candidate(fast.choice, simulate=True) if planned.registered or example_batch else fast
             ranked[ranked.index(fast)] = simulated
+            taken.update((id(fast), id(simulated)))
             heavier = list(policies[policies.index(fast.remat) + 1:])
             # The same layout with the next remat policy, simulated too, where it does not fit, or where it fits only
             # as XLA:GPU recomputes values itself (unpriced; a policy's recomputation is priced). Over the budget
@@ -173,9 +190,10 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
                 say(f"simulating the step's memory: {fast.choice} with remat {heavier[0]}")
                 simulated = candidate(dataclasses.replace(fast.choice, remat=heavier.pop(0)), simulate=True)
                 ranked.append(simulated)
+                taken.add(id(simulated))
             if not simulated.fits:
                 continue
-            shortlist.append(simulated)
+            fresh.append(simulated)
             if verify_note is None:
                 say(f"compiling for {parsed}: {simulated.choice}")
                 try:
@@ -183,20 +201,53 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
                                                                   own)
                 except WorkbenchError as error:  # refused before any process started: said in its row
                     refused[id(simulated)] = f"not verified: {error}"
-        seconds["simulation"] = time.perf_counter() - started
-        started = time.perf_counter()
-        for job in jobs.values():
-            while not job.done:
-                _stop_if_asked(stop)
-                time.sleep(POLL_S)
-        verified = [_verified(c, jobs.get(id(c)), refused.get(id(c), verify_note), say) for c in shortlist]
+        return fresh
+
+    def heavier_remat(turned_down: Candidate) -> Candidate | None:
+        """``turned_down``'s layout with the next remat policy, planned by the formulas, if it has one and it is new."""
+        heavier = policies[policies.index(turned_down.remat) + 1:]
+        choice = dataclasses.replace(turned_down.choice, remat=heavier[0]) if heavier else None
+        if choice is None or any(c.choice == choice for c in (*ranked, *unfit)):
+            return None
+        try:
+            replacement = candidate(choice, simulate=False)
+        except WorkbenchError:
+            return None
+        return replacement if replacement.fits else None
+
+    seconds.update(simulation=0.0, verification=0.0)
+    wanted, refused_at = top, None
+    try:
+        # A layout the compiler turns down (libtpu refuses a step too large for a chip; any compiler's peak can be
+        # over the chip's memory) is replaced: the same layout with the next remat policy joins the ranking, and the
+        # next fastest are compiled in its place, those planned smaller than what was turned down first, for at most
+        # REPLACEMENT_ROUNDS more rounds. So the answer is a compiled layout wherever the ranking has one that fits,
+        # not an unverified one behind the refusals.
+        for round_ in range(1 + REPLACEMENT_ROUNDS):
+            started = time.perf_counter()
+            fresh = shortlist_more(wanted, refused_at)
+            seconds["simulation"] += time.perf_counter() - started
+            started = time.perf_counter()
+            for job in (jobs[id(c)] for c in fresh if id(c) in jobs):
+                while not job.done:
+                    _stop_if_asked(stop)
+                    time.sleep(POLL_S)
+            for c in fresh:
+                checked[id(c)] = _verified(c, jobs.get(id(c)), refused.get(id(c), verify_note), say)
+            seconds["verification"] += time.perf_counter() - started
+            turned_down = [checked[id(c)] for c in fresh if not checked[id(c)].fits]
+            if not turned_down or round_ == REPLACEMENT_ROUNDS:
+                break
+            replacements = [c for c in map(heavier_remat, turned_down) if c is not None]
+            ranked += replacements
+            analysed += replacements
+            wanted, refused_at = len(turned_down), min(c.analytic_peak_bytes for c in turned_down)
+            say(f"the compiler turned down {wanted} of the layouts: compiling the next {wanted} in their place")
     finally:
         for job in jobs.values():  # an error or Ctrl-C on the way: no compile is left running
             if not job.done:
                 job.cancel()
-    seconds["verification"] = time.perf_counter() - started
-    by_id: dict[int, Candidate] = {id(old): new for old, new in zip(shortlist, verified, strict=True)}
-    ranked = [by_id[id(c)] if id(c) in by_id else _unverified(c, verify_note, top) for c in ranked]
+    ranked = [checked.get(id(c)) or _unverified(c, verify_note, top) for c in ranked]
     unfit += [c for c in ranked if not c.fits]
     # Ranked by speed among the layouts whose fit was simulated or compiled; those planned by the formulas alone
     # (their memory errs both ways, 0.5-2x) after them.

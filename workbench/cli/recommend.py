@@ -53,7 +53,8 @@ def add_recommend_parser(commands) -> None:
                         help=f"assumed fraction of peak FLOP/s reached, MFU (default {DEFAULT_UTILISATION})")
     parser.add_argument("--device-memory", default=None, help="memory per chip, e.g. 16GiB (default: the chip's)")
     parser.add_argument("--top", type=int, default=DEFAULT_TOP,
-                        help=f"how many of the best layouts to compile (default {DEFAULT_TOP})")
+                        help=f"how many of the best layouts to compile (default {DEFAULT_TOP}); more replace "
+                             "those the compiler turns down")
     parser.add_argument("--no-verify", action="store_true", help="rank on the plan alone: compile nothing")
     parser.add_argument("--timeout", type=float, default=VERIFY_TIMEOUT_S,
                         help=f"seconds each compile may take (default {VERIFY_TIMEOUT_S:g})")
