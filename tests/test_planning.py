@@ -52,6 +52,10 @@ def test_ring_formulas_by_hand():
     assert collective_time("reduce-scatter", 8e9, 8, TOY) == pytest.approx(7.000007)
     assert collective_time("all-reduce", 8e9, 8, TOY) == pytest.approx(14.000014)
     assert collective_time("all-reduce", 8e9, 1, TOY) == 0.0  # nobody to talk to
+    # What a compiler places beyond the plan: an all-to-all sends all but the device's own 1/W, an all-gather's bytes;
+    # a collective-permute sends the whole array once.
+    assert collective_time("all-to-all", 8e9, 8, TOY) == pytest.approx(7.000007)
+    assert collective_time("collective-permute", 8e9, 8, TOY) == pytest.approx(8.000001)
     # Large W: the all-reduce approaches the "2V / BW" rule of thumb.
     no_latency = Hardware("ideal", 1e12, GiB, 1e9, 0.0, "")
     assert collective_time("all-reduce", 1e9, 100_000, no_latency) == pytest.approx(2.0, rel=1e-4)
@@ -60,8 +64,8 @@ def test_ring_formulas_by_hand():
 def test_compute_time_and_bad_collectives():
     assert compute_time(459e12, "tpu-v5p", utilisation=0.5) == pytest.approx(2.0)
     assert compute_time(1e12, TOY, utilisation=1.0) == pytest.approx(1.0)
-    with pytest.raises(WorkbenchError, match="all-to-all.*all-reduce, all-gather, reduce-scatter"):
-        collective_time("all-to-all", 1e6, 8, TOY)
+    with pytest.raises(WorkbenchError, match="broadcast.*all-reduce, all-gather, reduce-scatter, all-to-all"):
+        collective_time("broadcast", 1e6, 8, TOY)
     with pytest.raises(WorkbenchError, match="group_size=0"):
         collective_time("all-reduce", 1e6, 0, TOY)
     with pytest.raises(WorkbenchError, match="bytes=-1"):

@@ -20,6 +20,7 @@ from helpers import TWO_LAYER_BATCH, TWO_LAYER_RULES, TwoLayer, child_processes,
 from workbench.analysis import layout_code, budget_test_code
 from workbench.analysis.compiled_step import read_compiled_step
 from workbench.analysis.recommender import RecommendationError
+from workbench.analysis.step_time import step_time
 from workbench.cli.main import main
 from workbench.training.config import make_optimizer
 from workbench.training.data import load_dataset
@@ -177,6 +178,9 @@ def test_the_table_and_json_say_what_was_verified_and_why_the_rest_was_not(small
     unverified = [c for c in data["candidates"] if not c["verified"]]
     assert unverified and all("only the top 2 are compiled" in c["verification"] for c in unverified)
     assert data["chosen"]["settings"]["mesh"] == data["chosen"]["mesh_text"]
+    # A verified layout's time is its plan's compute with the collectives the compiler placed, each on its own axes.
+    chosen = small_rec.chosen
+    assert chosen.compiled_time == step_time(chosen.plan, chosen.plan.compiled.collectives)
     figure = wb.views.recommendation_figure(small_rec)
     diamonds = [t for t in figure.data if t.marker.symbol == "diamond"]
     assert sum(len(t.x) for t in diamonds) == 2

@@ -25,7 +25,9 @@ from workbench.analysis.compile_target import (
 )
 from workbench.analysis.compiled_step import CompiledStep, read_compiled_step
 from workbench.analysis.hlo_sources import SourceTables, op_source
+from workbench.analysis.cost_model import collective_time
 from workbench.analysis.ledger import memory_figures
+from workbench.analysis.step_time import step_time
 from workbench.analysis.verification import start_verification, verify_step
 from workbench.cli.main import main
 from workbench.errors import MeshError, StepDoesNotFit, VerificationError, WorkbenchError
@@ -397,6 +399,30 @@ def test_a_recommendation_never_chooses_a_layout_the_targets_compiler_refused(li
     assert len(rec.refusals) == len(refused) and all(": refused by the compiler: " in line for line in rec.refusals)
     text = rec.to_text()
     assert all(f"  {line}" in text[text.index("\nverification\n"):] for line in rec.refusals)
+
+
+@pytest.mark.slow
+def test_a_verified_step_is_priced_on_the_collectives_the_compiler_placed_each_on_its_own_axis(libtpu):
+    # libtpu splits fsdp-tp's residual stream over 'model' and all-gathers it before each matmul that reads it: all-
+    # gathers over 'model' the plan does not have (docs/design/compile-verification.md, "libtpu's traffic over
+    # model"). Priced on what was compiled, they sit on the critical path beside tp's all-reduces; scaling the plan's
+    # all-gathers, which run over 'data' beside the maths, by the compiler's all-gather bytes hid them there.
+    options = {"d_model": 256, "n_layers": 2, "n_heads": 4, "vocab": 512, "max_len": 256, "scan_layers": True}
+    config = TrainConfig(model="transformer", model_options=options, data="text", mode="fsdp-tp",
+                         mesh="data=2,model=2", batch=8)
+    compiled = verify_step(config, "tpu:v5e:2x2", seq_len=256)
+    plan = wb.plan_training("transformer", options, "data=2,model=2", "fsdp-tp", hardware="tpu-v5e", global_batch=8,
+                            seq_len=256, simulate=False)
+    added = [c for c in compiled.collectives if c.kind == "all-gather" and c.axes == ("model",)]
+    assert added and not any(c.kind == "all-gather" and "model" in c.axes for c in plan.collectives)
+    planned, on_compiled = step_time(plan), step_time(plan, compiled.collectives)
+    hardware = plan.hardware
+    seconds = {id(c): c.count * collective_time(c.kind, c.bytes, c.group_size, hardware) for c in compiled.collectives
+               if c.group_size > 1}
+    over_data = sum(t for c in compiled.collectives if "data" in c.axes for t in [seconds.get(id(c), 0.0)])
+    assert on_compiled.overlapped_s == pytest.approx(over_data)
+    assert on_compiled.exposed_s == pytest.approx(sum(seconds.values()) - over_data)
+    assert on_compiled.exposed_s >= planned.exposed_s + sum(seconds[id(c)] for c in added) * 0.99
 
 
 def test_importing_the_workbench_with_libtpu_installed_prints_nothing(libtpu):

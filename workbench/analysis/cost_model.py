@@ -19,7 +19,9 @@ from typing import Any
 
 from ..errors import WorkbenchError
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter")
+# The compiler's steps also hold all-to-alls (libtpu reshards a value between two dimensions with them) and
+# collective-permutes: priced so that a verified step's time counts what it compiled (step_time's ``collectives``).
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # Model FLOPs utilisation assumed when none is given. Well-tuned large LM training reaches roughly
 # 40-60% (PaLM reported 46% on TPU v4; MegaScale 55% on GPUs); 50% is a round middle figure.
 DEFAULT_UTILISATION = 0.5
@@ -179,8 +181,10 @@ def collective_time(kind: str, nbytes: float, group_size: int, hw: str | Hardwar
                     spans_hosts: bool = False) -> float:
     """Seconds for one ring collective of ``nbytes`` (the full array per device) over ``group_size`` devices.
 
-    ``kind`` is ``"all-reduce"``, ``"all-gather"`` or ``"reduce-scatter"`` (formulas in the module
-    docstring). A group of one device costs nothing. A group that ``spans_hosts`` runs at the speed of its
+    ``kind`` is ``"all-reduce"``, ``"all-gather"``, ``"reduce-scatter"`` (formulas in the module docstring),
+    ``"all-to-all"`` (each device sends ``(W-1)/W`` of its array, an all-gather's bytes) or
+    ``"collective-permute"`` (each device sends its whole array once, to one other). A group of one device costs
+    nothing. A group that ``spans_hosts`` runs at the speed of its
     slowest link: the hardware's :attr:`~Hardware.host_bandwidth` where it has one.
 
     Example:
@@ -199,6 +203,8 @@ def collective_time(kind: str, nbytes: float, group_size: int, hw: str | Hardwar
         return 0.0
     steps = group_size - 1
     bandwidth = hw.host_bandwidth if spans_hosts and hw.host_bandwidth else hw.bandwidth
+    if kind == "collective-permute":
+        return nbytes / bandwidth + hw.latency_s
     one_pass = nbytes * steps / group_size / bandwidth + steps * hw.latency_s
     return 2 * one_pass if kind == "all-reduce" else one_pass
 

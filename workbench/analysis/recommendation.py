@@ -39,7 +39,8 @@ class Candidate:
             the formulas alone otherwise: ``memory_source``); ``plan.compiled`` holds the compiler's figures.
         time: the predicted step time and its parts, from the plan (:class:`~.step_time.StepTime`).
         model_flops: FLOPs per device per step that train the model (recomputation left out), for the MFU.
-        compiled_time: the step time re-priced with the compiler's collective bytes; None unverified.
+        compiled_time: the step time with the collectives the compiler placed, each priced on its own mesh axes;
+            None unverified.
         verification: how it was verified, or why not, in words.
         disagreements: where the compiler and the plan disagree (a step that does not fit after all, a
             collective the plan does not price, bytes far from the planned, a changed rank).
@@ -81,7 +82,7 @@ class Candidate:
 
     @property
     def step_s(self) -> float:
-        """Predicted seconds per step: re-priced on the compiler's bytes where verified, else the plan's."""
+        """Predicted seconds per step: on the compiler's collectives where verified, else the plan's."""
         return (self.compiled_time or self.time).step_s
 
     @property

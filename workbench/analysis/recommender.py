@@ -427,8 +427,7 @@ def _verified(candidate: Candidate, job: VerificationJob | None, note: str | Non
     say(f"compiled {candidate.choice} in {format_seconds(compiled.compile_seconds)}")
     plan = candidate.plan.with_compiled(compiled)
     planned, measured = candidate.analytic_bytes_by_collective(), compiled.bytes_by_kind()
-    scale = {kind: measured.get(kind, 0) / nbytes for kind, nbytes in planned.items() if nbytes}
-    compiled_time = step_time(plan, scale)
+    compiled_time = step_time(plan, compiled.collectives)  # each collective the compiler placed, on its own axes
     disagreements = []
     memory = plan.device_memory
     if compiled.peak_bytes > memory:

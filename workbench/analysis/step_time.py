@@ -19,11 +19,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from ..formatting import format_bytes, format_seconds
 from ..layout.mesh import DATA_AXIS
-from .cost_model import Hardware, group_spans_hosts
+from .cost_model import Hardware, collective_time, group_spans_hosts
 
 OVERLAP_MODEL = ("collectives over 'data' (gradient sync, fsdp's gathers) overlap the compute; those over 'model' "
                  "(tp's activation all-reduces) do not: step = max(compute, data collectives) + model collectives")
@@ -70,11 +71,14 @@ def link_words(hw: Hardware, spans_hosts: bool) -> str:
     return f"{name} ({hw.bandwidth / 1e9:g} GB/s)"
 
 
-def step_time(plan: Any, scale: dict[str, float] | None = None) -> StepTime:
+def step_time(plan: Any, collectives: Sequence[Any] | None = None) -> StepTime:
     """The step time of ``plan`` (a :class:`~.training_plan.TrainingPlan`) under :data:`OVERLAP_MODEL`.
 
-    ``scale``: collective kind -> factor applied to its planned time (the compiler's bytes over the plan's, to
-    re-rank on what the compiler compiled).
+    ``collectives``: the compiler's (:class:`~.compiled_step.CompiledCollective` records, each with the mesh axes
+    its groups span), priced with the same ring model in place of the plan's, to rank a verified layout on what
+    was compiled. Each is overlapped or exposed by its own axes: an all-gather libtpu adds over ``model`` sits on
+    the critical path, where scaling the plan's data-axis all-gathers by the compiler's bytes would have hidden it
+    under the compute.
 
     Example:
         >>> plan = plan_training("transformer", {"n_layers": 2}, "data=8", "dp", hardware="tpu-v5p", global_batch=512,
@@ -82,10 +86,9 @@ def step_time(plan: Any, scale: dict[str, float] | None = None) -> StepTime:
         >>> step_time(plan).bound_kind
         'compute'
     """
-    scale = scale or {}
     overlapped, exposed = [], []
-    for collective in plan.collectives:
-        seconds = collective.time_s * scale.get(collective.kind, 1.0)
+    for collective in plan.collectives if collectives is None else collectives:
+        seconds = collective.time_s if collectives is None else _compiled_seconds(collective, plan)
         (overlapped if DATA_AXIS in collective.axes else exposed).append((seconds, collective))
     compute = plan.predicted_step_compute_s
     overlapped_s, exposed_s = sum(s for s, _ in overlapped), sum(s for s, _ in exposed)
@@ -102,9 +105,27 @@ def step_time(plan: Any, scale: dict[str, float] | None = None) -> StepTime:
     total = overlapped_s if kind == "overlapped" else exposed_s
     words = (f"collectives over '{axes}'{'' if kind == 'overlapped' else ', not overlapped'}: "
              f"{format_seconds(total)} against {format_seconds(compute)} of maths; the largest, "
-             f"{largest.kind} of {largest.what.split(' (')[0]} ({largest.count} x {format_bytes(largest.bytes)} over "
+             f"{_described(largest)} ({largest.count} x {format_bytes(largest.bytes)} over "
              f"{largest.group_size} devices) on {link_words(plan.hardware, spans)}, takes {format_seconds(seconds)}")
     return StepTime(compute, overlapped_s, exposed_s, words, kind)
+
+
+def _compiled_seconds(collective: Any, plan: Any) -> float:
+    """Ring-model seconds a step for a compiled collective's ``count`` occurrences, on the link its axes cross."""
+    if collective.group_size <= 1:
+        return 0.0
+    spans = group_spans_hosts(plan.mesh, collective.axes, plan.hardware.devices_per_host)
+    each = collective_time(collective.kind, collective.bytes, collective.group_size, plan.hardware, spans_hosts=spans)
+    return collective.count * each
+
+
+def _described(collective: Any) -> str:
+    """A planned collective's kind and what it moves, or a compiled one's kind and where the compiler put it."""
+    what = getattr(collective, "what", None)
+    if what is not None:
+        return f"{collective.kind} of {what.split(' (')[0]}"
+    layers = ", ".join(collective.layers[:2]) + (" and more" if len(collective.layers) > 2 else "")
+    return f"{collective.kind} the compiler placed {f'in {layers}' if layers else 'in no named layer'}"
 
 
 __all__ = ["OVERLAP_MODEL", "StepTime", "link_words", "step_time"]
