@@ -5,6 +5,7 @@ in a child pytest, passes today and fails once the budget is broken; bad input s
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import subprocess
@@ -20,6 +21,7 @@ from helpers import TWO_LAYER_BATCH, TWO_LAYER_RULES, TwoLayer, child_processes,
 from workbench.analysis import layout_code, budget_test_code
 from workbench.analysis.compiled_step import read_compiled_step
 from workbench.analysis.recommender import RecommendationError
+from workbench.analysis.cost_model import collective_time
 from workbench.analysis.step_time import step_time
 from workbench.cli.main import main
 from workbench.training.config import make_optimizer
@@ -149,6 +151,23 @@ def _train(mode: str, mesh, accum: int):
         losses.append(metrics["loss"])
     params = runner.export_state(state).params
     return np.array(jax.device_get(losses)), [np.asarray(v) for _, v in wb.layout.leaves_with_paths(params)]
+
+
+@pytest.mark.parametrize("mode, mesh", [("dp", "data=8"), ("fsdp", "data=8"), ("dp-tp", "data=4,model=2"),
+                                        ("fsdp-tp", "data=4,model=2")])
+def test_a_step_compiled_as_planned_is_priced_at_the_plans_time_and_what_the_compiler_adds_on_its_own_axis(mode, mesh):
+    # A verified layout is priced on the compiler's bytes of each kind over each set of axes: where those are the
+    # plan's own, its time is the plan's, to the bit; what the compiler adds over 'model' (libtpu's all-gathers of
+    # the residual stream) comes on top of tp's all-reduces, not hidden under the maths with the data-axis ones.
+    plan = wb.plan_training("transformer", {"n_layers": 2}, mesh, mode, hardware="tpu-v5e", global_batch=64,
+                            simulate=False)
+    assert step_time(plan, plan.collectives) == step_time(plan)
+    stream = plan.collectives[0].bytes
+    added = dataclasses.replace(plan.collectives[0], kind="all-gather", axes=("model",), group_size=2, count=16)
+    more = step_time(plan, [*plan.collectives, added])
+    assert more.overlapped_s == step_time(plan).overlapped_s
+    assert more.exposed_s == pytest.approx(step_time(plan).exposed_s + 16 * collective_time("all-gather", stream, 2,
+                                                                                          plan.hardware))
 
 
 def test_the_top_layouts_train_exactly_as_single_and_compile_to_the_verified_memory(small_rec):

@@ -416,13 +416,13 @@ def test_a_verified_step_is_priced_on_the_collectives_the_compiler_placed_each_o
     added = [c for c in compiled.collectives if c.kind == "all-gather" and c.axes == ("model",)]
     assert added and not any(c.kind == "all-gather" and "model" in c.axes for c in plan.collectives)
     planned, on_compiled = step_time(plan), step_time(plan, compiled.collectives)
-    hardware = plan.hardware
-    seconds = {id(c): c.count * collective_time(c.kind, c.bytes, c.group_size, hardware) for c in compiled.collectives
-               if c.group_size > 1}
-    over_data = sum(t for c in compiled.collectives if "data" in c.axes for t in [seconds.get(id(c), 0.0)])
-    assert on_compiled.overlapped_s == pytest.approx(over_data)
-    assert on_compiled.exposed_s == pytest.approx(sum(seconds.values()) - over_data)
-    assert on_compiled.exposed_s >= planned.exposed_s + sum(seconds[id(c)] for c in added) * 0.99
+    # tp's all-reduces over 'model' are the plan's, byte for byte; the all-gathers come on top of them, each
+    # occurrence priced with the ring model.
+    model_all_reduces = [c for c in compiled.collectives if c.kind == "all-reduce" and c.axes == ("model",)]
+    planned_all_reduces = [c for c in plan.collectives if c.kind == "all-reduce" and c.axes == ("model",)]
+    assert sum(c.total_bytes for c in model_all_reduces) >= sum(c.total_bytes for c in planned_all_reduces)
+    gathers = sum(c.count * collective_time(c.kind, c.bytes, c.group_size, plan.hardware) for c in added)
+    assert on_compiled.exposed_s >= (planned.exposed_s + gathers) * 0.999 and gathers > 0.5 * planned.exposed_s
 
 
 def test_importing_the_workbench_with_libtpu_installed_prints_nothing(libtpu):

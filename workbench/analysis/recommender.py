@@ -427,7 +427,7 @@ def _verified(candidate: Candidate, job: VerificationJob | None, note: str | Non
     say(f"compiled {candidate.choice} in {format_seconds(compiled.compile_seconds)}")
     plan = candidate.plan.with_compiled(compiled)
     planned, measured = candidate.analytic_bytes_by_collective(), compiled.bytes_by_kind()
-    compiled_time = step_time(plan, compiled.collectives)  # each collective the compiler placed, on its own axes
+    compiled_time = step_time(plan, compiled.collectives)  # the compiler's bytes, each kind on its own axes
     disagreements = []
     memory = plan.device_memory
     if compiled.peak_bytes > memory:

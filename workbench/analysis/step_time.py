@@ -75,10 +75,12 @@ def step_time(plan: Any, collectives: Sequence[Any] | None = None) -> StepTime:
     """The step time of ``plan`` (a :class:`~.training_plan.TrainingPlan`) under :data:`OVERLAP_MODEL`.
 
     ``collectives``: the compiler's (:class:`~.compiled_step.CompiledCollective` records, each with the mesh axes
-    its groups span), priced with the same ring model in place of the plan's, to rank a verified layout on what
-    was compiled. Each is overlapped or exposed by its own axes: an all-gather libtpu adds over ``model`` sits on
-    the critical path, where scaling the plan's data-axis all-gathers by the compiler's bytes would have hidden it
-    under the compute.
+    its groups span), to rank a verified layout on what was compiled: each planned collective's time is scaled by
+    the compiler's bytes of its kind over the same axes against the plan's (so the plan's own pricing stands, its
+    gradient sync one bucket as XLA's combiners make it), and a kind over axes the plan has none of is priced
+    with the ring model, each occurrence. So each is overlapped or exposed by its own axes: the all-gathers libtpu
+    adds over ``model`` sit on the critical path, where scaling the plan's all-gathers over ``data`` by all the
+    compiler's all-gather bytes hid them under the compute.
 
     Example:
         >>> plan = plan_training("transformer", {"n_layers": 2}, "data=8", "dp", hardware="tpu-v5p", global_batch=512,
@@ -87,8 +89,7 @@ def step_time(plan: Any, collectives: Sequence[Any] | None = None) -> StepTime:
         'compute'
     """
     overlapped, exposed = [], []
-    for collective in plan.collectives if collectives is None else collectives:
-        seconds = collective.time_s if collectives is None else _compiled_seconds(collective, plan)
+    for seconds, collective in _priced(plan, collectives):
         (overlapped if DATA_AXIS in collective.axes else exposed).append((seconds, collective))
     compute = plan.predicted_step_compute_s
     overlapped_s, exposed_s = sum(s for s, _ in overlapped), sum(s for s, _ in exposed)
@@ -110,12 +111,33 @@ def step_time(plan: Any, collectives: Sequence[Any] | None = None) -> StepTime:
     return StepTime(compute, overlapped_s, exposed_s, words, kind)
 
 
-def _compiled_seconds(collective: Any, plan: Any) -> float:
-    """Ring-model seconds a step for a compiled collective's ``count`` occurrences, on the link its axes cross."""
-    if collective.group_size <= 1:
+def _priced(plan: Any, compiled: Sequence[Any] | None) -> list[tuple[float, Any]]:
+    """(seconds a step, record) for the plan's collectives, or for what the compiler placed (``step_time``)."""
+    if compiled is None:
+        return [(c.time_s, c) for c in plan.collectives]
+    planned, measured = _bytes_by_kind_and_axes(plan.collectives), _bytes_by_kind_and_axes(compiled)
+    # The bytes are scaled, not the seconds: the plan's latency terms (its occurrences) stand, where a tiny planned
+    # all-reduce (the loss) scaled by the compiler's gradient all-reduces would multiply its latency too.
+    scaled = [(_ring_seconds(c, plan, c.bytes * measured.get((c.kind, c.axes), 0) / planned[(c.kind, c.axes)]), c)
+              for c in plan.collectives if planned[(c.kind, c.axes)]]
+    return scaled + [(_ring_seconds(c, plan, c.bytes), c) for c in compiled if (c.kind, c.axes) not in planned]
+
+
+def _bytes_by_kind_and_axes(collectives: Sequence[Any]) -> dict[tuple[str, tuple[str, ...]], int]:
+    totals: dict[tuple[str, tuple[str, ...]], int] = {}
+    for collective in collectives:
+        key = (collective.kind, tuple(collective.axes))
+        totals[key] = totals.get(key, 0) + collective.total_bytes
+    return totals
+
+
+def _ring_seconds(collective: Any, plan: Any, nbytes: float) -> float:
+    """Ring-model seconds a step for ``collective``'s ``count`` occurrences of ``nbytes``, on the link its axes
+    cross, as the plan prices its own (:func:`~.planned_collectives.step_collectives`)."""
+    if collective.group_size <= 1 or nbytes <= 0:
         return 0.0
     spans = group_spans_hosts(plan.mesh, collective.axes, plan.hardware.devices_per_host)
-    each = collective_time(collective.kind, collective.bytes, collective.group_size, plan.hardware, spans_hosts=spans)
+    each = collective_time(collective.kind, nbytes, collective.group_size, plan.hardware, spans_hosts=spans)
     return collective.count * each
 
 
