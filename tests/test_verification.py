@@ -27,6 +27,7 @@ from workbench.analysis.compiled_step import CompiledStep, read_compiled_step
 from workbench.analysis.hlo_sources import SourceTables, op_source
 from workbench.analysis.cost_model import collective_time
 from workbench.analysis.ledger import memory_figures
+from workbench.analysis.plan_comparison import compare_plan
 from workbench.analysis.step_time import step_time
 from workbench.analysis.verification import start_verification, verify_step
 from workbench.cli.main import main
@@ -423,6 +424,20 @@ def test_a_verified_step_is_priced_on_the_collectives_the_compiler_placed_each_o
     assert sum(c.total_bytes for c in model_all_reduces) >= sum(c.total_bytes for c in planned_all_reduces)
     gathers = sum(c.count * collective_time(c.kind, c.bytes, c.group_size, plan.hardware) for c in added)
     assert on_compiled.exposed_s >= (planned.exposed_s + gathers) * 0.999 and gathers > 0.5 * planned.exposed_s
+    # workbench plan --verify shows it: the step time on the plan's collectives beside the compiler's.
+    row = compare_plan(plan, compiled).row("step time")
+    assert (row.analytic, row.compiler) == (planned.step_s, on_compiled.step_s) and row.ratio < 0.95
+
+
+def test_the_comparison_prices_the_step_on_the_plans_collectives_and_on_the_compilers():
+    # dp's gradient all-reduce is the plan's (and the loss's 8 bytes): the same step time both ways, in seconds.
+    plan = wb.plan_training("mlp", {}, "data=8", "dp", hardware="cpu", verify="cpu")
+    comparison = compare_plan(plan, plan.compiled)
+    assert comparison.row("all-reduce bytes").ratio == pytest.approx(1.0, rel=1e-3)
+    row = comparison.row("step time")
+    assert row.unit == "s" and row.analytic > 0 and row.analytic == pytest.approx(row.compiler, rel=1e-3)
+    assert re.search(r"^  step time +[\d.]+ \w?s +[\d.]+ \w?s +1\.00  the cost model on cpu", comparison.to_text(),
+                     re.M)
 
 
 def test_importing_the_workbench_with_libtpu_installed_prints_nothing(libtpu):

@@ -82,6 +82,8 @@ def _verified(plan: wb.analysis.TrainingPlan) -> tuple[wb.analysis.CompiledStep,
 def _value(value: float | None, unit: str) -> str:
     if value is None:
         return "not modelled"
+    if unit == "s":
+        return wb.formatting.format_seconds(value)
     return wb.format_bytes(int(value)) if unit == "bytes" else f"{value:.3g}"
 
 

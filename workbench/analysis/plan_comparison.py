@@ -3,7 +3,9 @@
 :func:`compare_plan` lines a :class:`~workbench.analysis.TrainingPlan` up against the
 :class:`~.compiled_step.CompiledStep` of the same step: memory part by part, the peak, FLOPs, and the
 bytes each kind of collective moves. ``ratio`` is analytic / compiler (1.0: the plan is exact; below 1:
-the plan promises less than the compiler needs). A figure the plan does not model has no ratio.
+the plan promises less than the compiler needs). A figure the plan does not model has no ratio. The last row is
+the step time the cost model gives on the plan's collectives and on the compiler's (:func:`~.step_time.step_time`):
+where the compiler moves more, or over another axis, than planned, that is what it costs.
 
 Example (``plan``: ``plan_training("mlp", {}, "data=8", "dp", hardware="cpu", verify="cpu")``, verified):
     >>> [(row.figure, round(row.ratio, 2)) for row in compare_plan(plan, plan.compiled).rows][:2]
@@ -20,6 +22,7 @@ from .compile_target import parse_target
 from .compiled_step import PEAK_FORMULA, CompiledStep
 from .compiler_rules import compiler_rules
 from .gpu_memory_budget import LIFTED_SLOP_PERCENT, SLOP_FLAG, recomputed_toward_budget
+from .step_time import step_time
 
 # The step size (compiled peak per device) from which the plan's peak holds ±15% of the compiler's: measured
 # 0.97-1.13 on bench_step_memory's transformers (tens of MiB and more); the default mlp's steps (0.1-2 MiB)
@@ -30,8 +33,8 @@ PLAN_ACCURACY_FROM_BYTES = 4 * 2**20
 
 @dataclasses.dataclass(frozen=True)
 class ComparedFigure:
-    """One figure both ways. ``unit`` is ``"bytes"`` or ``"FLOPs"``; ``analytic`` is None where the plan
-    does not model it; ``note`` says what each side counts."""
+    """One figure both ways. ``unit`` is ``"bytes"``, ``"FLOPs"`` or ``"s"`` (seconds); ``analytic`` is None where
+    the plan does not model it; ``note`` says what each side counts."""
 
     figure: str
     unit: str
@@ -94,6 +97,8 @@ class PlanComparison:
 def _shown(value: float | None, unit: str, missing: str = "not modelled") -> str:
     if value is None:
         return missing
+    if unit == "s":
+        return format_seconds(value)
     return format_bytes(int(value)) if unit == "bytes" else f"{value:.3g}"
 
 
@@ -169,7 +174,18 @@ def compare_plan(plan: Any, compiled: CompiledStep) -> PlanComparison:
             # The loss and metrics summed over devices: a few bytes the plan does not price, not a 0 ratio.
             analytic, note = None, f"only scalars (the loss and metrics summed over devices); {note}"
         rows.append(ComparedFigure(f"{kind} bytes", "bytes", analytic, measured.get(kind, 0), note))
+    rows.append(_step_time_row(plan, compiled))
     return PlanComparison(tuple(rows), compiled, budget)
+
+
+def _step_time_row(plan: Any, compiled: CompiledStep) -> ComparedFigure:
+    """The cost model's step on the plan's collectives and on the compiler's, each kind on its own axes."""
+    planned, on_compiled = step_time(plan), step_time(plan, compiled.collectives)
+    return ComparedFigure(
+        "step time", "s", planned.step_s, on_compiled.step_s,
+        f"the cost model on {plan.hardware.name} at {plan.utilisation:.0%} of peak, on the plan's collectives and on "
+        f"the compiler's (its bytes of each kind over each mesh axis); not overlapped with the maths: "
+        f"{format_seconds(planned.exposed_s)} planned, {format_seconds(on_compiled.exposed_s)} compiled")
 
 
 def _flops_row(plan: Any, compiled: CompiledStep) -> ComparedFigure:
