@@ -184,8 +184,8 @@ def collective_time(kind: str, nbytes: float, group_size: int, hw: str | Hardwar
     ``kind`` is ``"all-reduce"``, ``"all-gather"``, ``"reduce-scatter"`` (formulas in the module docstring),
     ``"all-to-all"`` (each device sends ``(W-1)/W`` of its array, an all-gather's bytes) or
     ``"collective-permute"`` (each device sends its whole array once, to one other). A group of one device costs
-    nothing. A group that ``spans_hosts`` runs at the speed of its
-    slowest link: the hardware's :attr:`~Hardware.host_bandwidth` where it has one.
+    nothing. A group that ``spans_hosts`` runs at the speed of its slowest link: the hardware's
+    :attr:`~Hardware.host_bandwidth` where it has one.
 
     Example:
         >>> hw = Hardware("toy", 1e12, 2**30, 1e9, 1e-6, "", devices_per_host=8, host_bandwidth=1e8)

@@ -75,12 +75,12 @@ def step_time(plan: Any, collectives: Sequence[Any] | None = None) -> StepTime:
     """The step time of ``plan`` (a :class:`~.training_plan.TrainingPlan`) under :data:`OVERLAP_MODEL`.
 
     ``collectives``: the compiler's (:class:`~.compiled_step.CompiledCollective` records, each with the mesh axes
-    its groups span), to rank a verified layout on what was compiled: each planned collective's time is scaled by
-    the compiler's bytes of its kind over the same axes against the plan's (so the plan's own pricing stands, its
-    gradient sync one bucket as XLA's combiners make it), and a kind over axes the plan has none of is priced
-    with the ring model, each occurrence. So each is overlapped or exposed by its own axes: the all-gathers libtpu
-    adds over ``model`` sit on the critical path, where scaling the plan's all-gathers over ``data`` by all the
-    compiler's all-gather bytes hid them under the compute.
+    its groups span), to rank a verified layout on what was compiled: each planned collective is priced again on
+    its share of the compiler's bytes of its kind over the same axes (its occurrences, so its latency, stay the
+    plan's: the gradient sync one bucket, as XLA's combiners make it), and a kind over axes the plan has none of
+    is priced with the ring model, each occurrence. So each is overlapped or exposed by its own axes: the
+    all-gathers libtpu adds over ``model`` sit on the critical path, where scaling the plan's all-gathers over
+    ``data`` by all the compiler's all-gather bytes hid them under the compute.
 
     Example:
         >>> plan = plan_training("transformer", {"n_layers": 2}, "data=8", "dp", hardware="tpu-v5p", global_batch=512,
