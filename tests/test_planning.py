@@ -392,3 +392,24 @@ def test_plan_cli_takes_microbatches_and_tokens(capsys):
     status, out, err = run_cli(capsys, "--model", "mlp", "--mesh", "data=8", "--mode", "dp", "--accum", "3",
                                "--batch", "64")
     assert status == 2 and err.startswith("error: global batch 64 does not split into 3 microbatches")
+
+
+@pytest.mark.parametrize("mode, remat, accum, hardware, noted", [
+    ("fsdp-tp", "none", 1, "tpu-v5e", True),  # a shard_map manual over 'data' only: libtpu splits the stream
+    ("fsdp-tp", "dots", 1, "tpu-v5p", True),
+    ("fsdp-tp", "block", 1, "tpu-v5e", False),  # measured: the stream stays whole
+    ("fsdp-tp", "block", 2, "tpu-v5e", True),  # the microbatches accumulate in such a shard_map
+    ("dp-tp", "none", 1, "tpu-v5e", False),  # a plain jit: Megatron's all-reduces alone
+    ("dp-tp", "block", 2, "tpu-v5e", True),
+    ("fsdp-tp", "none", 1, "h100-nvlink", False),  # XLA:GPU keeps the stream whole
+])
+def test_a_tpu_plan_says_where_libtpu_sends_more_over_model_than_planned(mode, remat, accum, hardware, noted):
+    # Measured on libtpu (docs/design/compile-verification.md, "libtpu's traffic over model"): 3.7-5.3x the planned
+    # bytes over 'model' in these steps, 1.00 in the others; the plan prices Megatron's traffic, so it says so.
+    plan = plan_training("transformer", {"n_layers": 2}, "data=4,model=2", mode, hardware=hardware, global_batch=64,
+                         remat=remat, accum=accum, simulate=False)
+    notes = [note for note in plan.notes if "residual stream over 'model'" in note]
+    assert bool(notes) == noted
+    if noted:
+        assert "--verify tpu:" in notes[0] and notes[0].startswith("libtpu splits")
+        assert ("under remat block with one microbatch it keeps it whole" in notes[0]) == (mode == "fsdp-tp")

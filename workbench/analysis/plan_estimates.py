@@ -15,7 +15,7 @@ from typing import Any
 
 from ..formatting import format_bytes
 from ..layout.tree_layout import TreeLayout
-from ..layout.mesh import DATA_AXIS
+from ..layout.mesh import DATA_AXIS, MODEL_AXIS
 from ..layout.specs import entry_axes, spec_entries
 from ..training.modes.base import MODEL_SPLIT_PLACEMENTS
 from ..training.layer_stack import is_layer_stack
@@ -278,6 +278,41 @@ def tensor_parallel_notes(planned: PlannedModel, tensor_parallel: bool, model_si
         return [f"n_heads={heads} does not divide by model={model_size}: devices would split heads; choose n_heads "
                 "divisible by the model axis"]
     return []
+
+
+def split_stream_note(declared: Any, mesh: Any, rules: Any, remat: str, accum: int) -> list[str]:
+    """Where the target's compiler splits the residual stream over 'model' and sends more over it than planned.
+
+    libtpu does so in a step whose ``shard_map`` is manual over 'data' only (``rules``: its
+    :class:`~.compiler_rules.CompilerRules`, ``splits_partial_manual_loop_carries``): fsdp-tp's, but not under
+    remat ``block`` with one microbatch, and any data x model step's microbatches, which accumulate in one. Measured
+    3.7-5.3x the planned bytes over 'model' (docs/design/compile-verification.md, "libtpu's traffic over model").
+
+    Example:
+        >>> from workbench.analysis.compiler_rules import compiler_rules
+        >>> from workbench.layout.mesh import MeshShape
+        >>> from workbench.training.modes import mode_class
+        >>> mesh = MeshShape(("data", "model"), (4, 2))
+        >>> bool(split_stream_note(mode_class("fsdp-tp"), mesh, compiler_rules("tpu"), "none", 1))
+        True
+        >>> split_stream_note(mode_class("fsdp-tp"), mesh, compiler_rules("tpu"), "block", 1)
+        []
+    """
+    if not rules.splits_partial_manual_loop_carries or set(declared.axes) != {DATA_AXIS, MODEL_AXIS} \
+            or min(mesh.axis_size(DATA_AXIS), mesh.axis_size(MODEL_AXIS)) == 1:
+        return []
+    manual_over_data = getattr(declared, "manual_axes", None) == (DATA_AXIS,)
+    if accum > 1:
+        why = "its microbatches accumulate in a shard_map manual over 'data' only"
+    elif manual_over_data and remat != "block":
+        why = f"in a shard_map manual over 'data' only, under remat {remat}"
+    else:
+        return []
+    fix = "; under remat block with one microbatch it keeps it whole" if manual_over_data else ""
+    return [f"{rules.name} splits this step's residual stream over 'model' ({why}) and gathers it before each "
+            "matmul: measured 3.7-5.3x the bytes planned here over 'model', where nothing overlaps them, so the step "
+            "takes longer than planned (the README's 1.3B fsdp-tp on v5e: 0.96 s a step where 0.47 s is planned)"
+            f"{fix}; --verify tpu:<generation>:<shape> prices it on what it compiles"]
 
 
 def bound_by_compute(declared, sync_bytes: int, data_size: int, flops: float, tokens: int, seq_len: int | None,
