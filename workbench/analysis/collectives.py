@@ -82,4 +82,20 @@ def bytes_by_kind(collectives: Iterable[CountedCollective]) -> dict[str, int]:
     return {kind: totals[kind] for kind in COLLECTIVE_KINDS if kind in totals}
 
 
-__all__ = ["COLLECTIVE_KINDS", "CollectiveRecord", "CountedCollective", "bytes_by_kind"]
+def bytes_by_kind_and_axes(collectives: Iterable[CountedCollective]) -> dict[tuple[str, tuple[str, ...]], int]:
+    """(kind, mesh axes) -> bytes per device per step: :func:`bytes_by_kind`, each kind apart by the axes it spans.
+
+    Example:
+        >>> from workbench.analysis.ledger import Collective
+        >>> bytes_by_kind_and_axes([Collective("all-gather", 8, ("data",), 1, "float32", ((2,),)),
+        ...                         Collective("all-gather", 4, ("model",), 3, "float32", ((1,),))])
+        {('all-gather', ('data',)): 8, ('all-gather', ('model',)): 12}
+    """
+    totals: dict[tuple[str, tuple[str, ...]], int] = {}
+    for collective in collectives:
+        key = (collective.kind, tuple(collective.axes))
+        totals[key] = totals.get(key, 0) + collective.total_bytes
+    return totals
+
+
+__all__ = ["COLLECTIVE_KINDS", "CollectiveRecord", "CountedCollective", "bytes_by_kind", "bytes_by_kind_and_axes"]

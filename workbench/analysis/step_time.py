@@ -24,6 +24,7 @@ from typing import Any
 
 from ..formatting import format_bytes, format_seconds
 from ..layout.mesh import DATA_AXIS
+from .collectives import bytes_by_kind_and_axes
 from .cost_model import Hardware, collective_time, group_spans_hosts
 
 OVERLAP_MODEL = ("collectives over 'data' (gradient sync, fsdp's gathers) overlap the compute; those over 'model' "
@@ -115,20 +116,12 @@ def _priced(plan: Any, compiled: Sequence[Any] | None) -> list[tuple[float, Any]
     """(seconds a step, record) for the plan's collectives, or for what the compiler placed (``step_time``)."""
     if compiled is None:
         return [(c.time_s, c) for c in plan.collectives]
-    planned, measured = _bytes_by_kind_and_axes(plan.collectives), _bytes_by_kind_and_axes(compiled)
+    planned, measured = bytes_by_kind_and_axes(plan.collectives), bytes_by_kind_and_axes(compiled)
     # The bytes are scaled, not the seconds: the plan's latency terms (its occurrences) stand, where a tiny planned
     # all-reduce (the loss) scaled by the compiler's gradient all-reduces would multiply its latency too.
     scaled = [(_ring_seconds(c, plan, c.bytes * measured.get((c.kind, c.axes), 0) / planned[(c.kind, c.axes)]), c)
               for c in plan.collectives if planned[(c.kind, c.axes)]]
     return scaled + [(_ring_seconds(c, plan, c.bytes), c) for c in compiled if (c.kind, c.axes) not in planned]
-
-
-def _bytes_by_kind_and_axes(collectives: Sequence[Any]) -> dict[tuple[str, tuple[str, ...]], int]:
-    totals: dict[tuple[str, tuple[str, ...]], int] = {}
-    for collective in collectives:
-        key = (collective.kind, tuple(collective.axes))
-        totals[key] = totals.get(key, 0) + collective.total_bytes
-    return totals
 
 
 def _ring_seconds(collective: Any, plan: Any, nbytes: float) -> float:
