@@ -393,6 +393,9 @@ def test_a_recommendation_never_chooses_a_layout_the_targets_compiler_refused(li
     assert refused and all(not c.fits and "does not fit: the compiler reports" in c.refused for c in refused)
     assert rec.chosen.verified and rec.chosen.fits and not rec.chosen.refused
     assert rec.chosen.accum > 1 and rec.chosen.compiler_peak_bytes < 15.75 * 2**30  # microbatches: a smaller step
+    compiled = len(rec.verified) + len(refused)
+    assert all(c.verification == f"not verified: only the top 1 are compiled ({compiled} with those compiled in place "
+               "of the ones the compiler turned down)" for c in rec.candidates if not c.verified)
     assert all((c.mode, c.mesh, "dots", c.accum) in {(r.mode, r.mesh, r.remat, r.accum) for r in rec.candidates}
                for c in refused)
     records = [c.to_json() for c in rec.unfit]

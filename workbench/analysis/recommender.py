@@ -247,7 +247,7 @@ def recommend(model: Any, target: Any, global_batch: int | None = None, *, seq_l
         for job in jobs.values():  # an error or Ctrl-C on the way: no compile is left running
             if not job.done:
                 job.cancel()
-    ranked = [checked.get(id(c)) or _unverified(c, verify_note, top) for c in ranked]
+    ranked = [checked.get(id(c)) or _unverified(c, verify_note, top, len(checked)) for c in ranked]
     unfit += [c for c in ranked if not c.fits]
     # Ranked by speed among the layouts whose fit was simulated or compiled; those planned by the formulas alone
     # (their memory errs both ways, 0.5-2x) after them.
@@ -453,10 +453,14 @@ def _verified(candidate: Candidate, job: VerificationJob | None, note: str | Non
                      tuple(disagreements))
 
 
-def _unverified(candidate: Candidate, note: str | None, top: int) -> Candidate:
+def _unverified(candidate: Candidate, note: str | None, top: int, compiled: int = 0) -> Candidate:
+    """``candidate`` saying why it was not compiled: ``note``, or that only the top ``top`` were (``compiled`` in
+    all, with the layouts compiled in place of those the compiler turned down)."""
     if candidate.verified or candidate.verification != "not verified":
         return candidate
-    why = note or f"not verified: only the top {top} are compiled"
+    replaced = f" ({compiled} with those compiled in place of the ones the compiler turned down)" \
+        if compiled > top else ""
+    why = note or f"not verified: only the top {top} are compiled{replaced}"
     return Candidate(candidate.choice, candidate.plan, candidate.time, candidate.model_flops, verification=why)
 
 
