@@ -38,6 +38,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ..errors import ShapeError, WorkbenchError
 from .causal_attention import causally_masked, weighted_values
+from .head_projection import HeadProjection
 from .layer_stack import LayerStack
 from .lm_head import OutputHead, default_tile
 from .remat import REMAT_POLICIES as ALL_REMAT_POLICIES
@@ -333,25 +334,25 @@ class CausalSelfAttention(nnx.Module):
     """Multi-head self-attention in which position t sees positions <= t.
 
     q, k, v and out are separate (d_model, d_model) kernels. Column block h of q/k/v is head h, so a
-    column split of q/k/v over a mesh axis gives each device whole heads (n_heads must divide by it).
+    column split of q/k/v over a mesh axis gives each device whole heads (n_heads must divide by it). They are
+    contracted as (d_model, heads, head_dim) kernels (:mod:`.head_projection`: why), so the heads never stand
+    concatenated in a value of the residual stream's shape.
     """
 
     def __init__(self, d_model: int, n_heads: int, *, rngs: nnx.Rngs):
         self.n_heads = n_heads
-        self.q = nnx.Linear(d_model, d_model, rngs=rngs)
-        self.k = nnx.Linear(d_model, d_model, rngs=rngs)
-        self.v = nnx.Linear(d_model, d_model, rngs=rngs)
-        self.out = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.q = HeadProjection(d_model, n_heads, into_heads=True, rngs=rngs)
+        self.k = HeadProjection(d_model, n_heads, into_heads=True, rngs=rngs)
+        self.v = HeadProjection(d_model, n_heads, into_heads=True, rngs=rngs)
+        self.out = HeadProjection(d_model, n_heads, into_heads=False, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        batch, length, d_model = x.shape
-        head_dim = d_model // self.n_heads
-        q, k, v = (proj(x).reshape(batch, length, self.n_heads, head_dim) for proj in (self.q, self.k, self.v))
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(head_dim)
+        q, k, v = self.q(x), self.k(x), self.v(x)  # (batch, T, heads, head_dim)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
         # Masked and weighted with hand-written backward passes that hold fewer (batch, heads, T, T) buffers
         # (causal_attention): the same values and gradients.
         weights = jax.nn.softmax(causally_masked(scores), axis=-1)
-        return self.out(weighted_values(weights, v).reshape(batch, length, d_model))
+        return self.out(weighted_values(weights, v))
 
 
 class FeedForward(nnx.Module):
