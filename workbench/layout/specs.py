@@ -201,6 +201,33 @@ def entry_axes(entry: Entry) -> tuple[str, ...]:
     return (entry,)
 
 
+def only_axes(spec: PartitionSpec, axes: set[str]) -> PartitionSpec:
+    """``spec`` with only the mesh axes ``axes`` kept: what a shard_map manual over them takes.
+
+    Example:
+        >>> only_axes(PartitionSpec("data", "model"), {"data"})
+        P('data', None)
+    """
+    return _filtered(spec, lambda axis: axis in axes)
+
+
+def without_axes(spec: PartitionSpec, axes: set[str]) -> PartitionSpec:
+    """``spec`` without the mesh axes ``axes``: how a leaf stays split over the others inside such a shard_map.
+
+    Example:
+        >>> without_axes(PartitionSpec("data", "model"), {"data"})
+        P(None, 'model')
+    """
+    return _filtered(spec, lambda axis: axis not in axes)
+
+
+def _filtered(spec: PartitionSpec, keep: Any) -> PartitionSpec:
+    entries = [tuple(a for a in entry_axes(entry) if keep(a)) for entry in spec_entries(spec)]
+    if not any(entries):
+        return PartitionSpec()
+    return PartitionSpec(*(None if not e else e[0] if len(e) == 1 else e for e in entries))
+
+
 def format_spec(spec: PartitionSpec | str, style: str = "short") -> str:
     """Text for a spec that :func:`parse_spec` reads back to the same spec.
 

@@ -30,10 +30,12 @@ from ...errors import MeshError, WorkbenchError, nearest_multiples
 from ...devices import local_devices_text, more_devices_hint
 from ...layout.mesh import DATA_AXIS, MeshShape, abstract_mesh, build_mesh, validate_device_list
 from ...layout.rules import RuleTable
+from ...layout.specs import without_axes
 from ...layout.sharded_rules import ShardedRuleTable
 from ...layout.tree_layout import TreeLayout, layout_tree
 from .core import (TrainState, accumulate, as_per_device, validate_precision, finish_step, mean_loss_and_grads, means,
-                   weighted_sums)
+                   model_loss, weighted_sums, weighted_sums_of)
+from .layout_pins import pinning_loss
 from .declaration import OTHER_AXES, CollectiveNeed, MeshFit, example_shape, fit_mesh
 from .faults import FAULTS, validate_faults
 from .registry import mesh_fit
@@ -178,11 +180,19 @@ def host_copy(state: Any) -> Any:
 
 
 def step_sums(setup: StepSetup, params: Any, other: Any, batch: Any) -> dict[str, Any]:
-    """Weighted gradient and metric sums over the ``accum`` microbatches of ``batch`` (see :mod:`.core`)."""
-    return accumulate(
-        lambda micro: weighted_sums(setup.graphdef, setup.loss, setup.precision, params, other, micro),
-        batch, setup.accum,
-    )
+    """Weighted gradient and metric sums over the ``accum`` microbatches of ``batch`` (see :mod:`.core`).
+
+    Each microbatch's loss is weighted before it is differentiated (:func:`~.core.weighted_sums_of`), as fsdp's are:
+    weighted after, each gradient is multiplied by a broadcast of the weight, and XLA merges the broadcasts of one
+    shape into one value, whose single layout libtpu then moved between the gradients split over ``model`` one way
+    and the other (an all-to-all per kernel and microbatch in ``dp-tp``'s accumulation).
+    """
+
+    def sums_of(micro: Any) -> dict[str, Any]:
+        return weighted_sums_of(lambda p: model_loss(setup.graphdef, setup.loss, setup.precision, p, other, micro),
+                                params, micro)
+
+    return accumulate(sums_of, batch, setup.accum)
 
 
 def placement_argument(state_placement: str, tp_rules: Any) -> Any:
@@ -485,7 +495,8 @@ class ShardedJitMode(ParallelMode):
             result = mean_loss_and_grads(self.setup.graphdef, self.setup.loss, self.setup.precision, params,
                                          state.other, batch)
         else:
-            result = means(self._accumulated_sums(params, state.other, batch))
+            layout = jax.tree.map(lambda sharding: sharding.spec, self.state_shardings(state).params)
+            result = means(self._accumulated_sums(params, state.other, batch, layout))
         return finish_step(self.setup.optimizer, state, result, diagnostics, self.faults)
 
     def _compiled_step(self, state: TrainState, diagnostics: bool):
@@ -505,19 +516,26 @@ class ShardedJitMode(ParallelMode):
         compile in another process, :mod:`workbench.analysis.exported_step`)."""
         return functools.partial(self._step_fn, diagnostics=diagnostics)
 
-    def _accumulated_sums(self, params: Any, other: Any, batch: Any) -> dict[str, Any]:
+    def _accumulated_sums(self, params: Any, other: Any, batch: Any, layout: Any) -> dict[str, Any]:
         """Weighted sums over the microbatches, synchronised ONCE over ``data``.
 
         Left to itself the compiler all-reduces every microbatch's gradient inside the scan (measured:
         4 all-reduces per step with accum=4). So the accumulation runs per device in a shard_map that is
         manual over ``data`` only (other axes, e.g. ``model``, stay the compiler's), and one psum follows.
+        There the parameters are held to their layout ``layout`` (their specs) over those other axes
+        (:mod:`.layout_pins`: why).
         """
         if DATA_AXIS not in self.batch_spec or self.mesh.shape.get(DATA_AXIS, 1) == 1:
             return step_sums(self.setup, params, other, batch)
+        setup = self.setup
+        if any(size > 1 for axis, size in self.mesh.shape.items() if axis != DATA_AXIS):
+            kept = jax.tree.map(lambda spec: without_axes(spec, {DATA_AXIS}), layout,
+                                is_leaf=lambda x: isinstance(x, PartitionSpec))
+            setup = dataclasses.replace(setup, loss=pinning_loss(setup.loss, kept))
 
         def local(params, other, shard):
             params = as_per_device(params, DATA_AXIS)  # local gradients, summed once below
-            return jax.lax.psum(step_sums(self.setup, params, other, shard), DATA_AXIS)
+            return jax.lax.psum(step_sums(setup, params, other, shard), DATA_AXIS)
 
         return jax.shard_map(
             local, mesh=self.mesh, in_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec(DATA_AXIS)),

@@ -22,7 +22,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from ...layout.mesh import parse_mesh
-from ...layout.specs import entry_axes, spec_entries
+from ...layout.specs import only_axes, without_axes
 from .base import DATA_AXIS, ShardedJitMode
 from .core import TrainState, finish_step, means
 from .declaration import CollectiveNeed, MeshFit, mesh_fixes
@@ -110,30 +110,3 @@ class ShardedStateMode(ShardedJitMode):
 
 def _tree_of_specs(change: Any, specs: Any) -> Any:
     return jax.tree.map(change, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
-
-
-def only_axes(spec: PartitionSpec, axes: set[str]) -> PartitionSpec:
-    """``spec`` with only the mesh axes ``axes`` kept: what a shard_map manual over them takes.
-
-    Example:
-        >>> only_axes(PartitionSpec("data", "model"), {"data"})
-        P('data', None)
-    """
-    return _filtered(spec, lambda axis: axis in axes)
-
-
-def without_axes(spec: PartitionSpec, axes: set[str]) -> PartitionSpec:
-    """``spec`` without the mesh axes ``axes``: how a leaf stays split over the others inside such a shard_map.
-
-    Example:
-        >>> without_axes(PartitionSpec("data", "model"), {"data"})
-        P(None, 'model')
-    """
-    return _filtered(spec, lambda axis: axis not in axes)
-
-
-def _filtered(spec: PartitionSpec, keep: Any) -> PartitionSpec:
-    entries = [tuple(a for a in entry_axes(entry) if keep(a)) for entry in spec_entries(spec)]
-    if not any(entries):
-        return PartitionSpec()
-    return PartitionSpec(*(None if not e else e[0] if len(e) == 1 else e for e in entries))
