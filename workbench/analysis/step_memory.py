@@ -858,7 +858,11 @@ def _split_passing_on(op: tuple, waiting: set[int], argument_shapes: set[tuple])
         pairs = [(ins, outs)]
     else:
         pairs = [([value], [out]) for value, out in zip(ins, outs, strict=True)]
-    passes = [all(out.shape in argument_shapes for out in part_outs)
+    # A transposed sum of an argument's size passes a parameter's gradient on too: a kernel contracted as
+    # (d_model, heads, head_dim) (training/head_projection.py) has its gradient computed as (heads, head_dim, d_model),
+    # transposed, and reshaped to the kernel's shape (a view).
+    passes = [all(out.shape in argument_shapes or (name == "transpose" and _sized_as_an_argument(out, argument_shapes))
+                  for out in part_outs)
               and any(id(buffer) in waiting for value in part_ins for buffer in _buffers(value))
               for part_ins, part_outs in pairs]
 
@@ -869,6 +873,14 @@ def _split_passing_on(op: tuple, waiting: set[int], argument_shapes: set[tuple])
         return (name, [v for ins_, _ in chosen for v in ins_], [o for _, outs_ in chosen for o in outs_], body)
 
     return part(False), part(True)
+
+
+def _sized_as_an_argument(value: _Value, argument_shapes: set[tuple]) -> bool:
+    """Whether ``value`` has as many elements as one of the step's arguments of the same rank (shapes
+    ``argument_shapes``), less its dimensions of size 1."""
+    dims = [d for d in value.shape if d != 1]
+    return any(math.prod(dims) == math.prod(shape) and len(dims) >= len([d for d in shape if d != 1])
+               for shape in argument_shapes if shape)
 
 
 def _combined(waiting: list, as_one: bool) -> list:

@@ -56,8 +56,9 @@ class HeadProjection(nnx.Linear):
         if self.preferred_element_type is not None:
             options["preferred_element_type"] = self.preferred_element_type
         y = self.dot_general(inputs, kernel, contracted, precision=self.precision, **options)
-        if bias is not None:
-            y = y + (bias.reshape(heads) if self.into_heads else bias)
+        if bias is not None:  # reshaped to y's rank, as nnx.Linear does: its gradient is then a sum and a reshape
+            per_output = heads if self.into_heads else (d_out,)
+            y = y + bias.reshape((1,) * (y.ndim - len(per_output)) + per_output)
         return y
 
 
