@@ -116,7 +116,7 @@ def rematerialized(fn: Callable, remat: str) -> Callable:
             # ended. No marker of the forward's output is kept, so where the forward is itself recomputed and
             # only the pullback is used, XLA drops that forward. The weights are tied too: untied, XLA:CPU
             # moved work on them forward and kept more (measured: 4% more with block).
-            state_grad, *arg_grads = _tied_but_vectors(pullback, cotangent)(cotangent)
+            state_grad, *arg_grads = _tied(pullback, cotangent, vectors=remat != "dots")(cotangent)
             # The input's gradient goes down once the weights' exist: else XLA:GPU computed every block's weight
             # gradients at the end of the backward pass, next to their all-reduce, keeping each one's operands
             # (the 1.3B transformer's dp-tp step on 512 H100s under block: 11.2 GiB, tied 5.8).
@@ -129,16 +129,19 @@ def rematerialized(fn: Callable, remat: str) -> Callable:
     return call
 
 
-def _tied_but_vectors(pullback: Any, cotangent: Any) -> Any:
-    """``pullback`` with its saved values tied to ``cotangent`` (:func:`~.schedule_ties.computed_after`), all but
-    its vectors (a layer norm's scale, a bias).
+def _tied(pullback: Any, cotangent: Any, vectors: bool) -> Any:
+    """``pullback`` with its saved values tied to ``cotangent`` (:func:`~.schedule_ties.computed_after`); with
+    ``vectors`` False, all but its vectors (a layer norm's scale, a bias).
 
-    Why not the vectors: a tied value is a new one, whose layout the compiler chooses afresh, and nothing pins a
-    vector's. In fsdp-tp's step under ``dots`` libtpu split the layer norms' tied scales and biases over ``model``,
-    and with them the residual stream, which it then gathered before every matmul reading it (the README's 1.3B on
-    v5e:16x16: 5.3x the bytes planned over ``model``; untied, the plan's). A vector's work is a row's: computing it
-    early holds nothing.
+    Why not the vectors under ``dots``: a tied value is a new one, whose layout the compiler chooses afresh. In
+    fsdp-tp's step under ``dots`` libtpu split the tied layer-norm scales and biases over ``model``, and the residual
+    stream with them, which it then gathered before every matmul reading it (the README's 1.3B on v5e:16x16: 5.3x the
+    bytes planned over ``model``; untied, the plan's). Under ``block`` the tie costs libtpu nothing (fsdp-tp recomputes
+    its blocks itself there) and holds XLA:CPU's memory down: untied, the 2-block transformer's dp step held 3% more
+    (26.2 against 25.4 MB a device, JAX 0.10).
     """
+    if vectors:
+        return computed_after(pullback, cotangent)
     leaves, structure = jax.tree.flatten(pullback)
     tied_at = [i for i, leaf in enumerate(leaves) if getattr(leaf, "ndim", 0) > 1]
     tied = computed_after([leaves[i] for i in tied_at], cotangent)
