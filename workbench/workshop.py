@@ -772,6 +772,11 @@ def _priced(layout: dict[str, Any], recommended: Any) -> tuple[Any, StepTime]:
 
 def _why_slower(mine: StepTime, theirs: StepTime, layout: dict[str, Any]) -> str:
     """What to change, from what sets the learner's step time."""
+    # Microbatches first: they also double a bf16 jit step's gradient sync (summed float32 accumulators), which is
+    # what can make the collectives over 'data' outlast the maths.
+    if int(layout["accum"]) > 1 and (mine.bound_kind == "overlapped" or mine.exposed_s > theirs.exposed_s):
+        return ("each microbatch repeats the collectives over 'model' on smaller matmuls, and the gradients they "
+                "sum are synced in float32: use fewer microbatches while the step fits")
     if mine.bound_kind == "overlapped":
         return ("your collectives over 'data' outlast the maths they should hide behind: shard fewer ways over "
                 "'data' (a small 'model' axis inside a host takes the rest) so each chip syncs less")
