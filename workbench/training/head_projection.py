@@ -24,8 +24,28 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+from collections.abc import Iterator
+
 import jax
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
+
+PROJECTED = "head_projection"  # the name its outputs carry for a remat policy to keep (training/remat.py)
+_PARAMETERS_REGATHERED: contextvars.ContextVar[bool] = contextvars.ContextVar("parameters_regathered", default=False)
+
+
+@contextlib.contextmanager
+def parameters_regathered() -> Iterator[None]:
+    """While a layer is traced whose parameters are gathered for its call and gathered again for its backward
+    pass (per-layer fsdp): its head projections keep no reshaped kernel for the backward pass."""
+    token = _PARAMETERS_REGATHERED.set(True)
+    try:
+        yield
+    finally:
+        _PARAMETERS_REGATHERED.reset(token)
 
 
 class HeadProjection(nnx.Linear):
@@ -44,22 +64,33 @@ class HeadProjection(nnx.Linear):
         kernel = self.kernel[...]
         bias = self.bias[...] if self.bias is not None else None
         inputs, kernel, bias = self.promote_dtype((inputs, kernel, bias), dtype=self.dtype)
-        d_in, d_out = kernel.shape
-        if self.into_heads:
-            heads = (self.n_heads, d_out // self.n_heads)
-            kernel = kernel.reshape(d_in, *heads)
-            contracted = (((inputs.ndim - 1,), (0,)), ((), ()))
-        else:
-            kernel = kernel.reshape(self.n_heads, d_in // self.n_heads, d_out)
-            contracted = (((inputs.ndim - 2, inputs.ndim - 1), (0, 1)), ((), ()))
         options = {"out_sharding": out_sharding}  # as nnx.Linear passes them
         if self.preferred_element_type is not None:
             options["preferred_element_type"] = self.preferred_element_type
-        y = self.dot_general(inputs, kernel, contracted, precision=self.precision, **options)
+        project = functools.partial(_project, self.n_heads, self.into_heads, self.dot_general, self.precision, options)
+        if _PARAMETERS_REGATHERED.get():
+            # Checkpointed, saving nothing: the backward pass reads the kernel itself, reshaped again. Kept, the
+            # reshaped kernel is a value of its own, which per-layer fsdp cannot tell from an activation and keeps
+            # gathered until the backward pass (it drops only the parameters themselves: modes/param_gathering.py).
+            # Not elsewhere: in dp-tp's microbatches libtpu split the residual stream over 'model' again.
+            project = jax.checkpoint(project, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=False)
+        y = checkpoint_name(project(inputs, kernel), PROJECTED)  # the matmul's output, which remat dots keeps
         if bias is not None:  # reshaped to y's rank, as nnx.Linear does: its gradient is then a sum and a reshape
-            per_output = heads if self.into_heads else (d_out,)
+            per_output = y.shape[-2:] if self.into_heads else y.shape[-1:]
             y = y + bias.reshape((1,) * (y.ndim - len(per_output)) + per_output)
         return y
 
 
-__all__ = ["HeadProjection"]
+def _project(n_heads: int, into_heads: bool, dot_general, precision, options: dict, inputs: jax.Array,
+             kernel: jax.Array) -> jax.Array:
+    d_in, d_out = kernel.shape
+    if into_heads:
+        kernel = kernel.reshape(d_in, n_heads, d_out // n_heads)
+        contracted = (((inputs.ndim - 1,), (0,)), ((), ()))
+    else:
+        kernel = kernel.reshape(n_heads, d_in // n_heads, d_out)
+        contracted = (((inputs.ndim - 2, inputs.ndim - 1), (0, 1)), ((), ()))
+    return dot_general(inputs, kernel, contracted, precision=precision, **options)
+
+
+__all__ = ["PROJECTED", "HeadProjection", "parameters_regathered"]

@@ -31,6 +31,7 @@ import jax
 from flax import nnx
 
 from ..errors import WorkbenchError
+from .head_projection import PROJECTED
 from .schedule_ties import computed_after, handed_down_after
 
 REMAT_POLICIES = ("none", "block", "dots")
@@ -42,7 +43,10 @@ REMAT_MEANINGS = {
 }
 _JAX_POLICIES = {
     "block": jax.checkpoint_policies.nothing_saveable,
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    # The attention's projections are checkpoints of their own (head_projection.py), whose outputs the dots policy
+    # would not see as a matmul's: kept by their name.
+    "dots": jax.checkpoint_policies.save_from_both_policies(jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+                                                            jax.checkpoint_policies.save_only_these_names(PROJECTED)),
 }
 
 

@@ -39,6 +39,7 @@ from ...layout.mesh import DATA_AXIS
 from ...layout.paths import leaves_with_paths
 from ...layout.specs import entry_axes, spec_entries
 from ..data_parallel import varying_axes
+from ..head_projection import parameters_regathered
 from ..layer_stack import LAYER_AXIS, is_layer_stack, scan_layers
 from ..schedule_ties import computed_after as _after
 from ..schedule_ties import done_marker as _done
@@ -490,7 +491,8 @@ def _layer_call(call: Callable, layer: _LayerGathering, args: tuple, kwargs: dic
         values = iter(arrays)
         call_args, call_kwargs = treedef.unflatten([next(values) if t else leaf
                                                     for leaf, t in zip(leaves, traced, strict=True)])
-        return call(module, *call_args, **call_kwargs)
+        with parameters_regathered():  # what the backward pass keeps of the parameters is the parameters alone
+            return call(module, *call_args, **call_kwargs)
 
     def gather_prepared(shards):
         if layer.cast_first:
