@@ -314,51 +314,6 @@ def test_libtpu_computes_a_layer_norm_and_a_gelu_inside_the_matmuls_that_read_th
     assert temp_bytes(dataclasses.replace(LIBTPU, fuses_any_matmul_operand_work=False)) >= 2 * hidden_bytes
 
 
-@pytest.mark.parametrize("mode,remat,scanned,split", [
-    ("fsdp-tp", "none", True, True), ("fsdp-tp", "dots", True, True),
-    ("fsdp-tp", "block", True, False),  # libtpu keeps the saved block inputs whole
-    ("fsdp-tp", "none", False, False),  # unrolled: the partitioner all-reduces the stream whole
-    ("fsdp-tp", "dots", False, True),  # unrolled under dots: split all the same (the embedding's output on)
-    ("dp-tp", "none", True, False),  # no shard_map: a plain jit keeps the stream whole
-])
-def test_libtpu_splits_fsdp_tp_residual_stream_over_model_when_scanned_or_under_dots(mode, remat, scanned, split):
-    # In fsdp-tp's scanned blocks (a loop in a shard_map that leaves 'model' to the compiler) libtpu splits the loop's
-    # carry, the residual stream, over 'model' along d_model, and the work done on it: the saved layer-norm work is
-    # f32[2, 8, 1024, 256] where XLA:CPU holds f32[2, 8, 1024, 1024], and the loop gathers a layer norm's output whole
-    # before the q, k, v and up projections (the scanned step of 2 blocks of d_model 1,024 on v5p:2x2x2). Under remat
-    # dots it splits the unrolled step's stream too: the embedding's output is bf16[8, 1024, 256] there.
-    options = {"d_model": 256, "n_layers": 2, "n_heads": 4, "vocab": 512, "max_len": 256, "scan_layers": scanned}
-    config = TrainConfig(model="transformer", model_options=options, mode=mode, mesh="data=2,model=4", batch=16,
-                         precision="bf16", remat=remat)
-    whole = dataclasses.replace(LIBTPU, splits_partial_manual_loop_carries=False)
-    with_split = planned_step_memory(config, seq_len=256, compiler=LIBTPU).temp_bytes
-    without = planned_step_memory(config, seq_len=256, compiler=whole).temp_bytes
-    assert LIBTPU.splits_partial_manual_loop_carries
-    assert (with_split < 0.9 * without) if split else (with_split == without), (with_split, without)
-
-
-def test_libtpu_saves_every_stream_sized_matmul_output_of_fsdp_tp_scanned_blocks_split_under_dots():
-    # Under remat dots each scanned block saves its input and the outputs of q, k, v, the attention's output projection
-    # and the up projection; libtpu saves all of them split over 'model' (the README's 1.3B on data=2,model=8:
-    # five bf16[24, 8, 2048, 256] and one bf16[24, 8, 2048, 1024]). The output projection's all-reduce is made inside
-    # the block's checkpoint and read outside it; counted whole, each layer kept one bf16 (batch, T, d_model) more
-    # (the 1.3B's plan: 1.51x libtpu's peak on v5e:16x16, 1.56x on v5p:8x8x8).
-    batch, length, d, d_ff, data, model = 8, 256, 256, 1024, 2, 4
-
-    def temp_bytes(n_layers: int) -> int:
-        options = {"d_model": d, "n_layers": n_layers, "n_heads": 4, "vocab": 512, "max_len": length,
-                   "scan_layers": True}
-        config = TrainConfig(model="transformer", model_options=options, mode="fsdp-tp",
-                             mesh=f"data={data},model={model}", batch=batch * data, precision="bf16", remat="dots")
-        return planned_step_memory(config, seq_len=length, compiler=LIBTPU).temp_bytes
-
-    per_layer = (temp_bytes(6) - temp_bytes(2)) / 4
-    saved_split = (5 * batch * length * d + batch * length * d_ff) * 2 // model  # bf16, split over 'model'
-    gradients = (4 * d * d + 2 * d * d_ff) * 4 // (data * model)  # the layer's kernels' gradient shards, float32
-    one_whole = batch * length * d * 2 * (model - 1) // model  # one saved stream value whole instead of split
-    assert per_layer <= saved_split + gradients + one_whole / 10, (per_layer, saved_split, gradients)
-
-
 def test_all_reduces_added_together_are_one_buffer_where_the_compiler_reassociates_them():
     # XLA's AllReduceReassociate (XLA:GPU, libtpu): the partial sums of three matmuls contracting a split dimension are
     # added first and all-reduced once. Counted as three all-reduced buffers, each kept until the last matmul reading

@@ -52,12 +52,13 @@ class CompilerRules:
         widens_collectives: whether a bfloat16 all-gather or all-reduce moves float32 (XLA:CPU converts around the
             collective). Elsewhere a per-layer gathering mode gathers bf16 shards (``param_gathering.gathers_narrow``)
             and a jit step's gradient all-reduce, which the partitioner puts on a bf16 matmul's output, sums bf16.
-        splits_partial_manual_loop_carries: whether, in a scanned loop inside a shard_map that leaves axes to the
-            compiler (fsdp-tp's scanned blocks), the loop's carry is split over those axes along its last dimension (the
-            residual stream over 'model' along d_model), with the work done on it, and a matmul gathers such an operand
-            whole where its split does not match the other operand's (libtpu: Shardy's propagation splits the carry;
-            not under remat ``block``, which keeps the saved block inputs whole; under remat ``dots`` the residual
-            stream of an unrolled step is split too: ``step_memory._step_memory``).
+        splits_remat_stream_in_accumulation: whether a jit step's scanned blocks under remat ``dots`` or ``block``,
+            run in its microbatch accumulation (a shard_map manual over 'data' only), have their residual stream split
+            over the other axes and gathered before each matmul (libtpu's sharding propagation). The simulation counts
+            the stream whole there, as Megatron's layout holds it; the plan's note says the compiler sends more
+            (``plan_estimates.split_stream_note``). Every other step keeps it whole since the attention projects into
+            and out of its heads as (d_model, heads, head_dim) contractions and the microbatches hold the parameters to
+            their layout (docs/design/compile-verification.md, "libtpu's traffic over `model`").
         stores_reduced_sums: whether work combining two or more computed values (a residual sum) is stored
             where a reduction and other work read it, rather than computed again inside each reader.
         stores_large_norm_operands: whether a layer norm of 4,096 rows or more per device reads its operands
@@ -116,7 +117,7 @@ class CompilerRules:
     casts_before_gathering: bool = False
     widens_collectives: bool = False
     stores_reduced_sums: bool = False
-    splits_partial_manual_loop_carries: bool = False
+    splits_remat_stream_in_accumulation: bool = False
     stores_large_norm_operands: bool = False
     reassociates_all_reduces: bool = True
     runs_combined_all_reduces_as_one: bool = False
@@ -201,7 +202,7 @@ XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "di
 # block's output projection, under dots): the README's 1.3B fsdp-tp step under dots 1.51 -> 0.95 of v5e:16x16's peak.
 LIBTPU = CompilerRules(
     "libtpu", "tpu", {}, stores_shared_broadcasts=False, fuses_matmul_operands=True, fuses_any_matmul_operand_work=True,
-    stores_reduced_sums=True, splits_partial_manual_loop_carries=True,
+    stores_reduced_sums=True, splits_remat_stream_in_accumulation=True,
     trust="libtpu lays out and schedules each TPU generation's memory its own way (the same 8-chip step held "
           "202 MiB on v6e, 196 MiB on v5e, 386 MiB on v5p), which the simulation does not follow (measured on 8 to 512 "
           "chips: 0.7-1.8 of libtpu's peak on small steps, where v5e and v6e keep up to 112 MiB on chip; 0.90-1.00 "

@@ -280,39 +280,36 @@ def tensor_parallel_notes(planned: PlannedModel, tensor_parallel: bool, model_si
     return []
 
 
-def split_stream_note(declared: Any, mesh: Any, rules: Any, remat: str, accum: int) -> list[str]:
+def split_stream_note(declared: Any, mesh: Any, rules: Any, remat: str, accum: int, scanned: bool) -> list[str]:
     """Where the target's compiler splits the residual stream over 'model' and sends more over it than planned.
 
-    libtpu does so in a step whose ``shard_map`` is manual over 'data' only (``rules``: its
-    :class:`~.compiler_rules.CompilerRules`, ``splits_partial_manual_loop_carries``): fsdp-tp's, but not under
-    remat ``block`` with one microbatch, and any data x model step's microbatches, which accumulate in one. Measured
-    3.7-5.3x the planned bytes over 'model' (docs/design/compile-verification.md, "libtpu's traffic over model").
+    libtpu does so (``rules``: its :class:`~.compiler_rules.CompilerRules`, ``splits_remat_stream_in_accumulation``)
+    in a jit data x model step (``dp-tp``) whose microbatches accumulate in a shard_map manual over 'data' only, with
+    its blocks ``scanned`` under remat ``dots`` or ``block``: measured 4.3-7.5x the bytes planned over 'model'
+    (docs/design/compile-verification.md, "libtpu's traffic over model"). fsdp-tp's steps, and every step with one
+    microbatch, send Megatron's all-reduces alone.
 
     Example:
         >>> from workbench.analysis.compiler_rules import compiler_rules
         >>> from workbench.layout.mesh import MeshShape
         >>> from workbench.training.modes import mode_class
         >>> mesh = MeshShape(("data", "model"), (4, 2))
-        >>> bool(split_stream_note(mode_class("fsdp-tp"), mesh, compiler_rules("tpu"), "none", 1))
+        >>> bool(split_stream_note(mode_class("dp-tp"), mesh, compiler_rules("tpu"), "block", 4, True))
         True
-        >>> split_stream_note(mode_class("fsdp-tp"), mesh, compiler_rules("tpu"), "block", 1)
+        >>> split_stream_note(mode_class("fsdp-tp"), mesh, compiler_rules("tpu"), "block", 4, True)
         []
     """
-    if not rules.splits_partial_manual_loop_carries or set(declared.axes) != {DATA_AXIS, MODEL_AXIS} \
-            or min(mesh.axis_size(DATA_AXIS), mesh.axis_size(MODEL_AXIS)) == 1:
+    if (not rules.splits_remat_stream_in_accumulation or set(declared.axes) != {DATA_AXIS, MODEL_AXIS}
+            or min(mesh.axis_size(DATA_AXIS), mesh.axis_size(MODEL_AXIS)) == 1
+            or declared.gradient_sync != "compiler"  # fsdp-tp's whole step is a shard_map
+            or accum == 1 or remat == "none" or not scanned):
         return []
-    manual_over_data = getattr(declared, "manual_axes", None) == (DATA_AXIS,)
-    if accum > 1:
-        why = "its microbatches accumulate in a shard_map manual over 'data' only"
-    elif manual_over_data and remat != "block":
-        why = f"in a shard_map manual over 'data' only, under remat {remat}"
-    else:
-        return []
-    fix = "; under remat block with one microbatch it keeps it whole" if manual_over_data else ""
-    return [f"{rules.name} splits this step's residual stream over 'model' ({why}) and gathers it before each "
-            "matmul: measured 3.7-5.3x the bytes planned here over 'model', where nothing overlaps them, so the step "
-            "takes longer than planned (the README's 1.3B fsdp-tp on v5e: 0.96 s a step where 0.47 s is planned)"
-            f"{fix}; --verify tpu:<generation>:<shape> prices it on what it compiles"]
+    return [f"{rules.name} splits this step's residual stream over 'model' (its {accum} microbatches accumulate in a "
+            f"shard_map manual over 'data' only, the scanned blocks under remat {remat}) and gathers it before each "
+            "matmul: measured 4.3-7.5x the bytes planned here over 'model', where nothing overlaps them (the README's "
+            "1.3B dp-tp on v5e:16x16 with 4 microbatches under block: 1.56 s a step where 0.57 s is planned); one "
+            "microbatch, remat none or fsdp-tp keep Megatron's all-reduces; --verify tpu:<generation>:<shape> prices "
+            "what it compiles"]
 
 
 def bound_by_compute(declared, sync_bytes: int, data_size: int, flops: float, tokens: int, seq_len: int | None,

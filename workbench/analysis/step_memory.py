@@ -72,7 +72,6 @@ _FUSES_OPERANDS = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "red
 # The reductions among them: XLA:CPU stores a value combining computed values that one reads (_store_reduced_sums).
 _REDUCTIONS = _FUSES_OPERANDS - {"gather", "reduce_precision"}
 PARTITIONER_ALL_REDUCE = "all-reduce (partitioner)"
-PARTITIONER_ALL_GATHER = "all-gather (partitioner)"  # a split carry's work gathered for a matmul (_gathered_operands)
 # XLA:CPU's tree reduction: a sum over more elements than this is a reduce-window of this many, then a reduce.
 _TREE_REDUCTION_WINDOW = 32
 # Rows per device from which XLA:CPU computes a layer norm's backward pass in a YNN fusion (_store_large_norm_operands).
@@ -113,7 +112,7 @@ class _Value:
 
     __slots__ = ("shape", "dtype", "spec", "nbytes", "producer", "operands", "materialised", "is_arg", "is_output",
                  "readers", "position", "buffers", "itemsize", "origin", "carried", "varies", "constant", "block",
-                 "partial_manual", "scattered")
+                 "partial_manual")
     operands: tuple[_Value, ...] | list[_Value]  # the values it reads (empty for an argument)
     buffers: list[_Value] | None  # the materialised buffers a reader of it reads (None: not yet worked out)
 
@@ -133,7 +132,6 @@ class _Value:
         self.constant = False  # a constant of the program (a NumPy array the model closes over), not an input
         self.block: int | None = None  # the block it belongs to where its origin names none (see _owning_block)
         self.partial_manual = False  # made inside a shard_map that leaves axes to the compiler (fsdp-tp's body)
-        self.scattered = False  # split over a kept axis as a partial-manual loop's carry is (see _split_carries)
 
     def resplit(self, spec: AxesPerDimension, sizes: dict[str, int]) -> None:
         self.spec = _fit(spec, self.shape, sizes)
@@ -210,8 +208,6 @@ class _Program:
         self.exponents: dict[int, int] = {}  # an integer power's result (id) -> its exponent (see _share_squares)
         # The axes the innermost shard_map that leaves axes to the compiler leaves it (fsdp-tp's body); empty outside.
         self.kept: frozenset = frozenset()
-        # Whether the residual stream outside any loop is split over those axes too (see _split_stream).
-        self.splits_stream = False
 
     def value(self, aval: Any, spec: AxesPerDimension) -> _Value:
         value = _Value(aval, spec, self.sizes, self.float_bytes)
@@ -268,21 +264,10 @@ class _Program:
             return self.inline(jaxpr, ins[len(ins) - len(jaxpr.invars):], local)  # custom_jvp's consts first
         body = 0
         if name in _LOOPS:
-            body, body_block, specs, (blocks, scattered) = _loop_temporaries(eqn, ins, self.sizes, self.rules, local,
-                                                                              self.kept)
+            body, body_block, specs, blocks = _loop_temporaries(eqn, ins, self.sizes, self.rules, local, self.kept)
         else:
-            if name == "dot_general" and not local and any(v is not None and v.scattered for v in ins):
-                ins = self._gathered_operands(eqn, ins)
-            specs, blocks, scattered = _propagate(eqn, ins, local), [], []
+            specs, blocks = _propagate(eqn, ins, local), []
         outs = [self.value(var.aval, spec) for var, spec in zip(eqn.outvars, specs, strict=False)]
-        for out, split in zip(outs, scattered, strict=False):  # a loop's outputs carry its body's split carries
-            out.scattered = split
-        if name not in _CONTRACTIONS and name not in _LOOPS and any(v is not None and v.scattered for v in ins):
-            for out in outs:  # the work done on a split carry stays split (its readers' specs follow _propagate)
-                out.scattered = any(out.spec)
-        if self.splits_stream and self.kept and not local and (name in _FUSIBLE or name == "gather"):
-            for out in outs:
-                self._split_stream(out)
         for out, block in zip(outs, blocks, strict=False):
             out.block = block
         if name in self.rules.narrow_results:
@@ -332,48 +317,6 @@ class _Program:
         made.itemsize = value.itemsize
         made.resplit(spec, self.sizes)
         return made
-
-    def _split_stream(self, value: _Value) -> None:
-        """Split ``value``, if it is a piece of the residual stream (``(batch, tokens, d_model)``, floating, split
-        over nothing), over the kept axes along d_model, as a partial-manual loop's carry is (``splits_stream``:
-        libtpu under remat ``dots``, outside any loop: all of an unrolled step's blocks). Rank 3 only: an
-        attention tensor's heads are split already, and splitting its keys as well gathered it whole at every
-        matmul (4x the attention's buffers)."""
-        axes = tuple(sorted(self.kept))
-        if len(value.shape) != 3 or any(value.spec) or value.scattered or not _splits_last(value, axes, self.sizes):
-            return
-        value.resplit(((), (), axes), self.sizes)
-        value.scattered = True
-
-    def _gathered_operands(self, eqn: Any, ins: list[Any]) -> list[Any]:
-        """A matmul's operands as the partitioner hands them to it where one is a split carry's work
-        (``scattered``): gathered whole over an axis that splits a dimension it contracts and not the other
-        operand's, or that splits one of its free dimensions as well as one of the other operand's (the weight
-        gradient of a layer whose input is split over d_model and output over its heads): an all-gather into a
-        buffer of its own."""
-        (contracting, _) = eqn.params["dimension_numbers"]
-        pairs = {0: dict(zip(contracting[0], contracting[1], strict=True)),
-                 1: dict(zip(contracting[1], contracting[0], strict=True))}
-        result = list(ins)
-        for side, value in enumerate(ins):
-            if value is None or not value.scattered:
-                continue
-            other = ins[1 - side]
-            other_free = {a for d, entry in enumerate(other.spec) if d not in pairs[1 - side] for a in entry}
-            spec = []
-            for d, entry in enumerate(value.spec):
-                if d in pairs[side]:
-                    keep = tuple(a for a in entry if a in other.spec[pairs[side][d]])
-                else:
-                    keep = tuple(a for a in entry if a not in other_free)
-                spec.append(keep)
-            spec = tuple(spec)
-            if spec != value.spec:
-                gathered = self.like(value, spec)
-                gathered.producer, gathered.operands = PARTITIONER_ALL_GATHER, [value]
-                self.ops.append((PARTITIONER_ALL_GATHER, [value], [gathered], 0))
-                result[side] = gathered
-        return result
 
     def _broadcast(self, value: Any, out: _Value) -> Any:
         """``value`` as elementwise work on ``out`` reads it: an operand with size-1 dimensions (``x * scale``
@@ -444,15 +387,9 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
     bodies = []  # (body jaxpr, the specs of its inputs, the loop operand each input is, None: carried or sliced)
     specs = [v.spec if v is not None else () for v in ins]
     name, params = eqn.primitive.name, eqn.params
-    split_carries: set[int] = set()
     if name == "scan":
         n_consts, n_carry = scan_operand_counts(params)
         sliced = [spec[1:] for spec in specs[n_consts + n_carry:]]
-        if kept and rules.splits_partial_manual_loop_carries and not local:
-            scanned = params["jaxpr"].jaxpr
-            worked_on = {n_consts + i for i, var in enumerate(scanned.invars[n_consts: n_consts + n_carry])
-                         if _read_by_work(scanned, var)}
-            split_carries = _split_carries(specs, ins, worked_on, sizes, kept)
         bodies.append((params["jaxpr"], specs[: n_consts + n_carry] + sliced,
                        ins[:n_consts] + [None] * (len(specs) - n_consts)))
     elif name == "while":
@@ -470,8 +407,6 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         program.kept = kept  # a loop in a partial-manual shard_map's body (see _Value.partial_manual)
         inputs = [program.value(v.aval, () if local else spec)
                   for v, spec in zip(body.invars, body_specs, strict=False)]
-        for index, (value, outer) in enumerate(zip(inputs, constants if name != "scan" else ins, strict=False)):
-            value.scattered = index in split_carries or (outer is not None and outer.scattered)
         created = [_created(outer) for outer in constants]
         for value, made in zip(inputs, created, strict=False):
             if made:  # made from nothing split: it takes its reader's split in the body (below)
@@ -487,8 +422,6 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         # attention mask again in the backward loop's body (measured: that (batch, heads, T, T) fill counted
         # unsplit put the scanned 1.3B's dp-tp `block` plan at 4.4x XLA:CPU's peak, 41.1 against 9.3 GiB).
         _split_created_values(program)
-        if any(value.scattered for value in inputs):
-            _split_work_on_carries(program)
         if any(created):
             for value, made, outer in zip(inputs, created, constants, strict=False):
                 if made and any(value.spec) and not any(_source(outer).spec):
@@ -498,7 +431,6 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         peaks.append((_simulate(program, inputs, outputs), program.block_at_peak))
         body_out_specs.append([v.spec if v is not None else () for v in outputs])
         out_blocks = [None if v is None else _summed_block(v) for v in outputs]
-        out_scattered = [v is not None and v.scattered for v in outputs]
     out_specs = _propagate(eqn, ins, local)
     if not local and body_out_specs:
         if name == "scan":
@@ -509,76 +441,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         else:  # a while loop's carry, a cond's branch outputs
             out_specs = body_out_specs[-1]
     peak, block = max(peaks, default=(0, 0))
-    return peak, block, out_specs, (out_blocks, out_scattered) if bodies else ([], [])
-
-
-def _split_carries(specs: list, ins: list[Any], carries: set[int], sizes: dict[str, int], kept: frozenset) -> set[int]:
-    """Split, in ``specs``, the partial-manual scan's ``carries`` of rank 3 or more that no kept axis splits, over the
-    kept axes along their last dimension, where those divide it (``splits_partial_manual_loop_carries``); their
-    indices."""
-    axes = tuple(sorted(kept))
-    split = set()
-    for index in sorted(carries):
-        value = ins[index]
-        if (value is None or len(value.shape) < 3 or any(a in entry for entry in specs[index] for a in axes)
-                or not _splits_last(value, axes, sizes)):
-            continue
-        specs[index] = tuple(specs[index][:-1]) + (tuple(specs[index][-1]) + axes,)
-        split.add(index)
-    return split
-
-
-def _splits_last(value: _Value, axes: tuple, sizes: dict[str, int]) -> bool:
-    """Whether the partitioner can split floating ``value`` over ``axes`` along its last dimension (they divide it)."""
-    return (value.dtype is not None and jnp.issubdtype(value.dtype, jnp.floating)
-            and value.shape[-1] % math.prod(sizes[a] for a in axes) == 0)
-
-
-_ACCUMULATIONS = {"add", "add_any"}  # how a loop adds to a carry it only accumulates (_read_by_work)
-
-
-def _split_work_on_carries(program: _Program) -> None:
-    """Backward propagation of a split carry's split: elementwise work of the same shape that split work reads (the
-    product of a layer norm's inverse deviation and its scale, a partitioner's all-reduce added to the stream) is split
-    as its reader is, as Shardy propagates a sharding from uses to definitions (the all-reduce becomes a
-    reduce-scatter). Through views: under remat ``dots`` the attention's output projection is computed inside the
-    block's checkpoint, and the residual add reads its all-reduce as that call's output. Measured: read whole, the
-    loop saved it whole over ``model`` (``bf16[24, 8, 2048, 2048]``, where libtpu saves ``bf16[24, 8, 2048, 256]``
-    beside the q, k and v outputs), and the README's 1.3B ``fsdp-tp`` step under ``dots`` planned 1.51 of libtpu's
-    peak on v5e:16x16 (0.95 split)."""
-    for name, ins, outs, _ in reversed(program.ops):
-        out = outs[0] if len(outs) == 1 else None
-        if out is None or not out.scattered or name not in _FUSIBLE:
-            continue
-        for value in ins:
-            views = [value] if value is not None else []
-            while views and views[-1].producer == "view" and views[-1].operands:
-                views.append(views[-1].operands[0])
-            source = views[-1] if views else None
-            if (source is not None and source.shape == out.shape and not source.scattered and not source.is_arg
-                    and (source.producer in _FUSIBLE or source.producer == PARTITIONER_ALL_REDUCE)
-                    and not any(source.spec)):
-                for split in views:
-                    split.resplit(out.spec, program.sizes)
-                    split.scattered = True
-
-
-def _read_by_work(jaxpr: Any, var: Any) -> bool:
-    """Whether ``jaxpr`` reads ``var`` other than by adding to it (a loop's residual stream, not an accumulator of
-    gradients), looking into the calls it makes."""
-    for eqn in jaxpr.eqns:
-        if not any(atom is var for atom in eqn.invars):
-            continue
-        inner = _inner_jaxpr(eqn)
-        if eqn.primitive.name in _CALLS and inner is not None:
-            inner = inner.jaxpr if hasattr(inner, "jaxpr") else inner
-            offset = len(eqn.invars) - len(inner.invars)
-            if any(_read_by_work(inner, inner.invars[i - offset]) for i, atom in enumerate(eqn.invars)
-                   if atom is var and i >= offset):
-                return True
-        elif eqn.primitive.name not in _ACCUMULATIONS:
-            return True
-    return False
+    return peak, block, out_specs, out_blocks if bodies else []
 
 
 # --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------
@@ -1735,12 +1598,10 @@ def _rules(compiler: CompilerRules | str) -> CompilerRules:
 
 def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_specs: list[AxesPerDimension | None],
                    mesh_sizes: dict[str, int], donated: list[bool] | None, rules: CompilerRules,
-                   input_names: list[str] | None = None, splits_stream: bool = False) -> tuple[StepMemory, int]:
+                   input_names: list[str] | None = None) -> tuple[StepMemory, int]:
     """:func:`simulate_step_memory`, and what each further block adds to its temporaries at the peak (``_peak``).
-    ``input_names``: per input, its path in the state (``blocks/0/attn/q/kernel``), which names its block;
-    ``splits_stream``: the residual stream outside loops is split as a partial-manual loop's carry is."""
+    ``input_names``: per input, its path in the state (``blocks/0/attn/q/kernel``), which names its block."""
     program = _Program(dict(mesh_sizes), rules)
-    program.splits_stream = splits_stream
     jaxpr = closed_jaxpr.jaxpr
     inputs = [program.value(var.aval, spec) for var, spec in zip(jaxpr.invars, in_specs, strict=False)]
     for value, name in zip(inputs, input_names or [], strict=False):
@@ -1755,8 +1616,6 @@ def _simulate_step(closed_jaxpr: Any, in_specs: list[AxesPerDimension], out_spec
         spec = spec if spec is not None else (value.spec if value is not None else ())
         output_sizes.append(exact.value(var.aval, spec).nbytes)
     _split_created_values(program)
-    if splits_stream:
-        _split_work_on_carries(program)
     temp = _simulate(program, inputs, outputs)
     alias = _aliased(argument_sizes, [v.aval for v in jaxpr.invars], donated or [], output_sizes,
                      [v.aval for v in jaxpr.outvars])
@@ -1818,15 +1677,6 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
     """:func:`step_memory`; what each further block adds to the temporaries at the peak (``_peak``); the bytes per
     device of the first block's state (its parameters and optimizer state: an argument, output and alias)."""
     mode = step.mode
-    if rules.splits_partial_manual_loop_carries and step.config.remat == "block":
-        # Measured: under remat block libtpu keeps fsdp-tp's scanned residual stream whole (the loop's saved block
-        # inputs, bf16[24, 8, 2048, 2048] for the README's 1.3B on v5p:8x8x8); split, the plan held 0.29 of its peak.
-        rules = dataclasses.replace(rules, splits_partial_manual_loop_carries=False)
-    # Measured: under remat dots libtpu splits fsdp-tp's residual stream over model in an unrolled step too (the
-    # embedding's output is bf16[8, 1024, 256] on data=2,model=4, and every block's stream with it; under none and
-    # block it keeps it whole). Counted whole, 2 and 4 unrolled blocks of d_model 1,024 planned 1.34 and 1.22 of
-    # libtpu's HBM; split, 1.06 and 1.12.
-    splits_stream = rules.splits_partial_manual_loop_carries and step.config.remat == "dots"
     traced = mode._compiled_step(step.state, False).trace(step.state, step.batch)
     paths_and_leaves, _ = jax.tree_util.tree_flatten_with_path(step.state)
     state_leaves, batch_leaves = [leaf for _, leaf in paths_and_leaves], jax.tree.leaves(step.batch)
@@ -1840,8 +1690,7 @@ def _step_memory(step: Any, rules: CompilerRules) -> tuple[StepMemory, int, int]
         raise NotSimulated(f"the step computes {reason}")
     names = ["/".join(str(getattr(key, "key", getattr(key, "idx", key))) for key in path)
              for path, _ in paths_and_leaves]
-    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules, names,
-                                        splits_stream)
+    memory, block_temp = _simulate_step(traced.jaxpr, in_specs, out_specs, sizes, donated, rules, names)
     block_state = sum(_Value(leaf, spec, sizes, {}).nbytes
                       for (path, leaf), spec in zip(paths_and_leaves, in_specs, strict=False)
                       if _FIRST_BLOCK_STATE.search(jax.tree_util.keystr(path)))
