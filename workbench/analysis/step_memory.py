@@ -378,7 +378,7 @@ def _carried_in(eqn: Any, ins: list[Any]) -> list[Any]:
 
 
 def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRules, local: bool,
-                      kept: frozenset = frozenset()) -> tuple[int, int, list, tuple]:
+                      kept: frozenset = frozenset()) -> tuple[int, int, list, list]:
     """Buffers a loop or branch holds while it runs, beyond its inputs and outputs: its body's peak, per
     iteration (a scan's body sees one slice of each scanned input, split as that input is); of those, the first
     block's forward buffers (see :func:`_peak`); the shardings of its outputs, as its body leaves them (a
@@ -400,7 +400,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
                        ins[cond_consts: cond_consts + body_consts] + [None] * len(carry)))
     elif name == "cond":
         bodies += [(branch, specs[1:], [None] * (len(specs) - 1)) for branch in params["branches"]]
-    peaks, body_out_specs = [], []
+    peaks, body_out_specs, out_blocks = [], [], []
     for body, body_specs, constants in bodies:
         body = body.jaxpr if hasattr(body, "jaxpr") else body
         program = _Program(sizes, rules)
@@ -441,7 +441,7 @@ def _loop_temporaries(eqn: Any, ins: list[Any], sizes: dict, rules: CompilerRule
         else:  # a while loop's carry, a cond's branch outputs
             out_specs = body_out_specs[-1]
     peak, block = max(peaks, default=(0, 0))
-    return peak, block, out_specs, out_blocks if bodies else []
+    return peak, block, out_specs, out_blocks
 
 
 # --- sharding propagation (values outside shard_map, on meshes whose axes are not in the types) ---------

@@ -92,9 +92,13 @@ def _hold_slices(stack: nnx.Module, specs: Any) -> None:
     slices = jax.tree.map(lambda s: PartitionSpec(*(tuple(s)[:LAYER_AXIS] + tuple(s)[LAYER_AXIS + 1:])), specs,
                           is_leaf=_is_spec)
     object.__setattr__(stack, "_slice_layout", slices)  # plain data on this traced copy, not a Variable
-    cls = type(stack)
+    stack.__class__ = _holding(type(stack))
+
+
+def _holding(cls: type) -> type:
+    """A subclass of the :class:`~..layer_stack.LayerStack` ``cls`` whose loop holds each slice (``_slice_layout``)."""
     if cls in _HOLDING_STACKS.values():
-        return
+        return cls
     if cls not in _HOLDING_STACKS:
 
         def __call__(self, x):
@@ -108,7 +112,7 @@ def _hold_slices(stack: nnx.Module, specs: Any) -> None:
             return scan_layers(apply_layer, (params, rest), x)
 
         _HOLDING_STACKS[cls] = type(cls)(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
-    stack.__class__ = _HOLDING_STACKS[cls]
+    return _HOLDING_STACKS[cls]
 
 
 __all__ = ["pin_layout", "pinning_loss"]
