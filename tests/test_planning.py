@@ -398,7 +398,8 @@ def test_plan_cli_takes_microbatches_and_tokens(capsys):
     ("dp-tp", "block", 2, True, "tpu-v5e", True),  # microbatches in a shard_map manual over 'data', scanned, remat
     ("dp-tp", "dots", 4, True, "tpu-v5p", True),
     ("dp-tp", "none", 4, True, "tpu-v5e", False),  # its parameters held to their layout: Megatron's all-reduces
-    ("dp-tp", "block", 2, False, "tpu-v5e", False),  # unrolled: whole
+    ("dp-tp", "block", 2, False, "tpu-v5e", True),  # unrolled too: its blocks' ties split it
+    ("dp-tp", "dots", 2, False, "tpu-v5e", False),  # unrolled under dots: whole
     ("dp-tp", "block", 1, True, "tpu-v5e", False),  # a plain jit
     ("fsdp-tp", "none", 1, True, "tpu-v5e", False),  # the heads projected as (d_model, heads, head_dim): whole
     ("fsdp-tp", "dots", 4, True, "tpu-v5e", False),

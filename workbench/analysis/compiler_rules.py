@@ -52,8 +52,8 @@ class CompilerRules:
         widens_collectives: whether a bfloat16 all-gather or all-reduce moves float32 (XLA:CPU converts around the
             collective). Elsewhere a per-layer gathering mode gathers bf16 shards (``param_gathering.gathers_narrow``)
             and a jit step's gradient all-reduce, which the partitioner puts on a bf16 matmul's output, sums bf16.
-        splits_remat_stream_in_accumulation: whether a jit step's scanned blocks under remat ``dots`` or ``block``,
-            run in its microbatch accumulation (a shard_map manual over 'data' only), have their residual stream split
+        splits_remat_stream_in_accumulation: whether a jit step's blocks under remat ``block`` (or scanned, under
+            ``dots``), run in its microbatch accumulation (a shard_map manual over 'data' only), have their residual stream split
             over the other axes and gathered before each matmul (libtpu's sharding propagation). The simulation counts
             the stream whole there, as Megatron's layout holds it; the plan's note says the compiler sends more
             (``plan_estimates.split_stream_note``). Every other step keeps it whole since the attention projects into

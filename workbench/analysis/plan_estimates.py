@@ -284,10 +284,10 @@ def split_stream_note(declared: Any, mesh: Any, rules: Any, remat: str, accum: i
     """Where the target's compiler splits the residual stream over 'model' and sends more over it than planned.
 
     libtpu does so (``rules``: its :class:`~.compiler_rules.CompilerRules`, ``splits_remat_stream_in_accumulation``)
-    in a jit data x model step (``dp-tp``) whose microbatches accumulate in a shard_map manual over 'data' only, with
-    its blocks ``scanned`` under remat ``dots`` or ``block``: measured 4.3-7.5x the bytes planned over 'model'
-    (docs/design/compile-verification.md, "libtpu's traffic over model"). fsdp-tp's steps, and every step with one
-    microbatch, send Megatron's all-reduces alone.
+    in a jit data x model step (``dp-tp``) whose microbatches accumulate in a shard_map manual over 'data' only, under
+    remat ``block``, or ``dots`` with its blocks ``scanned``: measured 4.3-7.5x the bytes planned over 'model'
+    (docs/design/compile-verification.md, "The split gone"). fsdp-tp's steps, and every step with one microbatch,
+    send Megatron's all-reduces alone.
 
     Example:
         >>> from workbench.analysis.compiler_rules import compiler_rules
@@ -302,10 +302,11 @@ def split_stream_note(declared: Any, mesh: Any, rules: Any, remat: str, accum: i
     if (not rules.splits_remat_stream_in_accumulation or set(declared.axes) != {DATA_AXIS, MODEL_AXIS}
             or min(mesh.axis_size(DATA_AXIS), mesh.axis_size(MODEL_AXIS)) == 1
             or declared.gradient_sync != "compiler"  # fsdp-tp's whole step is a shard_map
-            or accum == 1 or remat == "none" or not scanned):
+            or accum == 1 or remat == "none" or (remat == "dots" and not scanned)):
         return []
+    blocks = "the scanned blocks" if scanned else "the blocks"
     return [f"{rules.name} splits this step's residual stream over 'model' (its {accum} microbatches accumulate in a "
-            f"shard_map manual over 'data' only, the scanned blocks under remat {remat}) and gathers it before each "
+            f"shard_map manual over 'data' only, {blocks} under remat {remat}) and gathers it before each "
             "matmul: measured 4.3-7.5x the bytes planned here over 'model', where nothing overlaps them (the README's "
             "1.3B dp-tp on v5e:16x16 with 4 microbatches under block: 1.56 s a step where 0.57 s is planned); one "
             "microbatch, remat none or fsdp-tp keep Megatron's all-reduces; --verify tpu:<generation>:<shape> prices "

@@ -140,9 +140,11 @@ def _tied(pullback: Any, cotangent: Any, vectors: bool) -> Any:
     Why not the vectors under ``dots``: a tied value is a new one, whose layout the compiler chooses afresh. In
     fsdp-tp's step under ``dots`` libtpu split the tied layer-norm scales and biases over ``model``, and the residual
     stream with them, which it then gathered before every matmul reading it (the README's 1.3B on v5e:16x16: 5.3x the
-    bytes planned over ``model``; untied, the plan's). Under ``block`` the tie costs libtpu nothing (fsdp-tp recomputes
-    its blocks itself there) and holds XLA:CPU's memory down: untied, the 2-block transformer's dp step held 3% more
-    (26.2 against 25.4 MB a device, JAX 0.10).
+    bytes planned over ``model``; untied, the plan's). Under ``block`` the tie holds XLA:CPU's memory down: untied, the
+    2-block transformer's dp step held 3% more (26.2 against 25.4 MB a device, JAX 0.10). It costs libtpu only in
+    dp-tp's microbatches (fsdp-tp recomputes its blocks itself under ``block``): unrolled, 4.4x the planned bytes over
+    ``model``, untied 1.1x; scanned, split either way. The plan's note names those steps
+    (``plan_estimates.split_stream_note``).
     """
     if vectors:
         return computed_after(pullback, cotangent)
