@@ -46,7 +46,10 @@ class LayerStack(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         graphdef, state = nnx.split(self.layer)
-        return scan_layers(lambda layer_state, carry: nnx.merge(graphdef, layer_state)(carry), state, x)
+        # What a step does to each iteration's slice before the layer runs, where it sets one on this traced copy
+        # (modes/layout_pins.py holds its parameters to their layout): plain data, not a Variable.
+        prepare = getattr(self, "prepare_slice", None) or (lambda layer_state: layer_state)
+        return scan_layers(lambda layer_state, carry: nnx.merge(graphdef, prepare(layer_state))(carry), state, x)
 
 
 def scan_layers(apply_layer: Callable[[Any, jax.Array], jax.Array], stacked: Any, x: jax.Array) -> jax.Array:
