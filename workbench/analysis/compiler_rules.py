@@ -53,12 +53,12 @@ class CompilerRules:
             collective). Elsewhere a per-layer gathering mode gathers bf16 shards (``param_gathering.gathers_narrow``)
             and a jit step's gradient all-reduce, which the partitioner puts on a bf16 matmul's output, sums bf16.
         splits_remat_stream_in_accumulation: whether a jit step's blocks under remat ``block`` (or scanned, under
-            ``dots``), run in its microbatch accumulation (a shard_map manual over 'data' only), have their residual stream split
-            over the other axes and gathered before each matmul (libtpu's sharding propagation). The simulation counts
-            the stream whole there, as Megatron's layout holds it; the plan's note says the compiler sends more
-            (``plan_estimates.split_stream_note``). Every other step keeps it whole since the attention projects into
-            and out of its heads as (d_model, heads, head_dim) contractions and the microbatches hold the parameters to
-            their layout (docs/design/compile-verification.md, "libtpu's traffic over `model`").
+            ``dots``), run in its microbatch accumulation (a shard_map manual over 'data' only), have their residual
+            stream split over the other axes and gathered before each matmul (libtpu's sharding propagation). The
+            simulation counts the stream whole there, as Megatron's layout holds it; the plan's note says the compiler
+            sends more (``plan_estimates.split_stream_note``). Every other step keeps it whole since the attention
+            projects into and out of its heads as (d_model, heads, head_dim) contractions and the microbatches hold the
+            parameters to their layout (docs/design/compile-verification.md, "The split gone").
         stores_reduced_sums: whether work combining two or more computed values (a residual sum) is stored
             where a reduction and other work read it, rather than computed again inside each reader.
         stores_large_norm_operands: whether a layer norm of 4,096 rows or more per device reads its operands
@@ -191,15 +191,12 @@ XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "di
 # dp-tp step of those 30 on v5p: the up projection's fusion normalises the stored sum, the down projection's computes
 # the GELU of the stored pre-activation, and both cast the float32 weights. Against libtpu's HBM block, the 30 planned
 # 0.85-1.82x without these two rules (6 within 15%) and 0.81-1.74x with them (19 within 15%).
-# In fsdp-tp's scanned blocks Shardy splits the loop's carry, the residual stream, over 'model' (the loop's saved layer
-# norm work f32[2, 8, 1024, 256] where the plan held f32[2, 8, 1024, 1024]; all-gathers of the norms' output before
-# the q, k, v and up projections), under remat none and dots; under block it keeps the saved block inputs whole, and
-# unrolled it all-reduces the stream whole. Split, the scanned rows went 1.41 -> 0.89 (d_model 1,024), 1.20 -> 0.87
-# (2,048), 1.64 -> 1.04 (v6e) and 1.16 -> 1.04 (dots), 22 of the 30 within 15%; the 1.3B without remat 2.28 -> 0.99.
-# With all-reduces reassociated in the simulated memory too (reassociates_all_reduces), 23. Under remat dots it splits
-# an unrolled step's stream as well, from the embedding's output on (step_memory._step_memory): that row 1.34 -> 1.06,
-# and 4 blocks on data=4,model=2 1.22 -> 1.12; 24 of the 30. The split reaches back through views (a checkpointed
-# block's output projection, under dots): the README's 1.3B fsdp-tp step under dots 1.51 -> 0.95 of v5e:16x16's peak.
+# Until 2026-11-29 libtpu split fsdp-tp's residual stream over 'model' (scanned, and under dots unrolled too), and the
+# simulation followed it (22-24 of the 30 within 15% with that). Since the attention contracts its heads as
+# (d_model, heads, head_dim) and the microbatches hold their parameters to their layout it keeps the stream whole, and
+# so does the simulation: the 12 fsdp-tp and dp-tp rows compiled again plan 0.83-1.11, 11 within 15%; the README's
+# 1.3B fsdp-tp on v5p:8x8x8 0.99 (none) and 0.95 (dots). Where libtpu still splits (splits_remat_stream_in_accumulation)
+# the plan counts the stream whole and its note says so (compile-verification.md, "The split gone").
 LIBTPU = CompilerRules(
     "libtpu", "tpu", {}, stores_shared_broadcasts=False, fuses_matmul_operands=True, fuses_any_matmul_operand_work=True,
     stores_reduced_sums=True, splits_remat_stream_in_accumulation=True,

@@ -43,8 +43,8 @@ REMAT_MEANINGS = {
 }
 _JAX_POLICIES = {
     "block": jax.checkpoint_policies.nothing_saveable,
-    # The attention's projections are checkpoints of their own (head_projection.py), whose outputs the dots policy
-    # would not see as a matmul's: kept by their name.
+    # Inside per-layer fsdp's layers the attention's projections are checkpoints of their own (head_projection.py),
+    # whose outputs the dots policy would not see as a matmul's: kept by their name.
     "dots": jax.checkpoint_policies.save_from_both_policies(jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
                                                             jax.checkpoint_policies.save_only_these_names(PROJECTED)),
 }
