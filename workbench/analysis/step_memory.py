@@ -739,8 +739,8 @@ def _split_passing_on(op: tuple, waiting: set[int], argument_shapes: set[tuple])
 
 
 def _sized_as_an_argument(value: _Value, argument_shapes: set[tuple]) -> bool:
-    """Whether ``value`` has as many elements as one of the step's arguments of the same rank (shapes
-    ``argument_shapes``), less its dimensions of size 1."""
+    """Whether ``value`` has as many elements as one of the step's arguments (shapes ``argument_shapes``), in at
+    least as many dimensions of more than one element (a parameter's gradient, its dimensions split or permuted)."""
     dims = [d for d in value.shape if d != 1]
     return any(math.prod(dims) == math.prod(shape) and len(dims) >= len([d for d in shape if d != 1])
                for shape in argument_shapes if shape)
