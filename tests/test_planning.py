@@ -407,7 +407,7 @@ def test_plan_cli_takes_microbatches_and_tokens(capsys):
 ])
 def test_a_tpu_plan_says_where_libtpu_sends_more_over_model_than_planned(mode, remat, accum, scanned, hardware,
                                                                           noted):
-    # Measured on libtpu (docs/design/compile-verification.md, "libtpu's traffic over model"): 4.3-7.5x the planned
+    # Measured on libtpu (docs/design/compile-verification.md, "The split gone"): 4.3-7.5x the planned
     # bytes over 'model' in the noted steps, Megatron's all-reduces alone in the others; the plan prices those, so it
     # says where libtpu sends more.
     plan = plan_training("transformer", {"n_layers": 2, "scan_layers": scanned}, "data=4,model=2", mode,

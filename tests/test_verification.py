@@ -421,7 +421,7 @@ def test_libtpu_sends_megatrons_all_reduces_over_model_and_nothing_else(libtpu, 
     # Until the attention projected into and out of its heads as (d_model, heads, head_dim) contractions, the
     # microbatches held their parameters to their layout and remat left the vectors untied under dots, libtpu split
     # these steps' residual stream over 'model' and gathered it before every matmul: 3.7-5.3x the planned bytes over
-    # 'model' (docs/design/compile-verification.md, "libtpu's traffic over model").
+    # 'model' (docs/design/compile-verification.md, "libtpu's traffic over model"; "The split gone": the fix).
     config = TrainConfig(model="transformer", model_options=SCANNED_LM, data="text", mode=mode, mesh="data=2,model=2",
                          batch=16, remat=remat, accum=accum, precision="bf16")
     compiled = verify_step(config, "tpu:v5e:2x2", seq_len=128)
