@@ -25,6 +25,9 @@ import jax
 from flax import nnx
 from jax import lax
 
+from .remat import prepare_state
+from .shapes_apart import apart, restored, shapes_of
+
 LAYER_AXIS = 0  # the stacking axis of every leaf in a LayerStack
 
 
@@ -48,8 +51,23 @@ class LayerStack(nnx.Module):
         graphdef, state = nnx.split(self.layer)
         # What a step does to each iteration's slice before the layer runs, where it sets one on this traced copy
         # (modes/layout_pins.py holds its parameters to their layout): plain data, not a Variable.
-        prepare = getattr(self, "prepare_slice", None) or (lambda layer_state: layer_state)
-        return scan_layers(lambda layer_state, carry: nnx.merge(graphdef, prepare(layer_state))(carry), state, x)
+        prepare = getattr(self, "prepare_slice", None)
+        if prepare is None or getattr(self.layer, "remat", "none") == "none":
+            prepare = prepare or (lambda layer_state: layer_state)
+            return scan_layers(lambda layer_state, carry: nnx.merge(graphdef, prepare(layer_state))(carry), state, x)
+        # A prepared slice is a new value: a layer under remat keeps it for its backward pass, and the loop stacks
+        # those copies from zeros that XLA merges across leaves of one shape (shapes_apart.py: why that splits
+        # dp-tp's residual stream on libtpu). So the loop hands each leaf over in a shape of its own, and the
+        # layer's remat boundary restores and prepares it (remat.prepare_state): what the layer keeps is then the
+        # loop's own slice, which JAX does not copy, and the gradients' stacks have shapes of their own.
+        slice_shapes = [shape[LAYER_AXIS + 1:] for shape in shapes_of(state)]
+
+        def apply_layer(layer_state: Any, carry: jax.Array) -> jax.Array:
+            layer = nnx.merge(graphdef, layer_state)
+            prepare_state(layer, lambda handed: prepare(restored(handed, slice_shapes)))
+            return layer(carry)
+
+        return scan_layers(apply_layer, apart(state), x)
 
 
 def scan_layers(apply_layer: Callable[[Any, jax.Array], jax.Array], stacked: Any, x: jax.Array) -> jax.Array:

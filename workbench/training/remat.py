@@ -101,9 +101,10 @@ def rematerialized(fn: Callable, remat: str) -> Callable:
 
     def call(module: nnx.Module, *args: Any) -> Any:
         graphdef, state = nnx.split(module)
+        prepare = getattr(module, _PREPARE_STATE, None) or (lambda state: state)
 
         def pure(state: Any, *args: Any) -> Any:
-            return fn(nnx.merge(graphdef, state), *args)
+            return fn(nnx.merge(graphdef, prepare(state)), *args)
 
         # prevent_cse off: the tie below keeps the recomputation from merging with the forward pass.
         checkpointed = jax.checkpoint(pure, policy=policy, prevent_cse=False)
@@ -133,6 +134,28 @@ def rematerialized(fn: Callable, remat: str) -> Callable:
     return call
 
 
+_PREPARE_STATE = "prepare_state"
+
+
+def prepare_state(module: nnx.Module, prepare: Callable[[Any], Any]) -> None:
+    """Have ``module``'s remat boundary (:func:`rematerialized`; a block under remat) apply ``prepare`` to its state
+    (an ``nnx.State``) first: what a step does to a block's parameters as the block starts, done inside, so that what
+    the block keeps for its backward pass is the state as it came, and its recomputation is prepared again.
+
+    Why inside: a prepared value is a new one. Kept, a scanned stack's loop stacks copies of it from zeros that XLA
+    merges by shape (``shapes_apart.py``); and the tie that orders the recomputation (:func:`_tied`) makes new values
+    again, whose layout the compiler chooses afresh: held to their layout outside only, libtpu split dp-tp's layer
+    norms' scales over 'model' and its residual stream with them (4.4-6.9x the bytes planned over it). Set on a traced
+    copy of the module only (plain data, not a Variable). Used by :class:`~.layer_stack.LayerStack` (each slice
+    restored to its shapes) and :mod:`.modes.layout_pins` (parameters held to their layout).
+
+    Example:
+        >>> block = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+        >>> prepare_state(block, lambda state: state)
+    """
+    object.__setattr__(module, _PREPARE_STATE, prepare)
+
+
 def _tied(pullback: Any, cotangent: Any, vectors: bool) -> Any:
     """``pullback`` with its saved values tied to ``cotangent`` (:func:`~.schedule_ties.computed_after`); with
     ``vectors`` False, all but its vectors (a layer norm's scale, a bias).
@@ -149,11 +172,12 @@ def _tied(pullback: Any, cotangent: Any, vectors: bool) -> Any:
     if vectors:
         return computed_after(pullback, cotangent)
     leaves, structure = jax.tree.flatten(pullback)
-    tied_at = [i for i, leaf in enumerate(leaves) if getattr(leaf, "ndim", 0) > 1]
+    # A vector has one axis longer than 1 (a scanned slice may carry trailing axes of length 1: layer_stack.py).
+    tied_at = [i for i, leaf in enumerate(leaves) if sum(size > 1 for size in getattr(leaf, "shape", ())) > 1]
     tied = computed_after([leaves[i] for i in tied_at], cotangent)
     for i, leaf in zip(tied_at, tied, strict=True):
         leaves[i] = leaf
     return jax.tree.unflatten(structure, leaves)
 
 
-__all__ = ["REMAT_MEANINGS", "REMAT_POLICIES", "RematError", "rematerialized", "validate_remat"]
+__all__ = ["REMAT_MEANINGS", "REMAT_POLICIES", "RematError", "prepare_state", "rematerialized", "validate_remat"]

@@ -27,6 +27,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec
 
 from ..layer_stack import LAYER_AXIS, is_layer_stack
+from ..remat import prepare_state
 from .core import LossFn
 
 
@@ -69,9 +70,13 @@ def pinning_loss(loss: LossFn, specs: Any) -> LossFn:
     def pinned(model: nnx.Module, batch: Any) -> Any:
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
         model = nnx.merge(graphdef, pin_layout(params, specs), rest)
+        stacks: list[tuple] = []
         for path, node in nnx.iter_graph(model):
             if is_layer_stack(node):
+                stacks.append(path)
                 _hold_slices(node, _at(specs, (*path, "layer")))
+            elif getattr(node, "remat", "none") != "none" and not any(path[:len(s)] == s for s in stacks):
+                prepare_state(node, _holding(_at(specs, path)))  # a block under remat, again inside (remat.py: why)
         return loss(model, batch)
 
     return pinned
@@ -87,12 +92,17 @@ def _hold_slices(stack: nnx.Module, specs: Any) -> None:
     """``stack``'s loop holds each iteration's slice of its parameters to ``specs`` less the stacking axis."""
     slices = jax.tree.map(lambda s: PartitionSpec(*(tuple(s)[:LAYER_AXIS] + tuple(s)[LAYER_AXIS + 1:])), specs,
                           is_leaf=_is_spec)
+    object.__setattr__(stack, "prepare_slice", _holding(slices))  # plain data on this traced copy (LayerStack.__call__)
 
-    def hold(layer_state: Any) -> Any:
-        params, rest = nnx.split_state(layer_state, nnx.Param, ...)
-        return nnx.merge_state(pin_layout(params, slices), rest)
 
-    object.__setattr__(stack, "prepare_slice", hold)  # plain data on this traced copy (LayerStack.__call__)
+def _holding(specs: Any) -> Any:
+    """A module's state (an ``nnx.State``) -> the same, its parameters held to ``specs``."""
+
+    def hold(state: Any) -> Any:
+        params, rest = nnx.split_state(state, nnx.Param, ...)
+        return nnx.merge_state(pin_layout(params, specs), rest)
+
+    return hold
 
 
 __all__ = ["pin_layout", "pinning_loss"]
