@@ -812,12 +812,12 @@ def _owning_block(value: _Value) -> int | None:
     return value.block if value.block is not None else _parameters_block(value)
 
 
-def _summed_block(value: _Value, depth: int = 4) -> int | None:
-    """The block of a loop's output: its own (``_owning_block``), or where a few elementwise ops combine one block's
-    values with the loop's inputs and blockless work (a gradient weighted by the batch's and summed over
-    microbatches), that block."""
+def _summed_block(value: _Value, depth: int = 5) -> int | None:
+    """The block of a loop's output: its own (``_owning_block``), or where a few elementwise ops and views combine one
+    block's values with the loop's inputs and blockless work (a gradient weighted by the batch's, reshaped to a shape
+    of its own and summed over microbatches: training/shapes_apart.py), that block."""
     own = _owning_block(value)
-    if own is not None or value.producer not in _FUSIBLE or not depth:
+    if own is not None or (value.producer not in _FUSIBLE and value.producer != "view") or not depth:
         return own
     blocks = {_summed_block(operand, depth - 1) for operand in value.operands if not operand.is_arg} - {None}
     return blocks.pop() if len(blocks) == 1 else None
