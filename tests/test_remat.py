@@ -35,10 +35,10 @@ COMPARED = ("single", "fsdp", "dp-tp")  # every policy, unrolled and scanned; th
 
 
 @functools.cache
-def _losses(mode: str, remat: str, scan: bool) -> np.ndarray:
+def _losses(mode: str, remat: str, scan: bool, accum: int = 1) -> np.ndarray:
     config = wb.TrainConfig(model="transformer", data="tokens", data_options=DATA,
                             model_options={**SMALL, "scan_layers": scan}, mode=mode, mesh=mode_mesh(mode), batch=64,
-                            optimizer="sgd", lr=0.1, remat=remat)
+                            optimizer="sgd", lr=0.1, remat=remat, accum=accum)
     return trained(config, STEPS)[0]
 
 
@@ -47,6 +47,14 @@ def _losses(mode: str, remat: str, scan: bool) -> np.ndarray:
 @pytest.mark.parametrize("remat", [p for p in REMAT_POLICIES if p != "none"])
 def test_every_policy_trains_the_losses_of_no_remat(remat, mode, scan):
     _assert_same_losses(_losses(mode, remat, scan), _losses(mode, "none", scan))
+
+
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
+@pytest.mark.parametrize("remat", REMAT_POLICIES)
+def test_microbatches_held_to_their_layout_train_the_losses_of_one_batch(remat, scan):
+    # dp-tp's microbatches hold each block's parameters to their layout inside its remat boundary, and a scanned
+    # stack hands its slices over in shapes of their own (remat.prepare_state, shapes_apart.py): the same training.
+    _assert_same_losses(_losses("dp-tp", remat, scan, accum=2), _losses("dp-tp", "none", scan))
 
 
 # The policy lives in the model; a mode changes only how its step transforms the model's loss. COMPARED covers jit

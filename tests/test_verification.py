@@ -412,20 +412,26 @@ SCANNED_LM = {"d_model": 256, "n_layers": 2, "n_heads": 4, "vocab": 512, "max_le
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, remat, accum", [
-    ("fsdp-tp", "none", 1),  # scanned in a shard_map manual over 'data' only
-    ("fsdp-tp", "dots", 4),
-    ("dp-tp", "none", 4),  # its microbatches accumulate in such a shard_map
+@pytest.mark.parametrize("mode, remat, accum, scanned", [
+    ("fsdp-tp", "none", 1, True),  # scanned in a shard_map manual over 'data' only
+    ("fsdp-tp", "dots", 4, True),
+    ("dp-tp", "none", 4, True),  # its microbatches accumulate in such a shard_map
+    ("dp-tp", "block", 4, True),  # ... their blocks under remat, scanned and unrolled
+    ("dp-tp", "dots", 4, True),
+    ("dp-tp", "block", 4, False),
 ])
-def test_libtpu_sends_megatrons_all_reduces_over_model_and_nothing_else(libtpu, mode, remat, accum):
+def test_libtpu_sends_megatrons_all_reduces_over_model_and_nothing_else(libtpu, mode, remat, accum, scanned):
     # Until the attention projected into and out of its heads as (d_model, heads, head_dim) contractions, the
     # microbatches held their parameters to their layout and remat left the vectors untied under dots, libtpu split
     # these steps' residual stream over 'model' and gathered it before every matmul: 3.7-5.3x the planned bytes over
-    # 'model' (docs/design/compile-verification.md, "libtpu's traffic over model"; "The split gone": the fix).
-    config = TrainConfig(model="transformer", model_options=SCANNED_LM, data="text", mode=mode, mesh="data=2,model=2",
+    # 'model' (docs/design/compile-verification.md, "libtpu's traffic over model"; "The split gone": the fix). dp-tp's
+    # microbatches under remat stayed split (4.3-6.9x) until the loop buffers took shapes of their own and the blocks
+    # held their parameters inside their remat boundary ("Loop buffers in shapes of their own").
+    options = {**SCANNED_LM, "scan_layers": scanned}
+    config = TrainConfig(model="transformer", model_options=options, data="text", mode=mode, mesh="data=2,model=2",
                          batch=16, remat=remat, accum=accum, precision="bf16")
     compiled = verify_step(config, "tpu:v5e:2x2", seq_len=128)
-    plan = wb.plan_training("transformer", SCANNED_LM, "data=2,model=2", mode, hardware="tpu-v5e", global_batch=16,
+    plan = wb.plan_training("transformer", options, "data=2,model=2", mode, hardware="tpu-v5e", global_batch=16,
                             seq_len=128, remat=remat, accum=accum, simulate=False)
     over_model = [c for c in compiled.collectives if "model" in c.axes]
     assert not any(c.kind == "all-gather" and c.total_bytes > 64 * 1024 for c in over_model), over_model
@@ -437,30 +443,29 @@ def test_libtpu_sends_megatrons_all_reduces_over_model_and_nothing_else(libtpu, 
 
 @pytest.mark.slow
 def test_a_verified_step_is_priced_on_the_collectives_the_compiler_placed_each_on_its_own_axis(libtpu):
-    # dp-tp's scanned blocks under remat block, accumulated over microbatches: libtpu still splits their residual
-    # stream over 'model' and all-gathers it before each matmul that reads it, all-gathers over 'model' the plan does
-    # not have (docs/design/compile-verification.md, "libtpu's traffic over model"). Priced on what was compiled, they
-    # sit on the critical path beside tp's all-reduces; scaling the plan's all-gathers, which run over 'data' beside the
-    # maths, by the compiler's all-gather bytes hid them there.
-    config = TrainConfig(model="transformer", model_options=SCANNED_LM, data="text", mode="dp-tp",
-                         mesh="data=2,model=2", batch=16, remat="block", accum=4, precision="bf16")
+    # dp-tp's unrolled blocks under remat dots, accumulated over microbatches: libtpu moves a few of their values
+    # between layouts over 'model' with all-to-alls the plan does not have. Priced on what was compiled, they sit on
+    # the critical path beside tp's all-reduces, each occurrence priced with the ring model; scaling the plan's
+    # collectives by the compiler's bytes of their kind had hidden such additions (the all-gathers libtpu once added
+    # over 'model', scaled as the plan's all-gathers over 'data', beside the maths).
+    options = {**SCANNED_LM, "scan_layers": False}
+    config = TrainConfig(model="transformer", model_options=options, data="text", mode="dp-tp",
+                         mesh="data=2,model=2", batch=16, remat="dots", accum=4, precision="bf16")
     compiled = verify_step(config, "tpu:v5e:2x2", seq_len=128)
-    plan = wb.plan_training("transformer", SCANNED_LM, "data=2,model=2", "dp-tp", hardware="tpu-v5e", global_batch=16,
-                            seq_len=128, remat="block", accum=4, simulate=False)
-    assert any("residual stream over 'model'" in note for note in plan.notes)
-    added = [c for c in compiled.collectives if c.kind == "all-gather" and c.axes == ("model",)]
-    assert added and not any(c.kind == "all-gather" and "model" in c.axes for c in plan.collectives)
+    plan = wb.plan_training("transformer", options, "data=2,model=2", "dp-tp", hardware="tpu-v5e", global_batch=16,
+                            seq_len=128, remat="dots", accum=4, simulate=False)
+    added = [c for c in compiled.collectives if c.kind == "all-to-all" and c.axes == ("model",)]
+    assert added and not any(c.kind == "all-to-all" for c in plan.collectives)
     planned, on_compiled = step_time(plan), step_time(plan, compiled.collectives)
-    # tp's all-reduces over 'model' are the plan's; the all-gathers come on top of them, each occurrence priced with
-    # the ring model.
+    # tp's all-reduces over 'model' are the plan's; the all-to-alls come on top of them.
     model_all_reduces = [c for c in compiled.collectives if c.kind == "all-reduce" and c.axes == ("model",)]
     planned_all_reduces = [c for c in plan.collectives if c.kind == "all-reduce" and c.axes == ("model",)]
-    assert sum(c.total_bytes for c in model_all_reduces) >= sum(c.total_bytes for c in planned_all_reduces)
-    gathers = sum(c.count * collective_time(c.kind, c.bytes, c.group_size, plan.hardware) for c in added)
-    assert on_compiled.exposed_s >= (planned.exposed_s + gathers) * 0.999 and gathers > 0.5 * planned.exposed_s
+    assert sum(c.total_bytes for c in model_all_reduces) >= 0.99 * sum(c.total_bytes for c in planned_all_reduces)
+    moved = sum(c.count * collective_time(c.kind, c.bytes, c.group_size, plan.hardware) for c in added)
+    assert moved > 0 and on_compiled.exposed_s >= (planned.exposed_s + moved) * 0.99
     # workbench plan --verify shows it: the step time on the plan's collectives beside the compiler's.
     row = compare_plan(plan, compiled).row("step time")
-    assert (row.analytic, row.compiler) == (planned.step_s, on_compiled.step_s) and row.ratio < 0.95
+    assert (row.analytic, row.compiler) == (planned.step_s, on_compiled.step_s) and row.ratio < 1
 
 
 def test_the_comparison_prices_the_step_on_the_plans_collectives_and_on_the_compilers():

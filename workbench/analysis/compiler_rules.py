@@ -52,13 +52,6 @@ class CompilerRules:
         widens_collectives: whether a bfloat16 all-gather or all-reduce moves float32 (XLA:CPU converts around the
             collective). Elsewhere a per-layer gathering mode gathers bf16 shards (``param_gathering.gathers_narrow``)
             and a jit step's gradient all-reduce, which the partitioner puts on a bf16 matmul's output, sums bf16.
-        splits_remat_stream_in_accumulation: whether a jit step's blocks under remat ``block`` (or scanned, under
-            ``dots``), run in its microbatch accumulation (a shard_map manual over 'data' only), have their residual
-            stream split over the other axes and gathered before each matmul (libtpu's sharding propagation). The
-            simulation counts the stream whole there, as Megatron's layout holds it; the plan's note says the compiler
-            sends more (``plan_estimates.split_stream_note``). Every other step keeps it whole since the attention
-            projects into and out of its heads as (d_model, heads, head_dim) contractions and the microbatches hold the
-            parameters to their layout (docs/design/compile-verification.md, "The split gone").
         stores_reduced_sums: whether work combining two or more computed values (a residual sum) is stored
             where a reduction and other work read it, rather than computed again inside each reader.
         stores_large_norm_operands: whether a layer norm of 4,096 rows or more per device reads its operands
@@ -117,7 +110,6 @@ class CompilerRules:
     casts_before_gathering: bool = False
     widens_collectives: bool = False
     stores_reduced_sums: bool = False
-    splits_remat_stream_in_accumulation: bool = False
     stores_large_norm_operands: bool = False
     reassociates_all_reduces: bool = True
     runs_combined_all_reduces_as_one: bool = False
@@ -195,11 +187,12 @@ XLA_GPU = CompilerRules("XLA:GPU", "gpu", {}, cheap_in_f32=frozenset({"exp", "di
 # simulation followed it (22-24 of the 30 within 15% with that). Since the attention contracts its heads as
 # (d_model, heads, head_dim) and the microbatches hold their parameters to their layout it keeps the stream whole, and
 # so does the simulation: the 12 fsdp-tp and dp-tp rows compiled again plan 0.83-1.11, 11 within 15%; the README's
-# 1.3B fsdp-tp on v5p:8x8x8 0.99 (none) and 0.95 (dots). Where libtpu still splits (splits_remat_stream_in_accumulation)
-# the plan counts the stream whole and its note says so (compile-verification.md, "The split gone").
+# 1.3B fsdp-tp on v5p:8x8x8 0.99 (none) and 0.95 (dots). dp-tp's microbatches under remat, split until loop buffers
+# took shapes of their own, keep it whole too (compile-verification.md, "The split gone"; "Loop buffers in shapes of
+# their own").
 LIBTPU = CompilerRules(
     "libtpu", "tpu", {}, stores_shared_broadcasts=False, fuses_matmul_operands=True, fuses_any_matmul_operand_work=True,
-    stores_reduced_sums=True, splits_remat_stream_in_accumulation=True,
+    stores_reduced_sums=True,
     trust="libtpu lays out and schedules each TPU generation's memory its own way (the same 8-chip step held "
           "202 MiB on v6e, 196 MiB on v5e, 386 MiB on v5p), which the simulation does not follow (measured on 8 to 512 "
           "chips: 0.7-1.8 of libtpu's peak on small steps, where v5e and v6e keep up to 112 MiB on chip; 0.90-1.00 "

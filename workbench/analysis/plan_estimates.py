@@ -15,7 +15,7 @@ from typing import Any
 
 from ..formatting import format_bytes
 from ..layout.tree_layout import TreeLayout
-from ..layout.mesh import DATA_AXIS, MODEL_AXIS
+from ..layout.mesh import DATA_AXIS
 from ..layout.specs import entry_axes, spec_entries
 from ..training.modes.base import MODEL_SPLIT_PLACEMENTS
 from ..training.layer_stack import is_layer_stack
@@ -278,39 +278,6 @@ def tensor_parallel_notes(planned: PlannedModel, tensor_parallel: bool, model_si
         return [f"n_heads={heads} does not divide by model={model_size}: devices would split heads; choose n_heads "
                 "divisible by the model axis"]
     return []
-
-
-def split_stream_note(declared: Any, mesh: Any, rules: Any, remat: str, accum: int, scanned: bool) -> list[str]:
-    """Where the target's compiler splits the residual stream over 'model' and sends more over it than planned.
-
-    libtpu does so (``rules``: its :class:`~.compiler_rules.CompilerRules`, ``splits_remat_stream_in_accumulation``)
-    in a jit data x model step (``dp-tp``) whose microbatches accumulate in a shard_map manual over 'data' only, under
-    remat ``block``, or ``dots`` with its blocks ``scanned``: measured 4.3-7.5x the bytes planned over 'model'
-    (docs/design/compile-verification.md, "The split gone"). fsdp-tp's steps, and every step with one microbatch,
-    send Megatron's all-reduces alone.
-
-    Example:
-        >>> from workbench.analysis.compiler_rules import compiler_rules
-        >>> from workbench.layout.mesh import MeshShape
-        >>> from workbench.training.modes import mode_class
-        >>> mesh = MeshShape(("data", "model"), (4, 2))
-        >>> bool(split_stream_note(mode_class("dp-tp"), mesh, compiler_rules("tpu"), "block", 4, True))
-        True
-        >>> split_stream_note(mode_class("fsdp-tp"), mesh, compiler_rules("tpu"), "block", 4, True)
-        []
-    """
-    if (not rules.splits_remat_stream_in_accumulation or set(declared.axes) != {DATA_AXIS, MODEL_AXIS}
-            or min(mesh.axis_size(DATA_AXIS), mesh.axis_size(MODEL_AXIS)) == 1
-            or declared.gradient_sync != "compiler"  # fsdp-tp's whole step is a shard_map
-            or accum == 1 or remat == "none" or (remat == "dots" and not scanned)):
-        return []
-    blocks = "the scanned blocks" if scanned else "the blocks"
-    return [f"{rules.name} splits this step's residual stream over 'model' (its {accum} microbatches accumulate in a "
-            f"shard_map manual over 'data' only, {blocks} under remat {remat}) and gathers it before each "
-            "matmul: measured 4.3-7.5x the bytes planned here over 'model', where nothing overlaps them (the README's "
-            "1.3B dp-tp on v5e:16x16 with 4 microbatches under block: 1.56 s a step where 0.57 s is planned); one "
-            "microbatch, remat none or fsdp-tp keep Megatron's all-reduces; --verify tpu:<generation>:<shape> prices "
-            "what it compiles"]
 
 
 def bound_by_compute(declared, sync_bytes: int, data_size: int, flops: float, tokens: int, seq_len: int | None,

@@ -56,7 +56,6 @@ from .plan_estimates import (
     flops_per_device,
     not_regathered_bytes,
     remat_flops_per_device,
-    split_stream_note,
     tensor_parallel_notes,
     transient_params_bytes,
 )
@@ -241,8 +240,6 @@ def plan_training(
                                                   remat, notes),
     )
     notes += tensor_parallel_notes(planned, tensor_parallel, model_size)
-    notes += split_stream_note(declared, mesh_shape, memory_rules, remat, accum,
-                               bool(dict(planned.options or {}).get("scan_layers")))
     bound = bound_by_compute(declared, sync_bytes, data_size, flops, tokens, seq_len, hw, utilisation, notes,
                              gradient_bytes)
 

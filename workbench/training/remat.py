@@ -164,10 +164,10 @@ def _tied(pullback: Any, cotangent: Any, vectors: bool) -> Any:
     fsdp-tp's step under ``dots`` libtpu split the tied layer-norm scales and biases over ``model``, and the residual
     stream with them, which it then gathered before every matmul reading it (the README's 1.3B on v5e:16x16: 5.3x the
     bytes planned over ``model``; untied, the plan's). Under ``block`` the tie holds XLA:CPU's memory down: untied, the
-    2-block transformer's dp step held 3% more (26.2 against 25.4 MB a device, JAX 0.10). It costs libtpu only in
-    dp-tp's microbatches (fsdp-tp recomputes its blocks itself under ``block``): unrolled, 4.4x the planned bytes over
-    ``model``, untied 1.1x; scanned, split either way. The plan's note names those steps
-    (``plan_estimates.split_stream_note``).
+    2-block transformer's dp step held 3% more (26.2 against 25.4 MB a device, JAX 0.10). Where a step holds the
+    parameters to their layout (dp-tp's microbatches) it does so inside the boundary (:func:`prepare_state`), so the
+    tied values are held again: before, libtpu split dp-tp's unrolled blocks under ``block`` (6.9x the bytes planned
+    over ``model``; 1.1x since).
     """
     if vectors:
         return computed_after(pullback, cotangent)

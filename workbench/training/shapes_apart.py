@@ -8,7 +8,7 @@ conflict by splitting, and libtpu then split the residual stream over 'model' an
 (dp-tp's microbatches: 4.3-6.9x the bytes planned over 'model'; docs/design/compile-verification.md, "Loop buffers
 in shapes of their own").
 
-:func:`apart` gives the ``k``-th leaf of each shape ``k`` trailing axes of length 1 (the first keeps its shape), which
+:func:`apart` gives each leaf after the first of its shape trailing axes of length 1 until its shape is its own, which
 moves no data: XLA lowers the reshapes to bitcasts. :func:`restored` turns them back.
 
 Example:
@@ -36,16 +36,28 @@ def apart(tree: Any) -> Any:
 
 
 def apart_shapes(shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """``shapes`` with no two equal: the ``k``-th of each shape with ``k`` trailing axes of length 1 (the first as it is).
+    """``shapes`` with no two equal: the first of each shape as it is, each later one with the fewest trailing axes of
+    length 1 that make it a shape no other has.
 
     Zeros a loop starts from are made in these shapes, not reshaped to them: XLA turns a reshape of a zero broadcast
     into a broadcast of the new shape after merging the broadcasts.
+
+    Example:
+        >>> apart_shapes([(4,), (4,), (4, 1), ()])
+        [(4,), (4, 1, 1), (4, 1), ()]
     """
-    seen: dict[tuple[int, ...], int] = {}
+    taken = {tuple(shape) for shape in shapes}
+    kept: set[tuple[int, ...]] = set()
     own = []
-    for shape in shapes:
-        extra = seen[tuple(shape)] = seen.get(tuple(shape), -1) + 1
-        own.append(tuple(shape) + (1,) * extra)
+    for shape in map(tuple, shapes):
+        if shape not in kept:
+            kept.add(shape)
+            own.append(shape)
+            continue
+        while shape in taken:
+            shape += (1,)
+        taken.add(shape)
+        own.append(shape)
     return own
 
 
