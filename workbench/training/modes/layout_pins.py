@@ -10,7 +10,9 @@ gradients its split, and libtpu split the residual stream over ``model`` along `
 before every matmul: 4.8-5.8x the bytes Megatron's layout sends over ``model`` (2 blocks on v5e:2x2, 4 microbatches).
 
 :func:`pinning_loss` holds each parameter and its gradient to its layout (``with_sharding_constraint`` both ways),
-and the slices a :class:`~..layer_stack.LayerStack` scans, inside its loop, where their gradients are stacked.
+the slices a :class:`~..layer_stack.LayerStack` scans, inside its loop, where their gradients are stacked, and a
+block under remat's parameters again inside its remat boundary (:func:`~..remat.prepare_state`: why). The loops'
+buffers themselves take shapes of their own (:mod:`..shapes_apart`).
 ``fsdp-tp`` needs none of it: its layers gather their parameters in a ``shard_map`` nested over ``model``, whose
 layout is manual (:mod:`.param_gathering`).
 
@@ -64,7 +66,8 @@ def pinning_loss(loss: LossFn, specs: Any) -> LossFn:
     """``loss`` run on the model with its parameters (``nnx.Param``, structured as ``specs``) held to their layout.
 
     A :class:`~..layer_stack.LayerStack`'s layers are also held one slice at a time, inside its loop: held only whole,
-    before it, the gradients its loop stacks would still share their zeros' layout.
+    before it, the gradients its loop stacks would still share their zeros' layout. A block under remat holds them
+    again inside its boundary, where its recomputation starts from tied copies (:func:`~..remat.prepare_state`).
     """
 
     def pinned(model: nnx.Module, batch: Any) -> Any:
