@@ -52,6 +52,8 @@ class LayerStack(nnx.Module):
         # What a step does to each iteration's slice before the layer runs, where it sets one on this traced copy
         # (modes/layout_pins.py holds its parameters to their layout): plain data, not a Variable.
         prepare = getattr(self, "prepare_slice", None)
+        # The slice is restored inside the layer's remat boundary: only a layer under remat (its `remat` attribute, as
+        # per-layer fsdp reads it) has one; any other gets its slice prepared here.
         if prepare is None or getattr(self.layer, "remat", "none") == "none":
             prepare = prepare or (lambda layer_state: layer_state)
             return scan_layers(lambda layer_state, carry: nnx.merge(graphdef, prepare(layer_state))(carry), state, x)
